@@ -1,0 +1,143 @@
+/*
+ * loader.c: run-time loading of libcuda, CUPTI and cuBLAS.
+ *
+ * Policy (which names, which folders, in what order) lives in Python
+ * (cuda_debug/_libraries.py); this file only opens what it is given:
+ *   1. an already-loaded copy of any of the sonames (RTLD_NOLOAD), so that we
+ *      share PyTorch's CUPTI/cuBLAS instead of bringing a second copy;
+ *   2. each candidate in order: a bare soname goes to the system loader, a
+ *      path is opened as is.
+ * The first that opens and has every required symbol wins.
+ */
+#define _GNU_SOURCE
+#include "cuda_debug.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <string.h>
+#include <stdio.h>
+
+cd_driver_api cd_drv;
+cd_cupti_api cd_cupti;
+cd_library cd_libs[CD_LIB_COUNT];
+_Thread_local cd_call_record cd_last_call;
+
+static const char *const lib_names[CD_LIB_COUNT] = {"cuda", "cupti", "cublas"};
+
+/* Guarded by the GIL (only Python-facing code loads libraries). */
+static int driver_init_result = -1;
+
+void *cd_sym(enum cd_lib lib, const char *name)
+{
+    return cd_libs[lib].handle ? dlsym(cd_libs[lib].handle, name) : NULL;
+}
+
+/* Fill the function table of `lib` from `handle`; on a missing required
+ * symbol, write its name into err and return -1. */
+static int bind_symbols(enum cd_lib lib, void *handle, char *err, size_t errlen)
+{
+#define CD_BIND_REQ(name)                                                     \
+    if (!(tbl->name = (__typeof__(tbl->name))dlsym(handle, CD_STR(name)))) { \
+        snprintf(err, errlen, "symbol %s not found", CD_STR(name));          \
+        return -1;                                                            \
+    }
+#define CD_BIND_OPT(name) tbl->name = (__typeof__(tbl->name))dlsym(handle, CD_STR(name));
+    if (lib == CD_LIB_CUDA) {
+        cd_driver_api *tbl = &cd_drv;
+        CD_DRIVER_REQUIRED(CD_BIND_REQ)
+        CD_DRIVER_OPTIONAL(CD_BIND_OPT)
+    } else if (lib == CD_LIB_CUPTI) {
+        cd_cupti_api *tbl = &cd_cupti;
+        CD_CUPTI_FUNCS(CD_BIND_REQ)
+        CD_CUPTI_OPTIONAL(CD_BIND_OPT)
+    }
+    /* cuBLAS symbols are bound by gemm_bench.c through cd_sym(). */
+    return 0;
+#undef CD_BIND_REQ
+#undef CD_BIND_OPT
+}
+
+static int try_handle(enum cd_lib lib, void *handle, const char *how)
+{
+    cd_library *L = &cd_libs[lib];
+    char err[256];
+    if (bind_symbols(lib, handle, err, sizeof err) != 0) {
+        snprintf(L->error, sizeof L->error, "%s", err);
+        dlclose(handle);
+        return -1;
+    }
+    struct link_map *lm = NULL;
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name)
+        snprintf(L->path, sizeof L->path, "%s", lm->l_name);
+    snprintf(L->how, sizeof L->how, "%s", how);
+    L->handle = handle;
+    L->error[0] = '\0';
+    return 0;
+}
+
+int cd_load_library(enum cd_lib lib, PyObject *sonames, PyObject *paths)
+{
+    cd_library *L = &cd_libs[lib];
+    if (L->handle)
+        return 0;
+    Py_ssize_t i, n;
+
+    n = PyList_GET_SIZE(sonames);
+    for (i = 0; i < n; i++) {
+        const char *so = PyUnicode_AsUTF8(PyList_GET_ITEM(sonames, i));
+        if (!so)
+            return -1;
+        void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+        if (h && try_handle(lib, h, "already loaded") == 0)
+            return 0;
+    }
+    n = PyList_GET_SIZE(paths);
+    for (i = 0; i < n; i++) {
+        const char *p = PyUnicode_AsUTF8(PyList_GET_ITEM(paths, i));
+        if (!p)
+            return -1;
+        void *h = dlopen(p, RTLD_NOW | RTLD_GLOBAL);
+        if (!h) {
+            const char *e = dlerror();
+            snprintf(L->error, sizeof L->error, "%s", e ? e : "dlopen failed");
+            continue;
+        }
+        if (try_handle(lib, h, strchr(p, '/') ? "path" : "system loader") == 0)
+            return 0;
+    }
+    if (!L->error[0])
+        snprintf(L->error, sizeof L->error, "no candidate for lib%s", lib_names[lib]);
+    return -1;
+}
+
+int cd_driver_ready(void)
+{
+    if (!cd_libs[CD_LIB_CUDA].handle)
+        return -1;
+    if (driver_init_result < 0)
+        driver_init_result = CU_CHECK(cd_drv.cuInit(0));
+    return driver_init_result;
+}
+
+/* Primary contexts retained by us, one per device, never released: the
+ * frameworks share the same primary context and tear it down at exit. */
+#define CD_MAX_DEVICES 64
+static CUcontext retained[CD_MAX_DEVICES];
+
+int cd_device_context(int ordinal, CUcontext *ctx)
+{
+    int rc = cd_driver_ready();
+    if (rc != 0)
+        return rc < 0 ? CUDA_ERROR_NOT_INITIALIZED : rc;
+    if (ordinal < 0 || ordinal >= CD_MAX_DEVICES)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!retained[ordinal]) {
+        CUdevice dev;
+        if ((rc = CU_CHECK(cd_drv.cuDeviceGet(&dev, ordinal))))
+            return rc;
+        if ((rc = CU_CHECK(cd_drv.cuDevicePrimaryCtxRetain(&retained[ordinal], dev))))
+            return rc;
+    }
+    *ctx = retained[ordinal];
+    return 0;
+}

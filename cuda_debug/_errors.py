@@ -1,0 +1,288 @@
+"""The cuda_debug exception hierarchy.
+
+::
+
+    CudaError(RuntimeError)             .code .name .description .sticky
+      CudaUnavailableError              no driver / no GPU / library missing
+      ToolConflictError                 CUPTI held by another tool
+      LaunchError                       the launch was refused; the context is fine
+      StickyCudaError                   the context is dead: restart the process
+        DeviceAssertError        710
+        IllegalAddressError      700
+        LaunchFailureError       719
+        MisalignedAddressError   716
+        IllegalInstructionError  715
+        InvalidAddressSpaceError 717
+        InvalidPcError           718
+        HardwareStackError       714
+        LaunchTimeoutError       702
+
+Every error carries the report fields (``kernel``, ``grid``, ``block``, ``filename``,
+``lineno``, ``device_message`` ...), None where unknown. ``str(exc)`` is the short
+report; errors pickle (pytest-xdist, multiprocessing).
+"""
+import re
+import traceback
+from typing import Optional
+
+from . import _cuda_errors
+
+REPORT_FIELDS = (
+    "kernel", "kernel_mangled", "grid", "block", "shared_mem", "stream", "device",
+    "filename", "lineno", "function", "line", "launch_stack", "device_message",
+    "driver_log", "op", "inputs", "thread", "launch_api", "found_at",
+)
+
+RESTART = ("The CUDA context is now unusable: restart the process "
+           "(in a notebook, restart the kernel).")
+
+
+class CudaError(RuntimeError):
+    """A CUDA error, translated. Base of every cuda_debug error."""
+
+    #: what happened, in a few words; subclasses refine it
+    what = None
+
+    def __init__(self, message: Optional[str] = None, *, code: Optional[int] = None,
+                 **fields):
+        self.code = code
+        self.name = _cuda_errors.name(code) if code is not None else None
+        self.description = _cuda_errors.description(code) if code is not None else None
+        self.sticky = _cuda_errors.is_sticky(code) if code is not None else False
+        for f in REPORT_FIELDS:
+            setattr(self, f, fields.pop(f, None))
+        self.extra = fields            # anything else (missing=, tried=, holder=)
+        self.message = message
+        super().__init__(message if message is not None else format_report(self))
+
+    def __str__(self) -> str:
+        if self.message is not None:
+            return self.message
+        return format_report(self)
+
+    # -- pickling -------------------------------------------------------------
+    def __reduce__(self):
+        state = {f: getattr(self, f, None) for f in REPORT_FIELDS}
+        if state["launch_stack"] is not None:
+            state["launch_stack"] = [tuple(fs[:4]) if isinstance(fs, tuple) else
+                                     (fs.filename, fs.lineno, fs.name, fs.line)
+                                     for fs in state["launch_stack"]]
+        state.update(self.extra)
+        return (_rebuild, (type(self), self.message, self.code, state))
+
+
+def _rebuild(cls, message, code, state):
+    stack = state.get("launch_stack")
+    if stack is not None:
+        state["launch_stack"] = traceback.StackSummary.from_list(stack)
+    return cls(message, code=code, **state)
+
+
+class CudaUnavailableError(CudaError):
+    """No driver, no GPU, or a library (CUPTI, cuBLAS) missing: the message says which."""
+
+    @property
+    def missing(self):
+        return self.extra.get("missing")
+
+
+class ToolConflictError(CudaError):
+    """CUPTI is held by another tool (a profiler, Nsight, cuda-gdb)."""
+
+    @property
+    def holder(self):
+        return self.extra.get("holder")
+
+
+class LaunchError(CudaError):
+    """The launch was refused (bad configuration, too many resources); the
+    context is still usable."""
+    what = "launch refused"
+
+
+class StickyCudaError(CudaError):
+    """A kernel fault that killed the CUDA context: the process must restart."""
+    what = "kernel fault"
+
+
+class DeviceAssertError(StickyCudaError):
+    what = "device-side assert"
+
+
+class IllegalAddressError(StickyCudaError):
+    what = "illegal memory access"
+
+
+class LaunchFailureError(StickyCudaError):
+    what = "kernel failure (trap or unspecified launch failure)"
+
+
+class MisalignedAddressError(StickyCudaError):
+    what = "misaligned address"
+
+
+class IllegalInstructionError(StickyCudaError):
+    what = "illegal instruction"
+
+
+class InvalidAddressSpaceError(StickyCudaError):
+    what = "invalid address space"
+
+
+class InvalidPcError(StickyCudaError):
+    what = "invalid program counter"
+
+
+class HardwareStackError(StickyCudaError):
+    what = "hardware stack error"
+
+
+class LaunchTimeoutError(StickyCudaError):
+    what = "kernel timed out"
+
+
+BY_CODE = {
+    700: IllegalAddressError,
+    702: LaunchTimeoutError,
+    710: DeviceAssertError,
+    714: HardwareStackError,
+    715: IllegalInstructionError,
+    716: MisalignedAddressError,
+    717: InvalidAddressSpaceError,
+    718: InvalidPcError,
+    719: LaunchFailureError,
+}
+
+__all__ = ["CudaError", "CudaUnavailableError", "ToolConflictError", "LaunchError",
+           "StickyCudaError"] + sorted(c.__name__ for c in BY_CODE.values())
+
+for _cls in [CudaError, CudaUnavailableError, ToolConflictError, LaunchError,
+             StickyCudaError, *BY_CODE.values()]:
+    _cls.__module__ = "cuda_debug"
+
+
+def class_for(code: int, at_launch: bool = False) -> type:
+    """The exception class for a CUresult."""
+    if code in BY_CODE:
+        return BY_CODE[code]
+    if _cuda_errors.is_sticky(code):
+        return StickyCudaError
+    if at_launch:
+        return LaunchError
+    return CudaError
+
+
+# -- the short report ----------------------------------------------------------
+
+_TEMPLATE_OR_ARGS = re.compile(r"[<>()]")
+
+
+def short_kernel_name(demangled: Optional[str]) -> Optional[str]:
+    """``void at::native::(anonymous namespace)::k<float, long>(float*, long)`` ->
+    ``k<float, long>``: no return type, namespaces or parameter list."""
+    if not demangled:
+        return demangled
+    s = demangled
+    # Drop the parameter list: the last top-level "(...)".
+    depth, cut = 0, len(s)
+    for i in range(len(s) - 1, -1, -1):
+        c = s[i]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            depth -= 1
+            if depth == 0:
+                cut = i
+                break
+    s = s[:cut]
+    # Split at top-level "::" and spaces (return type), keep the last part.
+    depth, start = 0, 0
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c in "<(":
+            depth += 1
+        elif c in ">)":
+            depth -= 1
+        elif depth == 0 and s.startswith("::", i):
+            start = i + 2
+            i += 1
+        elif depth == 0 and c == " ":
+            start = i + 1
+        i += 1
+    return s[start:] or demangled
+
+
+_ASSERT_LINE = re.compile(
+    r"^(?P<file>.*?):(?P<line>\d+): (?P<func>.*?): block: \[(?P<block>[^\]]*)\], "
+    r"thread: \[(?P<thread>[^\]]*)\] (?P<text>Assertion .*)$")
+
+
+def parse_device_message(text: Optional[str]):
+    """The assert lines the driver printed, as dicts (file, line, func, block,
+    thread, text); lines that are not asserts are left out."""
+    out = []
+    for line in (text or "").splitlines():
+        m = _ASSERT_LINE.match(line.strip())
+        if m:
+            out.append(m.groupdict())
+    return out
+
+
+def _where(err) -> Optional[str]:
+    if not err.filename:
+        return None
+    s = "at %s:%s" % (err.filename, err.lineno)
+    if err.function:
+        s += " in %s" % err.function
+    if err.line:
+        s += ":  %s" % err.line.strip()
+    return s
+
+
+def _device_line(err) -> Optional[str]:
+    asserts = parse_device_message(err.device_message)
+    if asserts:
+        a = asserts[0]
+        s = "device: %s:%s block [%s] thread [%s]: %s" % (
+            a["file"].rsplit("/", 1)[-1], a["line"], a["block"].replace(" ", ""),
+            a["thread"].replace(" ", ""), a["text"])
+        if len(asserts) > 1:
+            s += " (+%d more thread%s)" % (len(asserts) - 1, "s" if len(asserts) > 2 else "")
+        return s
+    if err.device_message and err.device_message.strip():
+        return "device: " + err.device_message.strip().splitlines()[0]
+    return None
+
+
+def format_report(err: CudaError) -> str:
+    """The short report: what happened and where, then the device's words, then
+    whether the context survived."""
+    what = err.what or (err.name or "CUDA error")
+    kernel = short_kernel_name(err.kernel) if err.kernel else None
+    if (err.launch_api or "").startswith("cuGraphLaunch"):
+        head = "%s in a CUDA graph replay" % what
+    elif kernel:
+        head = "%s in %s" % (what, kernel)
+    elif err.found_at == "check":
+        head = "%s (kernel unknown: it ran outside cuda_debug.launch_blocking(); " \
+               "run it inside one to name the kernel and the line)" % what
+    else:
+        head = what
+    lines = [head]
+    if isinstance(err, LaunchError) or not isinstance(err, StickyCudaError):
+        lines[0] += ": %s (%s)" % (err.name, err.description) if err.code is not None else ""
+        if err.grid is not None and err.block is not None:
+            lines.append("  grid %s block %s shared %s bytes" % (
+                list(err.grid), list(err.block), err.shared_mem))
+    where = _where(err)
+    if where:
+        lines.append("  " + where)
+    dev = _device_line(err)
+    if dev:
+        lines.append("  " + dev)
+    if err.sticky:
+        lines.append("  " + RESTART)
+    elif isinstance(err, LaunchError):
+        lines.append("  The CUDA context is still usable.")
+    return "\n".join(lines)
