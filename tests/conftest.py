@@ -1,0 +1,98 @@
+"""Shared test helpers.
+
+GPU tests carry ``@pytest.mark.gpu`` and are skipped, with the reason, where no
+GPU and driver are usable. A sticky CUDA error kills the CUDA context of its
+process, so tests that cause one run the faulting code in a child process
+(``run_child``) and assert on what it printed or raised.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def gpu_unavailable_reason():
+    """None if a GPU is usable here, else why not (said in the skip reason)."""
+    try:
+        from cuda_debug import _libraries, _core
+        from cuda_debug import CudaUnavailableError
+    except Exception as e:  # the build itself is broken: that is a failure elsewhere
+        return "cuda_debug does not import: %r" % e
+    try:
+        _libraries.ensure(_libraries.CUDA)
+    except CudaUnavailableError as e:
+        return str(e)
+    rc, n = _core.device_count()
+    if rc or n == 0:
+        return "no CUDA device (cuDeviceGetCount -> %d, %d devices)" % (rc, n)
+    return None
+
+
+_REASON = []
+
+
+def pytest_collection_modifyitems(config, items):
+    if not any(item.get_closest_marker("gpu") for item in items):
+        return
+    if not _REASON:
+        _REASON.append(gpu_unavailable_reason())
+    if _REASON[0] is None:
+        return
+    skip = pytest.mark.skip(reason="no usable GPU: %s" % _REASON[0])
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
+
+
+class Child:
+    def __init__(self, proc, script, source):
+        self.script = script
+        self.source = source
+        self.returncode = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.result = None
+        for line in proc.stdout.splitlines():
+            if line.startswith("RESULT "):
+                self.result = json.loads(line[len("RESULT "):])
+
+    def line_of(self, marker):
+        """1-based line number in the script of the line holding `marker`."""
+        for i, line in enumerate(self.source.splitlines(), 1):
+            if marker in line:
+                return i
+        raise AssertionError("marker %r not in the child script" % marker)
+
+    def __repr__(self):
+        return "<child rc=%s>\n--- stdout\n%s\n--- stderr\n%s" % (
+            self.returncode, self.stdout[-4000:], self.stderr[-4000:])
+
+
+_PRELUDE = "import json, sys\ndef report(obj): print('RESULT ' + json.dumps(obj), flush=True)\n"
+
+
+def run_child(code, env=None, timeout=120, args=()):
+    """Run `code` as a script file (user code, as far as cuda_debug can tell) in
+    a fresh Python; it may call ``report(obj)`` to hand a JSON result back
+    (``Child.result``). ``Child.line_of(marker)`` finds a line of the script."""
+    import tempfile
+    source = _PRELUDE + textwrap.dedent(code)
+    folder = tempfile.mkdtemp(prefix="cuda_debug_child_")
+    script = os.path.join(folder, "user_script.py")
+    with open(script, "w") as f:
+        f.write(source)
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, script] + list(args), capture_output=True,
+                          text=True, timeout=timeout, env=full_env, cwd=ROOT)
+    return Child(proc, script, source)
+
+
+@pytest.fixture
+def child():
+    return run_child
