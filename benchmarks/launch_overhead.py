@@ -1,0 +1,188 @@
+"""What launch_blocking() costs, side by side with CUDA_LAUNCH_BLOCKING=1.
+
+Usage:
+    python benchmarks/launch_overhead.py [--reps 3] [--workloads tiny,resnet50,gemm]
+                                         [--variants] [--json out.json]
+
+Each configuration runs in a fresh child process (CUDA_LAUNCH_BLOCKING is only
+read when the CUDA context is created, so it needs one anyway), the
+configurations are interleaved, repeated --reps times, and the median is
+reported. Configurations:
+
+    never      cuda_debug never imported (the async baseline)
+    outside    cuda_debug imported, one scope entered and left, work done outside
+    scope      the whole workload inside launch_blocking()
+    scope_loss (resnet50 only) only the loss computation inside a scope
+    env        CUDA_LAUNCH_BLOCKING=1, no cuda_debug
+--variants adds the scope with other wait / capture strategies
+(CUDA_DEBUG_WAIT=spin, CUDA_DEBUG_CAPTURE=off|fd) to find the cheapest.
+
+Workloads: tiny (x.add_(1), one launch each), resnet50 (torchvision ResNet-50
+training step, batch 32, fp32, SGD), gemm (torch.matmul(a, b, out=c), bf16 1024^3).
+The table gives time per unit (us per launch, ms per step, us per matmul) and
+the ratios the targets are about: scope/env (<= 1.00), outside/never (<= 1.01),
+never/scope_loss (>= 0.97 of async speed).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+
+CHILD = textwrap.dedent(r"""
+import json, os, sys, time
+config, workloads = sys.argv[1], sys.argv[2].split(",")
+import torch
+if config != "never" and config != "env":
+    import cuda_debug
+    from cuda_debug import launch_blocking
+    with launch_blocking():          # CUPTI loaded and released once, like a real user
+        torch.zeros(1, device="cuda").add_(1)
+else:
+    import contextlib
+    launch_blocking = contextlib.nullcontext
+whole = launch_blocking if config.startswith("scope") and config != "scope_loss" else None
+import contextlib
+region = whole or contextlib.nullcontext
+out = {"config": config, "env": os.environ.get("CUDA_LAUNCH_BLOCKING"),
+       "wait": os.environ.get("CUDA_DEBUG_WAIT"), "capture": os.environ.get("CUDA_DEBUG_CAPTURE")}
+
+def timed(fn, n):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with region():
+        for _ in range(n):
+            fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n
+
+if "tiny" in workloads:
+    x = torch.zeros(1, device="cuda")
+    timed(lambda: x.add_(1), 2000)
+    out["tiny_us"] = timed(lambda: x.add_(1), 20000) * 1e6
+
+if "gemm" in workloads:
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    timed(lambda: torch.matmul(a, b, out=c), 200)
+    out["gemm_us"] = timed(lambda: torch.matmul(a, b, out=c), 3000) * 1e6
+
+if "resnet50" in workloads:
+    import torchvision
+    model = torchvision.models.resnet50().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    crit = torch.nn.CrossEntropyLoss()
+    xb = torch.randn(32, 3, 224, 224, device="cuda")
+    yb = torch.randint(0, 1000, (32,), device="cuda")
+    loss_region = launch_blocking if config == "scope_loss" else contextlib.nullcontext
+    def step():
+        opt.zero_grad(set_to_none=True)
+        y = model(xb)
+        with loss_region():
+            loss = crit(y, yb)
+        loss.backward()
+        opt.step()
+    timed(step, 8)
+    out["resnet50_ms"] = timed(step, 25) * 1e3
+    if config != "never" and config != "env":
+        out["stats"] = cuda_debug._core.stats()
+print("RESULT " + json.dumps(out))
+""")
+
+BASE = ["never", "outside", "scope", "env"]
+VARIANTS = {
+    "scope_spin": {"CUDA_DEBUG_WAIT": "spin"},
+    "scope_nocapture": {"CUDA_DEBUG_CAPTURE": "off"},
+    "scope_fdcapture": {"CUDA_DEBUG_CAPTURE": "fd"},
+    "scope_spin_nocapture": {"CUDA_DEBUG_WAIT": "spin", "CUDA_DEBUG_CAPTURE": "off"},
+}
+
+
+def run_child(config, workloads):
+    env = dict(os.environ)
+    for k in ("CUDA_LAUNCH_BLOCKING", "CUDA_DEBUG_WAIT", "CUDA_DEBUG_CAPTURE"):
+        env.pop(k, None)
+    if config == "env":
+        env["CUDA_LAUNCH_BLOCKING"] = "1"
+    env.update(VARIANTS.get(config, {}))
+    p = subprocess.run([sys.executable, "-c", CHILD, config, ",".join(workloads)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError("child %s failed:\n%s" % (config, p.stderr[-3000:]))
+
+
+def versions():
+    import torch
+    import cuda_debug
+    from cuda_debug import _core, _libraries
+    _libraries.ensure("cuda")
+    info = _core.device_info(0)
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+    return dict(gpu=info[0] if isinstance(info, tuple) else "?",
+                driver=_core.driver_version(), torch=torch.__version__,
+                cuda=torch.version.cuda, cuda_debug=cuda_debug.__version__,
+                commit=rev.stdout.strip() or "?")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--workloads", default="tiny,resnet50,gemm")
+    ap.add_argument("--variants", action="store_true")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    workloads = a.workloads.split(",")
+    configs = list(BASE)
+    if "resnet50" in workloads:
+        configs.append("scope_loss")
+    if a.variants:
+        configs += list(VARIANTS)
+    runs = {c: [] for c in configs}
+    for rep in range(a.reps):
+        for c in configs:
+            r = run_child(c, workloads)
+            runs[c].append(r)
+            print("rep %d %-20s %s" % (rep, c, {k: round(v, 2) for k, v in r.items()
+                                                 if isinstance(v, float)}), flush=True)
+    metrics = [m for m in ("tiny_us", "resnet50_ms", "gemm_us")
+               if any(m in r for rs in runs.values() for r in rs)]
+    med = {c: {m: statistics.median(r[m] for r in rs) for m in metrics if m in rs[0]}
+           for c, rs in runs.items()}
+    v = versions()
+    lines = ["GPU %(gpu)s, driver %(driver)s, CUDA %(cuda)s, PyTorch %(torch)s, "
+             "cuda_debug %(cuda_debug)s @ %(commit)s; median of %%d runs" % v % a.reps, "",
+             "| config | " + " | ".join(metrics) + " |",
+             "|---" * (len(metrics) + 1) + "|"]
+    for c in configs:
+        lines.append("| %s | " % c + " | ".join("%.2f" % med[c][m] if m in med[c] else "-"
+                                                for m in metrics) + " |")
+    lines += ["", "| ratio | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
+    ratios = {}
+    for name, num, den in [("scope / env (target <= 1.00)", "scope", "env"),
+                           ("outside / never (target <= 1.01)", "outside", "never"),
+                           ("scope_loss / never (target <= 1.031)", "scope_loss", "never")] + \
+            [("%s / env" % c, c, "env") for c in configs if c in VARIANTS]:
+        if num not in med:
+            continue
+        row = []
+        for m in metrics:
+            if m in med[num] and m in med[den]:
+                ratios[(name, m)] = med[num][m] / med[den][m]
+                row.append("%.3f" % ratios[(name, m)])
+            else:
+                row.append("-")
+        lines.append("| %s | " % name + " | ".join(row) + " |")
+    print("\n".join(lines))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(versions=v, runs=runs, median=med), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

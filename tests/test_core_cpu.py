@@ -1,0 +1,238 @@
+"""The C core and the Python API without a GPU: the build, import with no driver,
+what a scope says when CUDA is missing, thread-local state, the error classes,
+the short report, pickling. Real code, no mocks of the GPU path."""
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import threading
+import traceback
+
+import pytest
+
+import cuda_debug
+from cuda_debug import _core, _cuda_errors, _errors, _libraries, _report
+
+from conftest import ROOT, gpu_unavailable_reason
+
+
+def test_extension_is_built_against_cuda_headers():
+    assert _core.CUDA_HEADER_VERSION >= 12000
+    assert _core.CUPTI_HEADER_VERSION >= 120000
+    # The error table and the extension come from the same major CUDA release.
+    assert _core.CUDA_HEADER_VERSION // 1000 == _cuda_errors.CUDA_VERSION // 1000
+
+
+def test_import_needs_no_driver():
+    """A fresh interpreter with no way to find libcuda imports cuda_debug fine
+    and says what is missing only when a scope is entered."""
+    code = (
+        "import cuda_debug, sys\n"
+        "try:\n"
+        "    with cuda_debug.launch_blocking():\n"
+        "        pass\n"
+        "except cuda_debug.CudaUnavailableError as e:\n"
+        "    print('UNAVAILABLE', e.missing, '|', e)\n"
+        "else:\n"
+        "    print('ENTERED')\n")
+    env = dict(os.environ, LD_LIBRARY_PATH="/nonexistent", CUDA_HOME="/nonexistent")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    if gpu_unavailable_reason() is None:
+        pytest.skip("this machine has a driver: the no-driver path is not reachable here")
+    assert p.stdout.startswith("UNAVAILABLE libcuda"), p.stdout
+    assert "libcuda.so.1" in p.stdout and "NVIDIA driver" in p.stdout
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="a GPU is present")
+def test_everything_that_needs_cuda_says_so():
+    import cuda_debug.testing as t
+    for fn in (cuda_debug.check, t.device_assert, lambda: cuda_debug.launch_blocking().__enter__()):
+        with pytest.raises(cuda_debug.CudaUnavailableError, match="libcuda"):
+            fn()
+    assert cuda_debug.is_launch_blocking() is False
+    assert _core.stats()["active"] == 0
+
+
+def test_opt_out_needs_no_cuda_and_restores_state():
+    assert not cuda_debug.is_launch_blocking()
+    assert _core.thread_state() == 0
+    with cuda_debug.launch_blocking(False):
+        assert _core.thread_state() == -1
+        with cuda_debug.launch_blocking(False):
+            assert not cuda_debug.is_launch_blocking()
+        assert _core.thread_state() == -1
+    assert _core.thread_state() == 0
+
+
+def test_thread_state_is_per_thread():
+    seen = {}
+    prev = _core.set_thread_state(1)
+    try:
+        t = threading.Thread(target=lambda: seen.setdefault("other", _core.thread_state()))
+        t.start()
+        t.join()
+        seen["mine"] = _core.thread_state()
+    finally:
+        _core.set_thread_state(prev)
+    assert seen == {"other": 0, "mine": 1}
+
+
+def test_library_candidates_follow_the_documented_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    lib = tmp_path / "targets" / "x86_64-linux" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcupti.so.13").write_bytes(b"")
+    sonames, paths = _libraries.candidates("cupti")
+    assert sonames[0] == "libcupti.so.13" and "libcupti.so.12" in sonames
+    assert paths[0] == "libcupti.so.13"                          # system loader first
+    assert str(lib / "libcupti.so.13") in paths                  # then CUDA_HOME
+    assert all("/" not in p or os.path.exists(p) for p in paths)
+    cuda_sonames, cuda_paths = _libraries.candidates("cuda")
+    assert cuda_sonames == ["libcuda.so.1"]
+    assert not any("stubs" in p for p in cuda_paths)
+
+
+def test_loading_a_missing_library_reports_where_it_looked(tmp_path, monkeypatch):
+    if gpu_unavailable_reason() is None:
+        pytest.skip("libcuda is present here")
+    lib = _libraries.load("cuda")
+    assert not lib.loaded and lib.error
+    assert "libcuda.so.1" in _libraries.describe(lib)
+
+
+# -- the error classes ---------------------------------------------------------
+
+def test_classes_match_the_spec_and_the_table():
+    expected = {700: "IllegalAddressError", 702: "LaunchTimeoutError", 710: "DeviceAssertError",
+                714: "HardwareStackError", 715: "IllegalInstructionError",
+                716: "MisalignedAddressError", 717: "InvalidAddressSpaceError",
+                718: "InvalidPcError", 719: "LaunchFailureError"}
+    for code, name in expected.items():
+        cls = _errors.class_for(code)
+        assert cls.__name__ == name and issubclass(cls, cuda_debug.StickyCudaError)
+        assert cls.__module__ == "cuda_debug" and getattr(cuda_debug, name) is cls
+        assert _cuda_errors.is_sticky(code)
+    assert _errors.class_for(1, at_launch=True) is cuda_debug.LaunchError
+    assert _errors.class_for(2) is cuda_debug.CudaError
+    assert _errors.class_for(214) is cuda_debug.StickyCudaError      # sticky, no own class
+    assert issubclass(cuda_debug.CudaError, RuntimeError)
+    for c in (cuda_debug.CudaUnavailableError, cuda_debug.ToolConflictError,
+              cuda_debug.LaunchError, cuda_debug.StickyCudaError):
+        assert issubclass(c, cuda_debug.CudaError)
+
+
+NLL = ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d"
+       "<float, float, long>(float*, float*, float const*, long const*, float const*, bool, "
+       "long, long, long, long)")
+ASSERT_TEXT = ("/pytorch/aten/src/ATen/native/cuda/Loss.cu:245: "
+               "nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: [3,0,0] "
+               "Assertion `t >= 0 && t < n_classes` failed.\n")
+
+
+def _spec_error():
+    stack = traceback.StackSummary.from_list([("train.py", 42, "step",
+                                               "loss = criterion(logits, target)")])
+    return cuda_debug.DeviceAssertError(
+        code=710, kernel=NLL, filename="train.py", lineno=42, function="step",
+        line="loss = criterion(logits, target)", device_message=ASSERT_TEXT,
+        launch_stack=stack, grid=(1, 1, 1), block=(32, 1, 1), device=0, found_at="launch")
+
+
+def test_short_report_reads_like_the_spec():
+    assert str(_spec_error()) == (
+        "device-side assert in nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>\n"
+        "  at train.py:42 in step:  loss = criterion(logits, target)\n"
+        "  device: Loss.cu:245 block [0,0,0] thread [3,0,0]: Assertion "
+        "`t >= 0 && t < n_classes` failed.\n"
+        "  The CUDA context is now unusable: restart the process (in a notebook, restart "
+        "the kernel).")
+
+
+def test_report_variants():
+    launch = cuda_debug.LaunchError(code=1, kernel="k(int)", grid=(1, 1, 1),
+                                    block=(4096, 1, 1), shared_mem=0)
+    assert "launch refused in k: CUDA_ERROR_INVALID_VALUE" in str(launch)
+    assert "block [4096, 1, 1]" in str(launch) and "still usable" in str(launch)
+    unknown = cuda_debug.IllegalAddressError(code=700, found_at="check")
+    assert "kernel unknown" in str(unknown) and "launch_blocking()" in str(unknown)
+    graph = cuda_debug.LaunchFailureError(code=719, launch_api="cuGraphLaunch")
+    assert "in a CUDA graph replay" in str(graph)
+    two = ASSERT_TEXT + ASSERT_TEXT.replace("[3,0,0]", "[4,0,0]")
+    assert "(+1 more thread)" in str(cuda_debug.DeviceAssertError(code=710, device_message=two))
+
+
+@pytest.mark.parametrize("demangled,short", [
+    (NLL, "nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>"),
+    ("void cuda_debug_testing::check_index<int>(int const*, int, int)", "check_index<int>"),
+    ("cupy_checks", "cupy_checks"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+     "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+     "vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"),
+    ("void (anonymous namespace)::k<(void (*)(int))&f>(int)", "k<(void (*)(int))&f>"),
+])
+def test_short_kernel_name(demangled, short):
+    assert _errors.short_kernel_name(demangled) == short
+
+
+def test_demangle_uses_the_real_demangler():
+    out = _core.demangle("_ZN18cuda_debug_testing11check_indexIiEEvPKT_iS1_")
+    if out is None:
+        pytest.skip("no libstdc++ __cxa_demangle in this process")
+    assert out == "void cuda_debug_testing::check_index<int>(int const*, int, int)"
+    assert _core.demangle("cupy_checks") is None
+
+
+@pytest.mark.parametrize("cls", [cuda_debug.DeviceAssertError, cuda_debug.LaunchError,
+                                 cuda_debug.CudaError, cuda_debug.StickyCudaError])
+def test_exceptions_pickle(cls):
+    e = _spec_error()
+    e = cls(code=e.code if cls is not cuda_debug.LaunchError else 1,
+            **{f: getattr(e, f) for f in _errors.REPORT_FIELDS})
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is cls
+    assert str(e2) == str(e)
+    assert e2.launch_stack[0].lineno == 42 and e2.launch_stack[0].filename == "train.py"
+    assert (e2.code, e2.name, e2.sticky, e2.kernel) == (e.code, e.name, e.sticky, e.kernel)
+
+
+def test_tool_conflict_and_unavailable_pickle_with_their_extras():
+    t = pickle.loads(pickle.dumps(cuda_debug.ToolConflictError("held", holder="Nsight")))
+    assert t.holder == "Nsight" and str(t) == "held"
+    u = pickle.loads(pickle.dumps(cuda_debug.CudaUnavailableError("no", missing="libcupti")))
+    assert u.missing == "libcupti"
+
+
+def test_user_frames_skip_libraries():
+    assert not _report.is_user_file(traceback.__file__)
+    assert not _report.is_user_file(_report.__file__)
+    assert not _report.is_user_file("/x/site-packages/torch/nn/functional.py")
+    assert not _report.is_user_file("<frozen runpy>")
+    assert _report.is_user_file(__file__)
+    assert _report.is_user_file("<ipython-input-3-abc>")
+
+
+def test_scope_exit_translation_rules():
+    """Without any record, nothing is translated; an unrelated exception passes."""
+    mark = _core.fault_seq()
+    assert _translate_none(mark)
+    with pytest.raises(KeyError):
+        with cuda_debug.launch_blocking(False):
+            raise KeyError("x")
+
+
+def _translate_none(mark):
+    from cuda_debug._scope import _translate
+    return _translate(mark, None, None) is None and _translate(mark, KeyError(), None) is None
+
+
+def test_fault_kernels_header_is_up_to_date():
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
+                                    if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    if nvcc is None:
+        pytest.skip("no nvcc here to rebuild the PTX")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "csrc", "gen_fault_kernels.py"),
+                        "--check", "--nvcc", nvcc], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
