@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Build cuda_debug on the GPU machine, run the GPU tests and the benchmarks.
+# Usage (from the repo root, on a machine with a GPU and no package registry):
+#   OUT=/tmp/out bash benchmarks/run_on_gpu.sh [tests] [overhead] [gemm] [probe]
+# Logs go under $OUT; a short summary is printed last.
+set -u
+OUT=${OUT:-/tmp/cuda_debug_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+what=${*:-tests overhead}
+summary=()
+
+python3 -m pip install -q --no-build-isolation --no-deps -e . >"$OUT/build.log" 2>&1 \
+  || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+summary+=("build: ok")
+
+if [[ " $what " == *" probe "* ]]; then
+  {
+    nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
+    python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
+    lc=$(python3 -c "import ctypes, ctypes.util; print(ctypes.util.find_library('cuda'))")
+    echo "libcuda: $lc"
+    for f in /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/local/nvidia/lib64/libcuda.so.1; do
+      [ -e "$f" ] && { echo "$f"; nm -D "$f" 2>/dev/null | grep -E " (stderr|fprintf|fputs|fwrite|vfprintf|write|__fprintf_chk|__vfprintf_chk)(@|$)"; }
+    done
+  } >"$OUT/probe.log" 2>&1
+  summary+=("probe: $(grep -cE 'stderr|fprintf|write' "$OUT/probe.log") stdio/write symbols (see probe.log)")
+fi
+
+if [[ " $what " == *" tests "* ]]; then
+  python3 -m pytest tests -n 4 -q -rs -p no:cacheprovider >"$OUT/tests.log" 2>&1
+  summary+=("tests: $(tail -1 "$OUT/tests.log")")
+fi
+
+if [[ " $what " == *" overhead "* ]]; then
+  python3 benchmarks/launch_overhead.py --reps ${REPS:-3} --workloads ${WORKLOADS:-tiny,resnet50,gemm} \
+     ${VARIANTS:+--variants} --json "$OUT/launch_overhead.json" >"$OUT/overhead.log" 2>&1
+  summary+=("overhead: see overhead.log")
+  grep -A30 "^GPU" "$OUT/overhead.log" | tail -22
+fi
+
+if [[ " $what " == *" gemm "* ]]; then
+  python3 benchmarks/gemm_launch_blocking.py ${GEMM_ARGS:-} >"$OUT/gemm.log" 2>&1
+  python3 benchmarks/gemm_vs_torch.py ${GEMM_ARGS:-} >"$OUT/gemm_vs_torch.log" 2>&1
+  summary+=("gemm: see gemm.log, gemm_vs_torch.log")
+  tail -25 "$OUT/gemm.log"; tail -15 "$OUT/gemm_vs_torch.log"
+fi
+
+echo "==== summary"
+printf '%s\n' "${summary[@]}"
