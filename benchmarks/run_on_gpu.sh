@@ -27,8 +27,15 @@ if [[ " $what " == *" probe "* ]]; then
   summary+=("probe: $(grep -cE 'stderr|fprintf|write' "$OUT/probe.log") stdio/write symbols (see probe.log)")
 fi
 
+if [[ " $what " == *" demo "* ]]; then
+  python3 -c "import cuda_debug, cuda_debug.testing as t
+with cuda_debug.launch_blocking():
+    t.device_assert()" >"$OUT/demo.log" 2>&1
+  tail -8 "$OUT/demo.log"
+fi
+
 if [[ " $what " == *" tests "* ]]; then
-  python3 -m pytest tests -n 4 -q -rs -p no:cacheprovider >"$OUT/tests.log" 2>&1
+  python3 -m pytest ${TESTS:-tests} -n 4 -q -rs -p no:cacheprovider >"$OUT/tests.log" 2>&1
   summary+=("tests: $(tail -1 "$OUT/tests.log")")
 fi
 
