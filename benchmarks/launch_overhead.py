@@ -14,8 +14,12 @@ reported. Configurations:
     scope      the whole workload inside launch_blocking()
     scope_loss (resnet50 only) only the loss computation inside a scope
     env        CUDA_LAUNCH_BLOCKING=1, no cuda_debug
---variants adds the scope with other wait / capture strategies
-(CUDA_DEBUG_WAIT=spin, CUDA_DEBUG_CAPTURE=off|fd) to find the cheapest.
+--variants adds scopes under the debug switches (read once at import) that
+take the cost apart: CUDA_DEBUG_WAIT=spin (poll cuStreamQuery instead of
+cuStreamSynchronize), CUDA_DEBUG_CAPTURE=off (no assert-text capture),
+CUDA_DEBUG_CAPTURE_CHECK=0 (no cuStreamIsCapturing: unsafe with graphs),
+CUDA_DEBUG_WAIT=none (CUPTI subscribed, nothing synchronised: the cost of the
+subscription alone), CUDA_DEBUG_PROFILE=1 (time spent inside the callback).
 
 Workloads: tiny (x.add_(1), one launch each), resnet50 (torchvision ResNet-50
 training step, batch 32, fp32, SGD), gemm (torch.matmul(a, b, out=c), bf16 1024^3).
@@ -87,8 +91,8 @@ if "resnet50" in workloads:
         opt.step()
     timed(step, 8)
     out["resnet50_ms"] = timed(step, 25) * 1e3
-    if config != "never" and config != "env":
-        out["stats"] = cuda_debug._core.stats()
+if config != "never" and config != "env":
+    out["stats"] = cuda_debug._core.stats()
 print("RESULT " + json.dumps(out))
 """)
 
@@ -96,14 +100,16 @@ BASE = ["never", "outside", "scope", "env"]
 VARIANTS = {
     "scope_spin": {"CUDA_DEBUG_WAIT": "spin"},
     "scope_nocapture": {"CUDA_DEBUG_CAPTURE": "off"},
-    "scope_fdcapture": {"CUDA_DEBUG_CAPTURE": "fd"},
-    "scope_spin_nocapture": {"CUDA_DEBUG_WAIT": "spin", "CUDA_DEBUG_CAPTURE": "off"},
+    "scope_nocheck": {"CUDA_DEBUG_CAPTURE_CHECK": "0"},      # unsafe with graphs: measuring only
+    "scope_nowait": {"CUDA_DEBUG_WAIT": "none"},             # CUPTI subscribed, nothing synced
+    "scope_profile": {"CUDA_DEBUG_PROFILE": "1"},            # time spent inside the callback
 }
 
 
 def run_child(config, workloads):
     env = dict(os.environ)
-    for k in ("CUDA_LAUNCH_BLOCKING", "CUDA_DEBUG_WAIT", "CUDA_DEBUG_CAPTURE"):
+    for k in ("CUDA_LAUNCH_BLOCKING", "CUDA_DEBUG_WAIT", "CUDA_DEBUG_CAPTURE",
+              "CUDA_DEBUG_CAPTURE_CHECK", "CUDA_DEBUG_PROFILE"):
         env.pop(k, None)
     if config == "env":
         env["CUDA_LAUNCH_BLOCKING"] = "1"

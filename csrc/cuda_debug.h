@@ -40,7 +40,7 @@
     X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)      \
     X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                      \
     X(cuDeviceGetAttribute) X(cuDeviceTotalMem)                                \
-    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                   \
+    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxGetState)                   \
     X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent)                  \
     X(cuCtxPopCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)                   \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                \
@@ -154,8 +154,9 @@ typedef struct {
     uint64_t log_end;          /* driver-log lines [.., log_end) precede this fault */
 } cd_fault;
 
-/* How the callback waits for the launched work. */
-enum cd_wait_mode { CD_WAIT_SYNC = 0, CD_WAIT_SPIN = 1 };
+/* How the callback waits for the launched work. NONE is for measuring the
+ * cost of being subscribed alone (it makes no launch synchronous). */
+enum cd_wait_mode { CD_WAIT_SYNC = 0, CD_WAIT_SPIN = 1, CD_WAIT_NONE = 2 };
 /* How the device's assert text is captured around the wait. */
 enum cd_capture_mode { CD_CAPTURE_OFF = 0, CD_CAPTURE_STDIO = 1, CD_CAPTURE_FD = 2 };
 
@@ -182,7 +183,12 @@ typedef struct {
     cd_fault fault;
     atomic_uint_fast64_t fault_seq;
 
+    int profile;                         /* CUDA_DEBUG_PROFILE=1: time the callback */
+    int capture_check;                   /* 0 only to measure: skip cuStreamIsCapturing */
+
     atomic_uint_fast64_t n_synced;       /* launches waited for */
+    atomic_uint_fast64_t n_follower;     /* of which on follower threads */
+    atomic_uint_fast64_t ns_capture_check, ns_wait, ns_callback;   /* with profile */
     atomic_uint_fast64_t n_skipped_capture;
     atomic_uint_fast64_t n_subscribes;
 } cd_state_t;

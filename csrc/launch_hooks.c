@@ -143,8 +143,17 @@ static CUstream launch_stream(CUpti_CallbackId cbid, const void *params, cd_faul
     return s;
 }
 
+static inline uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static inline CUresult wait_stream(CUstream s)
 {
+    if (cd_state.wait_mode == CD_WAIT_NONE)
+        return CUDA_SUCCESS;
     if (cd_state.wait_mode == CD_WAIT_SPIN) {
         CUresult rc;
         while ((rc = cd_drv.cuStreamQuery(s)) == CUDA_ERROR_NOT_READY)
@@ -201,35 +210,43 @@ static void CUPTIAPI on_launch(void *userdata, CUpti_CallbackDomain domain,
         record_fault(cb, cbid, *ret, 1, "", 0);
         return;
     }
+    const int profile = cd_state.profile;
+    uint64_t t0 = profile ? now_ns() : 0, t1 = 0, t2 = 0;
     CUstream s = launch_stream(cbid, cb->functionParams, NULL);
     CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult rc = cd_drv.cuStreamIsCapturing(s, &cap);
+    CUresult rc = cd_state.capture_check ? cd_drv.cuStreamIsCapturing(s, &cap) : CUDA_SUCCESS;
     if (rc == CUDA_SUCCESS && cap != CU_STREAM_CAPTURE_STATUS_NONE) {
         atomic_fetch_add_explicit(&cd_state.n_skipped_capture, 1, memory_order_relaxed);
         return;
     }
+    if (rc == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+        return;   /* the legacy stream while another stream captures in global mode */
+
+    char msg[8192];
+    size_t len = 0;
     if (rc == CUDA_SUCCESS) {
+        if (profile)
+            t1 = now_ns();
         if (cd_state.capture_mode)
             cd_capture_begin();
         rc = wait_stream(s);
-        atomic_fetch_add_explicit(&cd_state.n_synced, 1, memory_order_relaxed);
-        if (cd_state.capture_mode) {
-            char msg[8192];
-            size_t len = 0;
+        if (cd_state.capture_mode)
             cd_capture_end(rc != CUDA_SUCCESS, msg, sizeof msg, &len);
-            if (rc != CUDA_SUCCESS) {
-                record_fault(cb, cbid, rc, 0, msg, len);
-                *ret = rc;
-            }
-            return;
-        }
-    } else if (rc == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ||
-               rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
-        return;   /* legacy stream while another stream captures globally */
+        if (profile)
+            t2 = now_ns();
+        atomic_fetch_add_explicit(&cd_state.n_synced, 1, memory_order_relaxed);
+        if (tls_kind == 2)
+            atomic_fetch_add_explicit(&cd_state.n_follower, 1, memory_order_relaxed);
     }
-    if (rc != CUDA_SUCCESS) {
-        record_fault(cb, cbid, rc, 0, "", 0);
+    if (rc != CUDA_SUCCESS) {              /* the kernel faulted (or the query did) */
+        record_fault(cb, cbid, rc, 0, msg, len);
         *ret = rc;
+    }
+    if (profile && t2) {
+        uint64_t t3 = now_ns();
+        atomic_fetch_add_explicit(&cd_state.ns_capture_check, t1 - t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&cd_state.ns_wait, t2 - t1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&cd_state.ns_callback, t3 - t0, memory_order_relaxed);
     }
 }
 

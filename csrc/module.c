@@ -106,8 +106,39 @@ static PyObject *py_device_count(PyObject *self, PyObject *noargs)
     return Py_BuildValue("(ii)", rc, n);
 }
 
+static int sync_context(CUcontext ctx)
+{
+    int rc;
+    CUcontext popped;
+    Py_BEGIN_ALLOW_THREADS
+    rc = CU_CHECK(cd_drv.cuCtxPushCurrent(ctx));
+    if (rc == 0) {
+        rc = CU_CHECK(cd_drv.cuCtxSynchronize());
+        cd_drv.cuCtxPopCurrent(&popped);
+    }
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+static PyObject *sync_active_devices(void)
+{
+    int n = 0, rc = CU_CHECK(cd_drv.cuDeviceGetCount(&n));
+    for (int i = 0; rc == 0 && i < n; i++) {
+        CUdevice dev;
+        unsigned flags;
+        int active = 0;
+        CUcontext ctx;
+        if ((rc = CU_CHECK(cd_drv.cuDeviceGet(&dev, i))) ||
+            (rc = CU_CHECK(cd_drv.cuDevicePrimaryCtxGetState(dev, &flags, &active))) || !active)
+            continue;
+        if ((rc = cd_device_context(i, &ctx)) == 0)
+            rc = sync_context(ctx);
+    }
+    return PyLong_FromLong(rc);
+}
+
 /* synchronize(device) -> CUresult. device < 0: the thread's current context
- * (CUDA_SUCCESS when there is none: nothing was launched from here). */
+ * or, when none is current, every device whose primary context is active. */
 static PyObject *py_synchronize(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -116,21 +147,16 @@ static PyObject *py_synchronize(PyObject *self, PyObject *args)
         return NULL;
     if ((rc = cd_driver_ready()) != 0)
         return PyLong_FromLong(rc < 0 ? CUDA_ERROR_NOT_INITIALIZED : rc);
-    CUcontext ctx = NULL, popped;
+    CUcontext ctx = NULL;
     if (device < 0) {
-        if ((rc = CU_CHECK(cd_drv.cuCtxGetCurrent(&ctx))) || !ctx)
+        if ((rc = CU_CHECK(cd_drv.cuCtxGetCurrent(&ctx))))
             return PyLong_FromLong(rc);
+        if (!ctx)   /* nothing current here: every device whose primary context is active */
+            return sync_active_devices();
     } else if ((rc = cd_device_context(device, &ctx))) {
         return PyLong_FromLong(rc);
     }
-    Py_BEGIN_ALLOW_THREADS
-    rc = CU_CHECK(cd_drv.cuCtxPushCurrent(ctx));
-    if (rc == 0) {
-        rc = CU_CHECK(cd_drv.cuCtxSynchronize());
-        cd_drv.cuCtxPopCurrent(&popped);
-    }
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(rc);
+    return PyLong_FromLong(sync_context(ctx));
 }
 
 /* error_string(code) -> the driver's cuGetErrorString text, or None. */
@@ -284,7 +310,7 @@ static PyObject *py_demangle(PyObject *self, PyObject *arg)
 
 /* ------------------------------------------------------ modes and stats -- */
 
-static const char *const wait_names[] = {"sync", "spin"};
+static const char *const wait_names[] = {"sync", "spin", "none"};
 static const char *const capture_names[] = {"off", "stdio", "fd"};
 
 static int parse_mode(const char *s, const char *const *names, int n)
@@ -311,7 +337,7 @@ static PyObject *py_set_modes(PyObject *self, PyObject *args)
     const char *w, *c;
     if (!PyArg_ParseTuple(args, "ss", &w, &c))
         return NULL;
-    int wi = parse_mode(w, wait_names, 2), ci = parse_mode(c, capture_names, 3);
+    int wi = parse_mode(w, wait_names, 3), ci = parse_mode(c, capture_names, 3);
     if (wi < 0 || ci < 0) {
         PyErr_Format(PyExc_ValueError, "unknown mode %s/%s", w, c);
         return NULL;
@@ -330,11 +356,14 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    return Py_BuildValue(
-        "{sKsKsKsisi}", "synced", (unsigned long long)atomic_load(&cd_state.n_synced),
-        "skipped_capture", (unsigned long long)atomic_load(&cd_state.n_skipped_capture),
-        "subscribes", (unsigned long long)atomic_load(&cd_state.n_subscribes), "active",
-        atomic_load(&cd_state.active), "all_threads", atomic_load(&cd_state.all_threads));
+#define U(x) (unsigned long long)atomic_load(&cd_state.x)
+    return Py_BuildValue("{sKsKsKsKsisisKsKsK}", "synced", U(n_synced), "follower",
+                         U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes",
+                         U(n_subscribes), "active", atomic_load(&cd_state.active),
+                         "all_threads", atomic_load(&cd_state.all_threads),
+                         "ns_capture_check", U(ns_capture_check), "ns_wait", U(ns_wait),
+                         "ns_callback", U(ns_callback));
+#undef U
 }
 
 /* ----------------------------------------------------------------- init -- */
@@ -376,11 +405,15 @@ static int core_exec(PyObject *m)
 {
     const char *w = getenv("CUDA_DEBUG_WAIT");
     const char *c = getenv("CUDA_DEBUG_CAPTURE");
-    int wi = w ? parse_mode(w, wait_names, 2) : CD_WAIT_SYNC;
+    int wi = w ? parse_mode(w, wait_names, 3) : CD_WAIT_SYNC;
     int ci = c ? parse_mode(c, capture_names, 3) : CD_CAPTURE_STDIO;
     cd_state.wait_mode = wi < 0 ? CD_WAIT_SYNC : wi;
     cd_state.capture_mode = ci < 0 ? CD_CAPTURE_STDIO : ci;
     cd_capture_init();
+    const char *p = getenv("CUDA_DEBUG_PROFILE");
+    cd_state.profile = p && p[0] == '1';
+    const char *cc = getenv("CUDA_DEBUG_CAPTURE_CHECK");
+    cd_state.capture_check = !(cc && cc[0] == '0');
     if (PyModule_AddIntConstant(m, "LIB_CUDA", CD_LIB_CUDA) < 0 ||
         PyModule_AddIntConstant(m, "LIB_CUPTI", CD_LIB_CUPTI) < 0 ||
         PyModule_AddIntConstant(m, "LIB_CUBLAS", CD_LIB_CUBLAS) < 0 ||

@@ -456,15 +456,14 @@ def test_triton_kernel_illegal_address(child):
 import torch, triton, triton.language as tl
 
 @triton.jit
-def wild_store(ptr, n, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK) + (1 << 40)
-    tl.store(ptr + offs, 1.0)
+def wild_store(ptr, far, BLOCK: tl.constexpr):
+    tl.store(ptr + far + tl.arange(0, BLOCK), 1.0)
 
 x = torch.zeros(16, device="cuda")
 torch.cuda.synchronize()
 try:
     with cuda_debug.launch_blocking():
-        wild_store[(1,)](x, 16, BLOCK=16)  # LAUNCH
+        wild_store[(1,)](x, 1 << 40, BLOCK=16)  # LAUNCH
 except cuda_debug.CudaError as e:
     report(describe(e))
 """, timeout=240)
