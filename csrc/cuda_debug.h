@@ -47,7 +47,7 @@
     X(cuStreamQuery) X(cuStreamIsCapturing)                                    \
     X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)               \
     X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)               \
-    X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8)                              \
+    X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuMemsetD32Async)          \
     X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                        \
     X(cuEventSynchronize) X(cuEventElapsedTime)
 
@@ -225,5 +225,8 @@ int cd_fault_kernel(int device, const char *mangled, CUfunction *out);
 PyObject *cd_py_fault_launch(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *cd_py_gemm(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *cd_py_launch_latency(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *cd_py_bench_records(PyObject *self, PyObject *args);
+PyObject *cd_py_bench_release(PyObject *self, PyObject *arg);
+PyObject *cd_py_mem_info(PyObject *self, PyObject *arg);
 
 #endif

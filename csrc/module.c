@@ -398,6 +398,10 @@ static PyMethodDef core_methods[] = {
      "cuBLAS GEMM timing loop"},
     {"launch_latency", (PyCFunction)(void (*)(void))cd_py_launch_latency,
      METH_VARARGS | METH_KEYWORDS, "empty-kernel launch timing loop"},
+    {"bench_records", cd_py_bench_records, METH_VARARGS,
+     "bench_records(kind, rows) -> numpy structured array"},
+    {"bench_release", cd_py_bench_release, METH_O, "free the benchmark's cached buffers"},
+    {"mem_info", cd_py_mem_info, METH_O, "mem_info(device) -> (CUresult, free, total)"},
     {NULL, NULL, 0, NULL},
 };
 
