@@ -49,6 +49,32 @@ static const CUpti_CallbackId launch_cbids[] = {
 };
 #define N_LAUNCH_CBIDS (sizeof launch_cbids / sizeof launch_cbids[0])
 
+/* Calls that can make a stream start capturing: beginning a capture, or
+ * waiting on an event (a stream joins a capture by waiting on an event
+ * recorded in a capturing stream). Each bumps capture_gen. */
+static const CUpti_CallbackId capture_cbids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz,
+};
+#define N_CAPTURE_CBIDS (sizeof capture_cbids / sizeof capture_cbids[0])
+
+/* Capture-status cache. Asking the driver whether a stream is capturing
+ * costs an API call per launch; instead each thread remembers the last
+ * stream it found NOT capturing, and the generation at which it looked.
+ * capture_gen moves on every call that can start a capture (above) and on
+ * every subscribe (captures begun while we were not subscribed are unknown),
+ * which sends every thread back to the driver once. A capturing stream is
+ * never cached, so launches on it are always checked. */
+static atomic_uint_fast64_t capture_gen = 1;
+static _Thread_local CUstream tls_clear_stream;
+static _Thread_local uint64_t tls_clear_gen;
+
 int cd_thread_state_get(void) { return tls_state; }
 
 int cd_thread_state_set(int state)
@@ -202,7 +228,23 @@ static void CUPTIAPI on_launch(void *userdata, CUpti_CallbackDomain domain,
     (void)userdata;
     (void)domain;
     const CUpti_CallbackData *cb = data;
-    if (cb->callbackSite != CUPTI_API_EXIT || !thread_wants_blocking())
+    if (cb->callbackSite != CUPTI_API_EXIT)
+        return;
+    switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz:
+        atomic_fetch_add_explicit(&capture_gen, 1, memory_order_relaxed);
+        return;
+    default:
+        break;
+    }
+    if (!thread_wants_blocking())
         return;
 
     CUresult *ret = (CUresult *)cb->functionReturnValue;
@@ -214,7 +256,15 @@ static void CUPTIAPI on_launch(void *userdata, CUpti_CallbackDomain domain,
     uint64_t t0 = profile ? now_ns() : 0, t1 = 0, t2 = 0;
     CUstream s = launch_stream(cbid, cb->functionParams, NULL);
     CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult rc = cd_state.capture_check ? cd_drv.cuStreamIsCapturing(s, &cap) : CUDA_SUCCESS;
+    CUresult rc = CUDA_SUCCESS;
+    uint64_t gen = atomic_load_explicit(&capture_gen, memory_order_relaxed);
+    if (cd_state.capture_check && (s != tls_clear_stream || gen != tls_clear_gen)) {
+        rc = cd_drv.cuStreamIsCapturing(s, &cap);
+        if (rc == CUDA_SUCCESS && cap == CU_STREAM_CAPTURE_STATUS_NONE) {
+            tls_clear_stream = s;
+            tls_clear_gen = gen;
+        }
+    }
     if (rc == CUDA_SUCCESS && cap != CU_STREAM_CAPTURE_STATUS_NONE) {
         atomic_fetch_add_explicit(&cd_state.n_skipped_capture, 1, memory_order_relaxed);
         return;
@@ -250,11 +300,11 @@ static void CUPTIAPI on_launch(void *userdata, CUpti_CallbackDomain domain,
     }
 }
 
-static int enable_launch_callbacks(CUpti_SubscriberHandle sub, int enable)
+static int enable_callbacks(CUpti_SubscriberHandle sub, const CUpti_CallbackId *ids, size_t n)
 {
-    for (size_t i = 0; i < N_LAUNCH_CBIDS; i++) {
-        int rc = CUPTI_CHECK(cd_cupti.cuptiEnableCallback(
-            (uint32_t)enable, sub, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids[i]));
+    for (size_t i = 0; i < n; i++) {
+        int rc = CUPTI_CHECK(cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API,
+                                                          ids[i]));
         if (rc)
             return rc;
     }
@@ -280,13 +330,15 @@ int cd_scope_acquire(int all_threads, char *holder, size_t holder_len)
         } else {
             rc = CUPTI_CHECK(cd_cupti.cuptiSubscribe(&sub, on_launch, NULL));
         }
-        if (rc == 0 && (rc = enable_launch_callbacks(sub, 1)) != 0)
+        if (rc == 0 && ((rc = enable_callbacks(sub, launch_cbids, N_LAUNCH_CBIDS)) != 0 ||
+                        (rc = enable_callbacks(sub, capture_cbids, N_CAPTURE_CBIDS)) != 0))
             cd_cupti.cuptiUnsubscribe(sub);
         if (rc) {
             pthread_mutex_unlock(&cd_state.sub_lock);
             return rc;
         }
         cd_state.subscriber = sub;
+        atomic_fetch_add(&capture_gen, 1);
         atomic_fetch_add(&cd_state.n_subscribes, 1);
     }
     atomic_fetch_add(&cd_state.active, 1);

@@ -390,6 +390,40 @@ report(dict(value=x[0].item(), skipped=skipped, replays_synced=replays_synced))
     assert r["replays_synced"] >= 3, r
 
 
+def test_scope_inside_a_capture_and_a_side_stream_joining_it(child):
+    """A capture begun before any scope (we were not subscribed), and a side
+    stream that was used (so known not capturing) joining a later capture
+    through an event wait: neither may be synchronised, both graphs replay."""
+    _torch()
+    c = child("""
+import torch, cuda_debug, cuda_debug._core as core
+x = torch.zeros(1024, device="cuda"); y = torch.zeros(1024, device="cuda")
+side = torch.cuda.Stream()
+for _ in range(2):
+    x.add_(1)
+    with torch.cuda.stream(side):
+        y.add_(1)
+torch.cuda.synchronize(); x.zero_(); y.zero_(); torch.cuda.synchronize()
+g1 = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g1):
+    with cuda_debug.launch_blocking():
+        x.add_(1)
+g2 = torch.cuda.CUDAGraph()
+with cuda_debug.launch_blocking():
+    with torch.cuda.stream(side):
+        y.add_(1)                       # side is now known "not capturing"
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g2):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y.mul_(3)                   # side joined the capture
+        torch.cuda.current_stream().wait_stream(side)
+g1.replay(); g2.replay(); torch.cuda.synchronize()
+report(dict(x=x[0].item(), y=y[0].item()))
+""")
+    assert c.result == {"x": 1.0, "y": 3.0}, c
+
+
 def test_profiler_conflict_both_orders(child):
     _torch()
     c = child("""
