@@ -75,8 +75,10 @@ def is_user_file(filename: str) -> bool:
     """False for the standard library, site-packages (torch, triton, cupy...),
     cuda_debug itself and pseudo-files such as ``<frozen ...>``."""
     global _PREFIXES
-    if not filename or (filename.startswith("<") and not filename.startswith("<ipython")):
+    if not filename:
         return False
+    if filename.startswith("<"):   # interactive code is the user's; <frozen ...> is not
+        return filename in ("<stdin>", "<string>") or filename.startswith("<ipython")
     if "site-packages" in filename or "dist-packages" in filename:
         return False
     if _PREFIXES is None:

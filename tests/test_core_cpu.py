@@ -212,6 +212,7 @@ def test_user_frames_skip_libraries():
     assert not _report.is_user_file("<frozen runpy>")
     assert _report.is_user_file(__file__)
     assert _report.is_user_file("<ipython-input-3-abc>")
+    assert _report.is_user_file("<stdin>") and _report.is_user_file("<string>")
 
 
 def test_scope_exit_translation_rules():
