@@ -1,0 +1,348 @@
+"""The command line: ``python -m cuda_debug {run,doctor,bench}`` (also ``cuda-debug``).
+
+``run [--launch-blocking] script.py args...`` (or ``run -m module args...``)
+    runs the script as ``__main__`` (like ``python -m pdb``), optionally inside
+    ``cuda_debug.launch_blocking()``. A CUDA fault is printed as the short report
+    (what, which kernel, which line, the device's assert text) instead of a long
+    traceback. Exit status:
+
+    - the script's own (0 when it returns, its ``sys.exit`` code);
+    - 1: it raised an exception that is not a sticky CUDA error (including
+      non-sticky cuda_debug errors: LaunchError, CudaUnavailableError...);
+    - 2: usage error (bad options, no such script);
+    - 3: a sticky CUDA error (device assert, illegal address, trap...): the
+      CUDA context is dead, the report says where.
+
+``doctor [--json]``
+    driver, GPUs, where libcuda / CUPTI / cuBLAS were found, whether
+    ``CUDA_LAUNCH_BLOCKING`` is set, whether CUPTI is free for
+    ``launch_blocking()``. Exit status 0 when launch_blocking() works here, and
+    on a machine with no GPU or driver (it says so); 1 when there is a GPU but
+    launch_blocking() cannot work (CUPTI missing, or held by another tool).
+
+``bench ...``
+    the benchmarks (cuda_debug._cli_bench).
+"""
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import runpy
+import sys
+import traceback
+from typing import List, Optional
+
+EXIT_ERROR, EXIT_USAGE, EXIT_STICKY = 1, 2, 3
+
+USAGE = """\
+usage: python -m cuda_debug <command> [options]
+
+commands:
+  run [--launch-blocking] script.py [args...]   run a script with translated CUDA errors
+  run [--launch-blocking] -m module [args...]   the same for a module
+  doctor [--json]                               driver, GPU, CUDA/CUPTI/cuBLAS, conflicts
+  bench ...                                     GEMM and launch-latency benchmarks
+
+`python -m cuda_debug <command> --help` for a command's options.
+"""
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        (sys.stdout if argv else sys.stderr).write(USAGE)
+        return 0 if argv else EXIT_USAGE
+    cmd, rest = argv[0], argv[1:]
+    if cmd in ("-V", "--version"):
+        from . import __version__
+        print("cuda_debug %s" % __version__)
+        return 0
+    if cmd == "run":
+        return run_main(rest)
+    if cmd == "doctor":
+        return doctor_main(rest)
+    if cmd == "bench":
+        return bench_main(rest)
+    sys.stderr.write("cuda_debug: unknown command %r\n\n%s" % (cmd, USAGE))
+    return EXIT_USAGE
+
+
+# -- bench: another module, imported only when asked for ------------------------------
+
+def bench_main(argv: List[str]) -> int:
+    try:
+        mod = importlib.import_module("cuda_debug._cli_bench")
+    except ModuleNotFoundError as e:
+        if e.name != "cuda_debug._cli_bench":
+            raise
+        sys.stderr.write("cuda_debug: the bench command is not available in this build "
+                         "(cuda_debug._cli_bench is missing)\n")
+        return EXIT_ERROR
+    return int(mod.main(argv) or 0)
+
+
+# -- run ------------------------------------------------------------------------------
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m cuda_debug run",
+        description="Run a Python script (or module) as __main__; a CUDA fault is reported "
+                    "as cuda_debug's short report. Exit status: the script's own; 1 on an "
+                    "exception; 2 on a usage error; 3 on a sticky CUDA error.")
+    p.add_argument("--launch-blocking", action="store_true",
+                   help="run the whole script inside cuda_debug.launch_blocking(): "
+                        "synchronous launches, the faulting kernel and line named")
+    p.add_argument("--all-threads", action="store_true",
+                   help="with --launch-blocking: block launches from every thread")
+    p.add_argument("--traceback", action="store_true",
+                   help="print the full Python traceback too, not only the short report")
+    p.add_argument("-m", dest="module", metavar="module",
+                   help="run a library module as a script (like python -m)")
+    p.add_argument("script", nargs="?", help="the script to run")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    return p
+
+
+def run_main(argv: List[str]) -> int:
+    # Parsed by hand, like `python` does: our options come before the script (or
+    # -m module); everything after it is the script's, --help included.
+    parser = _run_parser()
+    opts = {"launch_blocking": False, "all_threads": False, "traceback": False}
+    target, module, args = None, False, []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-h", "--help"):
+            parser.print_help()
+            return 0
+        if a.startswith("--") and a[2:].replace("-", "_") in opts:
+            opts[a[2:].replace("-", "_")] = True
+        elif a == "-m" or (a.startswith("-m") and len(a) > 2):
+            target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
+            module, args = True, argv[i + (1 if a[2:] else 2):]
+            break
+        elif a == "--" or not a.startswith("-"):
+            j = i + 1 if a == "--" else i
+            target, args = (argv[j], argv[j + 1:]) if j < len(argv) else (None, [])
+            break
+        else:
+            parser.print_usage(sys.stderr)
+            sys.stderr.write("cuda_debug run: unknown option %s (options go before the "
+                             "script; the script's own after it)\n" % a)
+            return EXIT_USAGE
+        i += 1
+    if not target:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write("cuda_debug run: a script (or -m module) is required\n")
+        return EXIT_USAGE
+    if not module and not os.path.exists(target):
+        parser.print_usage(sys.stderr)
+        sys.stderr.write("cuda_debug run: no such file: %s\n" % target)
+        return EXIT_USAGE
+    return _run(target, args, module=module, blocking=opts["launch_blocking"],
+                all_threads=opts["all_threads"], full_traceback=opts["traceback"])
+
+
+def _run(target: str, args: List[str], module: bool, blocking: bool, all_threads: bool,
+         full_traceback: bool) -> int:
+    from ._errors import CudaError
+    from ._scope import launch_blocking
+    if blocking:
+        scope = launch_blocking(True, all_threads=all_threads)
+    else:
+        scope = contextlib.nullcontext()
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    try:
+        if module:
+            sys.argv = [target] + args          # runpy sets argv[0] to the module's file
+            # `python -m` puts the current directory first on sys.path.
+            sys.path[0:1] = [os.getcwd()] if sys.path else [os.getcwd()]
+        else:
+            sys.argv = [target] + args
+            sys.path[0:1] = [os.path.dirname(os.path.abspath(target))]
+        entered = False
+        try:
+            with scope:
+                entered = True
+                if module:
+                    runpy.run_module(target, run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(target, run_name="__main__")
+        except SystemExit as e:
+            return _exit_status(e.code)
+        except KeyboardInterrupt:
+            traceback.print_exc()
+            return 130
+        except CudaError as e:
+            if not entered:
+                sys.stderr.write("cuda_debug run: cannot run inside launch_blocking(): ")
+            return _report(e, full_traceback)
+        except BaseException as e:
+            return _report(e, full_traceback)
+        return 0
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None and sys.path:
+            sys.path[0] = saved_path0
+
+
+def _exit_status(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write("%s\n" % code)
+    return EXIT_ERROR
+
+
+def _user_tb(tb):
+    """Skip the frames of this runner (this file, runpy) at the top of `tb`."""
+    skip = {os.path.normcase(os.path.abspath(f)) for f in (__file__, runpy.__file__)}
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not (name.startswith("<frozen runpy") or
+                os.path.normcase(os.path.abspath(name)) in skip):
+            break
+        tb = tb.tb_next
+    return tb
+
+
+def _print_traceback(e: BaseException) -> None:
+    traceback.print_exception(type(e), e, _user_tb(e.__traceback__), file=sys.stderr)
+
+
+def _report(e: BaseException, full_traceback: bool) -> int:
+    """Print what happened; the exit status."""
+    from . import _cuda_errors, _report as rep, _sticky
+    from ._errors import CudaError
+    err = e if isinstance(e, CudaError) else None
+    if err is None:
+        # A framework's exception: did cuda_debug record the fault behind it?
+        raw = rep.raw_fault()
+        if raw is not None and _cuda_errors.is_sticky(raw.code) and rep.claim(raw):
+            err = rep.remember(rep.build(raw, tb=e.__traceback__, found_at="launch"))
+    if err is not None:
+        if full_traceback:
+            _print_traceback(e)
+            sys.stderr.write("\n")
+        sys.stderr.write("%s: %s\n" % (type(err).__name__, err))
+        if err is not e:
+            sys.stderr.write("  (raised as %s)\n" % _sticky.first_line(e))
+        return EXIT_STICKY if err.sticky else EXIT_ERROR
+    code = _sticky.sticky_code(e)
+    _print_traceback(e)
+    if code is None:
+        return EXIT_ERROR
+    sys.stderr.write(
+        "\ncuda_debug: %s is a sticky CUDA error: the CUDA context is dead.\n"
+        "Kernels run asynchronously: the line above may not be where the faulting kernel was "
+        "launched.\nTo name the kernel, the line and the assert text: python -m cuda_debug run "
+        "--launch-blocking %s\n" % (_sticky.describe(code), " ".join(sys.argv) or "..."))
+    return EXIT_STICKY
+
+
+# -- doctor ---------------------------------------------------------------------------
+
+def doctor_main(argv: List[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m cuda_debug doctor",
+        description="What cuda_debug finds here: driver, GPUs, libcuda / CUPTI / cuBLAS and "
+                    "where from, CUDA_LAUNCH_BLOCKING, whether CUPTI is free. Exit status 0 "
+                    "when launch_blocking() works here or there is no GPU; 1 when there is a "
+                    "GPU but launch_blocking() cannot work.")
+    p.add_argument("--json", action="store_true", help="print the facts as JSON")
+    ns = p.parse_args(argv)
+    from . import _environment
+    facts = _environment.full(probe_cupti=True)
+    status, verdict = _verdict(facts)
+    facts["verdict"] = verdict
+    facts["ok"] = status == 0
+    if ns.json:
+        print(json.dumps(facts, indent=2, sort_keys=True, default=str))
+    else:
+        print(_doctor_text(facts))
+    return status
+
+
+def _verdict(d: dict) -> (int, str):
+    if not d["libcuda"]["found"]:
+        return 0, ("no NVIDIA driver here (libcuda.so.1 not found): cuda_debug imports and "
+                   "reports errors, but launch_blocking() needs an NVIDIA GPU and driver.")
+    init = d.get("init") or {}
+    if init.get("code") or not d["devices"]:
+        return 0, ("no usable GPU here (cuInit: %s): launch_blocking() needs an NVIDIA GPU."
+                   % (init.get("name") or "no device"))
+    if not d["cupti"]["found"]:
+        return 1, ("CUPTI was not found: launch_blocking() needs it. Install the CUDA toolkit "
+                   "or the nvidia-cuda-cupti wheel, or set CUDA_HOME.")
+    free = d.get("cupti_free") or {}
+    if free.get("free") is False:
+        return 1, "CUPTI is held by another tool (%s): launch_blocking() would raise " \
+                  "ToolConflictError." % (free.get("holder") or "a profiler")
+    if free.get("free") is None:
+        return 1, "CUPTI could not be subscribed: %s" % free.get("error")
+    return 0, "launch_blocking() works here."
+
+
+def _lib_line(lib: Optional[dict]) -> str:
+    if not lib:
+        return "not looked for"
+    if lib["found"]:
+        return "%s (%s)" % (lib["path"], lib["how"])
+    return "not found (%s)" % lib["error"]
+
+
+def _doctor_text(d: dict) -> str:
+    rows = [("cuda_debug", "%s, Python %s (%s)" % (d["cuda_debug"], d["python"], d["executable"])),
+            ("built with", "CUDA %s headers, CUPTI %s" % (d["cuda_headers"], d["cupti_headers"]))]
+    drv = d["driver"] or "?"
+    if d["libcuda"]["found"]:
+        rows.append(("driver", "%s, supports CUDA %s" % (drv, d.get("driver_cuda") or "?")))
+    else:
+        rows.append(("driver", "none%s" % (" (kernel module %s)" % d["driver"] if d["driver"] else "")))
+    rows.append(("libcuda", _lib_line(d["libcuda"])))
+    init = d.get("init")
+    if init and init["code"]:
+        rows.append(("cuInit", "%s (%d)%s" % (init["name"], init["code"],
+                                             ": no GPU visible" if init["code"] == 100 else "")))
+    if d["devices"]:
+        for dev in d["devices"]:
+            if "error" in dev:
+                rows.append(("GPU %d" % dev["index"], "error %s" % dev["error"]))
+            else:
+                rows.append(("GPU %d" % dev["index"], "%s: %s, %s GiB, %d SMs" % (
+                    dev["name"], dev["sm"], dev["memory_gib"], dev["sms"])))
+    elif d["gpus"]:
+        rows.append(("GPUs (/proc)", ", ".join(d["gpus"])))
+    else:
+        rows.append(("GPU", "none found"))
+    rows.append(("CUDA toolkit", ", ".join(d["toolkits"]) or "none found (CUDA_HOME, /usr/local/cuda)"))
+    cupti = _lib_line(d["cupti"])
+    if d.get("cupti_version"):
+        cupti = "%s: %s" % (d["cupti_version"], cupti)
+    rows.append(("CUPTI", cupti))
+    rows.append(("cuBLAS", _lib_line(d["cublas"])))
+    free = d.get("cupti_free")
+    if free is None:
+        rows.append(("CUPTI free", "not checked (no GPU)" if not d["devices"] else "not checked"))
+    elif free.get("free"):
+        rows.append(("CUPTI free", "yes: launch_blocking() subscribed and let go"))
+    else:
+        rows.append(("CUPTI free", "no: %s" % free.get("error")))
+    env = d["env"]
+    clb = env.get("CUDA_LAUNCH_BLOCKING")
+    rows.append(("CUDA_LAUNCH_BLOCKING", "not set" if clb is None else
+                 "%r: every launch of processes started from this environment is synchronous "
+                 "(read once, when the context is created)" % clb))
+    for k in ("CUDA_VISIBLE_DEVICES", "CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH"):
+        if k in env:
+            note = " (a tool injected into CUDA: it may hold CUPTI)" if "INJECTION" in k else ""
+            rows.append((k, env[k] + note))
+    if d["frameworks"]:
+        rows.append(("frameworks", ", ".join("%s %s" % kv for kv in sorted(d["frameworks"].items()))))
+    width = max(len(k) for k, _ in rows)
+    lines = ["%-*s  %s" % (width, k, v) for k, v in rows]
+    lines.append("")
+    lines.append("verdict: " + d["verdict"])
+    return "\n".join(lines)

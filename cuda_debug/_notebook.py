@@ -1,0 +1,310 @@
+"""IPython / Jupyter extension: ``%load_ext cuda_debug``.
+
+- ``%%launch_blocking`` runs one cell inside ``cuda_debug.launch_blocking()``
+  (``%%launch_blocking --all-threads`` blocks launches from every thread).
+- ``%launch_blocking on`` / ``off`` runs every cell from here on (the rest of
+  this one included) inside a scope, entered before the cell and left after it,
+  so CUPTI is free for profilers between cells; ``%launch_blocking`` says which.
+- cuda_debug errors render as the short report (what, which kernel, which cell
+  line, the device's assert text, which otherwise goes to the kernel's fd 2
+  and never reaches the notebook) instead of a long traceback.
+- A framework's exception (``torch.AcceleratorError``, CuPy's
+  ``CUDADriverError``...) renders as cuda_debug's report when cuda_debug
+  recorded the fault behind it; when it names a sticky error cuda_debug did not
+  see, as its first line, where it was reported, and what to do.
+
+The full traceback stays available: ``import traceback;
+traceback.print_exception(sys.last_value)``.
+"""
+import ast
+import sys
+from typing import List, Optional
+
+from . import _core, _cuda_errors, _report, _sticky
+from ._errors import CudaError
+
+_RED, _BOLD, _RESET = "\x1b[0;31m", "\x1b[1m", "\x1b[0m"
+
+
+class _State:
+    def __init__(self, shell):
+        self.shell = shell
+        self.every_cell = False        # %launch_blocking on
+        self.all_threads = False
+        self.cell_scope = None         # the scope of the running cell (every_cell mode)
+        self.seq_seen = _core.fault_seq()
+        self.custom_exc = False        # our handler is IPython's custom exception handler
+
+
+_state: Optional[_State] = None
+
+
+def _make_scope(all_threads: bool = False):
+    """The scope the magics enter (a seam for tests without a GPU)."""
+    from ._scope import launch_blocking
+    return launch_blocking(True, all_threads=all_threads)
+
+
+# -- rendering ------------------------------------------------------------------------
+
+def _color(shell) -> bool:
+    scheme = str(getattr(shell, "colors", "NoColor") or "NoColor")
+    return scheme.lower() != "nocolor"
+
+
+def _cell_label(shell, filename: Optional[str]) -> Optional[str]:
+    """``Cell In[3]`` for a notebook cell's code name, else None."""
+    if not filename or shell is None:
+        return None
+    comp = getattr(shell, "compile", None)
+    fmt = getattr(comp, "format_code_name", None)
+    if fmt is not None:
+        try:
+            res = fmt(filename)
+        except Exception:
+            res = None
+        if res:
+            return "%s %s" % res
+    number = getattr(comp, "_filename_map", {}).get(filename)
+    return "Cell In[%s]" % number if number is not None else None
+
+
+def _relocate(text: str, shell, filename, lineno, function) -> str:
+    """``at /tmp/ipykernel_1/123.py:3 in <module>:`` -> ``at Cell In[2], line 3:``"""
+    label = _cell_label(shell, filename)
+    if not label or lineno is None:
+        return text
+    old = "at %s:%s" % (filename, lineno)
+    new = "at %s, line %s" % (label, lineno)
+    if function == "<module>":
+        old += " in <module>"
+    return text.replace(old, new, 1)
+
+
+def render(err: CudaError, shell=None) -> List[str]:
+    """The short report of `err` as IPython structured-traceback lines."""
+    shell = shell if shell is not None else (_state.shell if _state else None)
+    text = "%s: %s" % (type(err).__name__, err)
+    text = _relocate(text, shell, err.filename, err.lineno, err.function)
+    lines = text.splitlines() or [type(err).__name__]
+    if _color(shell):
+        name, _, rest = lines[0].partition(":")
+        lines[0] = "%s%s%s:%s" % (_RED, name, _RESET, rest)
+    if _state is not None and getattr(err, "sticky", False):
+        _state.seq_seen = max(_state.seq_seen, _core.fault_seq())
+    return lines
+
+
+def _render_traceback_(self):
+    """IPython calls this instead of formatting a traceback (installed on
+    CudaError while the extension is loaded)."""
+    return render(self)
+
+
+def _user_frame(tb):
+    """(filename, lineno, function, line) of the innermost user frame of `tb`."""
+    stack = _report.stack_from(tb=tb)
+    fs = _report.user_frame(stack)
+    if fs is None:
+        return None, None, None, None
+    return fs.filename, fs.lineno, fs.name, fs.line
+
+
+def framework_report(value, tb, shell=None) -> Optional[List[str]]:
+    """Short-report lines for a framework's exception, or None to leave it to
+    IPython: cuda_debug's report when it recorded a new sticky fault; a short
+    explanation when the exception names a sticky error cuda_debug did not see."""
+    st = _state
+    raw = _report.raw_fault()
+    seen = st.seq_seen if st else 0
+    if raw is not None and raw.seq > seen and _cuda_errors.is_sticky(raw.code):
+        if _report.claim(raw):
+            err = _report.remember(_report.build(raw, tb=tb, found_at="launch"))
+        else:
+            err = _report.last_error()
+        if st:
+            st.seq_seen = raw.seq
+        return render(err, shell) + ["  (raised as %s)" % _sticky.first_line(value)]
+    code = _sticky.sticky_code(value)
+    if code is None:
+        return None
+    filename, lineno, function, line = _user_frame(tb)
+    head = _sticky.first_line(value)
+    out = [head]
+    if filename:
+        where = "reported at %s:%s" % (filename, lineno)
+        if function and function != "<module>":
+            where += " in %s" % function
+        where = _relocate(where, shell, filename, lineno, function)
+        out.append("  %s%s" % (where, (":  " + line.strip()) if line else ""))
+    out += [
+        "  %s: a sticky CUDA error. Kernels run asynchronously: the faulting kernel was "
+        "launched earlier, not necessarily on this line." % _sticky.describe(code),
+        "  To name the kernel, the line and the assert text: restart the kernel, then run the "
+        "cell under %%launch_blocking (or %launch_blocking on).",
+        "  " + _errors_restart(),
+    ]
+    if _color(shell):
+        name, _, rest = out[0].partition(":")
+        out[0] = "%s%s%s:%s" % (_RED, name, _RESET, rest)
+    return out
+
+
+def _errors_restart() -> str:
+    from ._errors import RESTART
+    return RESTART
+
+
+def _custom_exc(shell, etype, value, tb, tb_offset=None):
+    """IPython's custom exception handler for RuntimeError (frameworks raise
+    subclasses of it): our report when there is one, else IPython's own."""
+    stb = None
+    if not isinstance(value, CudaError):
+        try:
+            stb = framework_report(value, tb, shell)
+        except Exception:
+            stb = None
+    if stb is not None:
+        try:
+            value._render_traceback_ = lambda: stb   # showtraceback uses it
+        except Exception:
+            shell._showtraceback(etype, value, stb)
+            return None
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    return None
+
+
+# -- magics ---------------------------------------------------------------------------
+
+def _status() -> str:
+    if _state is not None and _state.every_cell:
+        return "launch blocking: on, every cell%s" % (
+            " (all threads)" if _state.all_threads else "")
+    return "launch blocking: off (%%launch_blocking runs one cell in a scope)"
+
+
+def _run_cell_body(shell, cell: str, all_threads: bool):
+    """Run a cell's body in a scope; its last expression is the magic's value
+    (displayed as Out[n]). Line numbers are the cell's, magic line included."""
+    number = shell.execution_count
+    source = shell.transform_cell(cell)
+    source = "\n" + source       # line 1 of the cell is the %%launch_blocking line
+    name = shell.compile.cache(source, number)
+    tree = shell.compile.ast_parse(source, filename=name)
+    tree = shell.transform_ast(tree)
+    if tree is None:
+        return None
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = shell.compile(ast.Module(tree.body, type_ignores=[]), name, "exec")
+    tail = shell.compile(last, name, "eval") if last is not None else None
+    ns = shell.user_ns
+    with _make_scope(all_threads):
+        exec(body, shell.user_global_ns, ns)
+        if tail is not None:
+            return eval(tail, shell.user_global_ns, ns)
+    return None
+
+
+def _launch_blocking_magic(line: str, cell: Optional[str] = None):
+    """%launch_blocking on|off (every cell) / %%launch_blocking [--all-threads] (one cell)"""
+    from IPython.core.error import UsageError
+    shell = _state.shell
+    words = line.split()
+    all_threads = "--all-threads" in words
+    words = [w for w in words if w != "--all-threads"]
+    if cell is not None:
+        if words:
+            raise UsageError("%%%%launch_blocking takes only --all-threads, not %s"
+                             % " ".join(words))
+        return _run_cell_body(shell, cell, all_threads)
+    if not words:
+        print(_status())
+        return None
+    if len(words) != 1 or words[0].lower() not in ("on", "off", "1", "0", "true", "false"):
+        raise UsageError("usage: %launch_blocking [on|off] [--all-threads]")
+    on = words[0].lower() in ("on", "1", "true")
+    if on:
+        if _state.every_cell and _state.all_threads != all_threads:
+            _exit_cell_scope()
+        _state.all_threads = all_threads
+        if _state.cell_scope is None:
+            _enter_cell_scope()            # the rest of this cell too; raises if impossible
+        _state.every_cell = True
+    else:
+        _state.every_cell = False
+        _exit_cell_scope()
+    print(_status())
+    return None
+
+
+def _enter_cell_scope():
+    scope = _make_scope(_state.all_threads)
+    scope.__enter__()
+    _state.cell_scope = scope
+
+
+def _exit_cell_scope():
+    scope, _state.cell_scope = _state.cell_scope, None
+    if scope is not None:
+        scope.__exit__(None, None, None)
+
+
+def _pre_run_cell(*args):
+    if _state is None or not _state.every_cell or _state.cell_scope is not None:
+        return
+    try:
+        _enter_cell_scope()
+    except CudaError as e:
+        _state.every_cell = False
+        print("cuda_debug: %%launch_blocking is now off: %s: %s" % (type(e).__name__, e),
+              file=sys.stderr)
+
+
+def _post_run_cell(*args):
+    if _state is None or _state.cell_scope is None:
+        return
+    try:
+        _exit_cell_scope()
+    except CudaError as e:
+        # A fault whose exception the cell swallowed: say it now.
+        _state.shell.showtraceback((type(e), e, e.__traceback__))
+
+
+# -- load / unload --------------------------------------------------------------------
+
+def load(ipython) -> None:
+    global _state
+    if _state is not None and _state.shell is ipython:
+        return
+    _state = _State(ipython)
+    ipython.register_magic_function(_launch_blocking_magic, "line_cell", "launch_blocking")
+    CudaError._render_traceback_ = _render_traceback_
+    if not ipython.custom_exceptions:
+        ipython.set_custom_exc((RuntimeError,), _custom_exc)
+        _state.custom_exc = True
+    ipython.events.register("pre_run_cell", _pre_run_cell)
+    ipython.events.register("post_run_cell", _post_run_cell)
+
+
+def unload(ipython) -> None:
+    global _state
+    if _state is None:
+        return
+    try:
+        _exit_cell_scope()
+    finally:
+        for event, fn in (("pre_run_cell", _pre_run_cell), ("post_run_cell", _post_run_cell)):
+            try:
+                ipython.events.unregister(event, fn)
+            except ValueError:
+                pass
+        if _state.custom_exc:
+            ipython.set_custom_exc((), None)
+        if "_render_traceback_" in CudaError.__dict__:
+            del CudaError._render_traceback_
+        magics = ipython.magics_manager.magics
+        magics["line"].pop("launch_blocking", None)
+        magics["cell"].pop("launch_blocking", None)
+        _state = None

@@ -1,0 +1,433 @@
+"""pytest plugin: translated CUDA errors, scoped launch blocking, fail fast on a dead context.
+
+Registered through the ``pytest11`` entry point (``-p no:cuda_debug`` turns it off)::
+
+    pytest --cuda-launch-blocking            # every test inside cuda_debug.launch_blocking()
+    [pytest] cuda_launch_blocking = true     # the same, from the ini file
+
+    @pytest.mark.cuda_launch_blocking        # one test (setup, call and teardown)
+    @pytest.mark.cuda_launch_blocking(False) # opt one test out of --cuda-launch-blocking
+    def test_loss(cuda_launch_blocking): ... # or request the fixture
+
+Fail fast: a sticky CUDA error (device assert, illegal address, trap...) kills
+the CUDA context of the process, and every later GPU test would fail with it.
+The first test that fails with one keeps its failure, gains a "cuda_debug"
+section with the translated report (kernel, line, assert text), and the session
+stops there (like ``-x``, exit status 1); the summary names the test and counts
+the tests not run. Under pytest-xdist the poisoned worker reports and exits
+after that test, xdist starts a fresh worker for the rest (``--max-worker-restart``
+bounds how often), and the controller's summary names the test. The exiting
+worker does not tear down its session fixtures nor write its coverage data
+(its CUDA context is dead anyway); the poisoned test is counted once, but
+``--junitxml`` gets an empty second <testcase> for it (xdist's crash report).
+
+A sticky error is recognised by a cuda_debug ``StickyCudaError``; by a
+framework exception that names one (``torch.AcceleratorError: CUDA error:
+device-side assert triggered``, CuPy ``CUDA_ERROR_ASSERT``...); by a fault
+cuda_debug recorded during the test; or, after a failure that speaks of CUDA in
+a process that already loaded libcuda, by synchronising the current context.
+
+Cost when none of it is used: no CUDA call, no import of torch; per test one
+marker lookup and two reads of an integer in the C core. The report header
+reads /proc and constants only, unless every test runs in a scope (the process
+will initialise CUDA anyway) or with ``-v`` (libcuda is opened for its version,
+without cuInit: CUDA initialised in the pytest process would break tests that
+fork).
+"""
+import os
+import sys
+import warnings
+from typing import List, Optional
+
+import pytest
+
+from . import _core, _cuda_errors, _sticky
+
+OPTION = "--cuda-launch-blocking"
+INI = "cuda_launch_blocking"
+MARKER = "cuda_launch_blocking"
+FIXTURE = "cuda_launch_blocking"
+SECTION = "cuda_debug"
+PROPERTY = "cuda_debug.sticky"       # user_properties keys: they cross xdist to the controller
+PROPERTY_DEAD = "cuda_debug.dead_context"
+WORKER_EXIT_STATUS = 3               # os._exit status of a poisoned xdist worker
+
+
+class _Culprit:
+    """A test after which this process's CUDA context was dead."""
+
+    def __init__(self, nodeid: str, report: str, outcome: str, worker: Optional[str] = None,
+                 consequence: bool = False):
+        self.nodeid = nodeid
+        self.report = report          # the short report, several lines
+        self.outcome = outcome        # "failed", "passed", "xfailed", "skipped"
+        self.worker = worker          # xdist worker id, None in a single process
+        self.consequence = consequence  # it only met a context an earlier test killed
+
+
+_SEQ = pytest.StashKey[int]()            # fault_seq() when the test started
+_WANT = pytest.StashKey[bool]()          # the fixture was requested (maybe dynamically)
+_SEEN = pytest.StashKey[bool]()          # this test's poisoning is already handled
+_PLUGIN = pytest.StashKey["CudaDebugPlugin"]()
+
+
+# -- configuration ----------------------------------------------------------------
+
+def pytest_addoption(parser):
+    group = parser.getgroup("cuda_debug", "cuda_debug: translated CUDA errors, fail fast "
+                                          "on a dead CUDA context")
+    group.addoption(
+        OPTION, action="store_true", default=False, dest="cuda_launch_blocking",
+        help="run every test (setup, call, teardown) inside cuda_debug.launch_blocking(): "
+             "kernel launches are synchronous and a faulting kernel raises at its launching "
+             "line, named, with the device's assert text. Opt one test out with "
+             "@pytest.mark.cuda_launch_blocking(False).")
+    parser.addini(INI, type="bool", default=False,
+                  help="like --cuda-launch-blocking: every test inside "
+                       "cuda_debug.launch_blocking()")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "cuda_launch_blocking(enabled=True, *, all_threads=False): run this test inside "
+        "cuda_debug.launch_blocking(); False opts it out of --cuda-launch-blocking")
+    plugin = CudaDebugPlugin(config)
+    config.stash[_PLUGIN] = plugin
+    config.pluginmanager.register(plugin, "cuda_debug-session")
+
+
+def pytest_unconfigure(config):
+    plugin = config.stash.get(_PLUGIN, None)
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin)
+
+
+@pytest.fixture(name=FIXTURE)
+def _cuda_launch_blocking_fixture(request):
+    """Run this test inside ``cuda_debug.launch_blocking()``: its kernels launch
+    synchronously and a faulting kernel raises at the launching line, translated
+    (DeviceAssertError, IllegalAddressError...). Requesting it is enough."""
+    request.node.stash[_WANT] = True
+    yield None
+
+
+# -- helpers ------------------------------------------------------------------------
+
+def _indent(text: str, pad: str = "  ") -> str:
+    return "\n".join(pad + line for line in text.splitlines())
+
+
+def _force_exception(outcome, exc: BaseException) -> None:
+    """Replace a hookwrapper's outcome by `exc` (pluggy >= 1.1, and before)."""
+    force = getattr(outcome, "force_exception", None)
+    if force is not None:
+        force(exc)
+    else:
+        outcome._excinfo = (type(exc), exc, exc.__traceback__)
+
+
+def _outcome(report) -> str:
+    return "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
+
+
+def _plural(n: int, word: str = "test") -> str:
+    return "%d %s%s" % (n, word, "" if n == 1 else "s")
+
+
+def _new_sticky_record(item):
+    """The sticky fault cuda_debug recorded during this test, or None."""
+    seq0 = item.stash.get(_SEQ, None)
+    if seq0 is None or _core.fault_seq() <= seq0:
+        return None
+    from . import _report
+    raw = _report.raw_fault()
+    if raw is None or raw.seq <= seq0 or not _cuda_errors.is_sticky(raw.code):
+        return None
+    return raw
+
+
+def _probe_context(exc) -> Optional[int]:
+    """After a failure that speaks of CUDA, in a process that already loaded
+    libcuda: is the current context dead? (cuCtxSynchronize's sticky code)"""
+    from . import _environment, _libraries
+    if not _environment.libcuda_mapped():
+        return None
+    if not _libraries.load(_libraries.CUDA).loaded or _core.driver_init() != 0:
+        return None
+    rc = _core.synchronize(-1)
+    return rc if _cuda_errors.is_sticky(rc) else None
+
+
+def _cudaish(exc) -> bool:
+    return exc is not None and _sticky.is_gpu_exception(exc) and _sticky.speaks_of_cuda(exc)
+
+
+def _report_text(item, exc, tb, may_probe: bool):
+    """(short report, located) when the CUDA context died in this test, else
+    (None, False). `located`: cuda_debug saw the fault (kernel and line known),
+    rather than a framework saying so later."""
+    from ._errors import CudaError
+    if isinstance(exc, CudaError) and exc.sticky:
+        return "%s: %s" % (type(exc).__name__, exc), True
+    raw = _new_sticky_record(item)
+    if raw is not None:
+        from . import _report
+        if _report.claim(raw):
+            err = _report.remember(_report.build(raw, tb=tb, found_at="launch"))
+        else:
+            err = _report.last_error()
+        text = "%s: %s" % (type(err).__name__, err)
+        if exc is not None and not isinstance(exc, CudaError):
+            text += "\n  (raised as %s)" % _sticky.first_line(exc)
+        return text, True
+    if exc is None:
+        return None, False
+    code, how = _sticky.sticky_code(exc), None
+    if code is None and may_probe and _cudaish(exc):
+        code = _probe_context(exc)
+        if code is not None:
+            how = "cuCtxSynchronize after this failure returned " + _sticky.describe(code)
+    if code is None:
+        return None, False
+    return "\n".join([
+        _sticky.first_line(exc),
+        "  %s: a sticky CUDA error." % (how or _sticky.describe(code)),
+        "  Kernels run asynchronously: the faulting one may have been launched before the "
+        "line that reported it.",
+        "  To name the kernel, the launching line and the assert text, run the test inside "
+        "cuda_debug.launch_blocking() (%s, @pytest.mark.%s or the %s fixture)."
+        % (OPTION, MARKER, FIXTURE),
+    ]), False
+
+
+class CudaDebugPlugin:
+    """The per-session part: scopes around tests, fail fast, header and summary."""
+
+    def __init__(self, config):
+        self.config = config
+        self.every_test = bool(config.getoption("cuda_launch_blocking")) or bool(config.getini(INI))
+        self.worker = config.workerinput.get("workerid") if hasattr(config, "workerinput") else None
+        self.session = None
+        self.unavailable: Optional[str] = None   # why launch_blocking() cannot be had here
+        self.warned_conflict = False
+        self.poisoner: Optional[_Culprit] = None  # the first test that poisoned this process
+        self.culprits: List[_Culprit] = []        # as reported (on the xdist controller too)
+        self.stopped_at: Optional[str] = None
+        self.not_run = 0
+        self.exit_after: Optional[str] = None     # xdist worker: exit after this test
+        self.previous: Optional[str] = None       # the test that ran before this one
+
+    # -- session --------------------------------------------------------------------
+
+    def pytest_sessionstart(self, session):
+        self.session = session
+
+    def pytest_report_header(self, config):
+        if self.every_test:
+            how = OPTION if config.getoption("cuda_launch_blocking") else "ini %s" % INI
+            blocking, depth = "on, every test (%s)" % how, "full"
+        else:
+            blocking = "off (marked tests only)"
+            depth = "driver" if (config.getoption("verbose") or 0) > 0 else "cheap"
+        try:
+            from . import _environment
+            return _environment.header_line(blocking, depth)
+        except Exception as e:  # a header must never break a run
+            return "cuda_debug: environment unknown (%s: %s), launch blocking: %s" % (
+                type(e).__name__, e, blocking)
+
+    # -- scopes -----------------------------------------------------------------------
+
+    def _wanted(self, item):
+        """(enabled, all_threads) when this test runs in a scope, else None."""
+        m = item.get_closest_marker(MARKER)
+        if m is not None:
+            enabled = m.args[0] if m.args else m.kwargs.get("enabled", True)
+            return (True, bool(m.kwargs.get("all_threads", False))) if enabled else None
+        if self.every_test or item.stash.get(_WANT, False) or \
+                FIXTURE in getattr(item, "fixturenames", ()):
+            return (True, False)
+        return None
+
+    def _enter(self, item, all_threads: bool):
+        """An entered scope, or None where launch_blocking() cannot be had (said
+        once, as a warning; the test then runs as it would without the plugin),
+        or after a test poisoned the context (nothing more to find)."""
+        if self.unavailable is not None or self.poisoner is not None:
+            return None
+        from . import _scope
+        from ._errors import CudaUnavailableError, ToolConflictError
+        scope = _scope.launch_blocking(True, all_threads=all_threads)
+        try:
+            scope.__enter__()
+        except CudaUnavailableError as e:
+            self.unavailable = str(e)
+            warnings.warn(pytest.PytestWarning(
+                "cuda_debug: launch_blocking() is unavailable here, tests run without it: %s"
+                % e))
+            return None
+        except ToolConflictError as e:
+            if not self.warned_conflict:
+                self.warned_conflict = True
+                warnings.warn(pytest.PytestWarning(
+                    "cuda_debug: launch_blocking() skipped for %s: %s" % (item.nodeid, e)))
+            return None
+        return scope
+
+    def _phase(self, item):
+        """Run one phase (setup, call, teardown) of `item` in a scope if wanted.
+
+        An old-style hookwrapper (every pluggy): the phase's exception reaches
+        the scope's __exit__, which may translate it (a framework's error into
+        DeviceAssertError...); the translation replaces the phase's outcome."""
+        want = self._wanted(item)
+        scope = self._enter(item, want[1]) if want else None
+        outcome = yield
+        if scope is None:
+            return
+        excinfo = outcome.excinfo
+        exc = excinfo[1] if excinfo else None
+        try:
+            scope.__exit__(type(exc) if exc is not None else None, exc,
+                           exc.__traceback__ if exc is not None else None)
+        except BaseException as translated:
+            if exc is not None and translated.__cause__ is exc and exc.__traceback__ is not None:
+                # Show the translated error at the test's own frames (where the
+                # launch failed), not at the scope's __exit__.
+                translated = translated.with_traceback(exc.__traceback__)
+            _force_exception(outcome, translated)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item):
+        item.stash[_SEQ] = _core.fault_seq()
+        yield from self._phase(item)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        yield from self._phase(item)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        yield from self._phase(item)
+
+    # -- fail fast ----------------------------------------------------------------------
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        rep = outcome.get_result()
+        try:
+            self._check(item, call, rep)
+        except Exception as e:  # never let the plugin break a run
+            rep.sections.append((SECTION, "cuda_debug could not check this test for a sticky "
+                                          "CUDA error: %s: %s" % (type(e).__name__, e)))
+
+    def _check(self, item, call, rep):
+        exc = call.excinfo.value if call.excinfo is not None else None
+        if item.stash.get(_SEEN, False):
+            return
+        if exc is None and _core.fault_seq() <= item.stash.get(_SEQ, 1 << 62):
+            return                          # the common case: nothing happened
+        tb = call.excinfo.tb if call.excinfo is not None else None
+        text, located = _report_text(item, exc, tb, may_probe=rep.failed and self.poisoner is None)
+        if text is None:
+            if not (rep.failed and self.poisoner is not None and _cudaish(exc)):
+                return
+            # A CUDA failure after an earlier test poisoned the context: its
+            # consequence. Stop here, naming the culprit.
+        item.stash[_SEEN] = True
+        culprit = self.poisoner
+        if culprit is None:
+            culprit = self.poisoner = _Culprit(item.nodeid, text, _outcome(rep), self.worker)
+            rep.user_properties.append((PROPERTY, text))
+        else:
+            rep.user_properties.append((PROPERTY_DEAD, "%s\n  (the CUDA context was already "
+                                        "dead: %s poisoned it)" % (
+                                            _sticky.first_line(exc) if exc is not None
+                                            else text.splitlines()[0], culprit.nodeid)))
+        if self.worker is not None:
+            self.exit_after = item.nodeid   # see pytest_runtest_logfinish
+        if not rep.failed:
+            return      # passed (pytest.raises), xfailed: the context is dead all the same
+        from ._errors import StickyCudaError
+        lines = []
+        if text is not None and not isinstance(exc, StickyCudaError):
+            lines.append(text)              # the traceback above does not show it
+        if culprit.nodeid != item.nodeid:
+            lines.append("The CUDA context of this process was already dead: %s poisoned it:"
+                         % culprit.nodeid)
+            lines.append(_indent(culprit.report))
+        elif located:
+            lines.append("This test poisoned the CUDA context of this process: every later "
+                         "CUDA call in it fails.")
+        else:
+            lines.append("The CUDA context of this process died during this test: every later "
+                         "CUDA call in it fails. (The faulting kernel may have been launched "
+                         "by an earlier test%s.)" % (
+                             ": the previous one was %s" % self.previous if self.previous else ""))
+        if self.worker is not None:
+            lines.append("pytest-xdist worker %s exits after this test; a fresh worker runs "
+                         "the rest." % self.worker)
+        elif self.session is not None:
+            items = self.session.items
+            self.not_run = len(items) - items.index(item) - 1 if item in items else 0
+            self.stopped_at = item.nodeid
+            lines.append("pytest stops here: %s not run." % _plural(self.not_run))
+            kind = culprit.report.splitlines()[0].split(":")[0]
+            self.session.shouldfail = "cuda_debug: %s poisoned the CUDA context (%s): " \
+                "stopping, %s not run" % (culprit.nodeid, kind, _plural(self.not_run))
+        rep.sections.append((SECTION, "\n".join(lines)))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid, location):
+        self.previous = nodeid
+        if self.exit_after == nodeid:
+            # xdist worker after a poisoning test: its reports are sent (execnet
+            # writes synchronously). Exit, so that the controller starts a fresh
+            # worker, with a live CUDA context, for the tests still to run.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(WORKER_EXIT_STATUS)
+
+    # -- reports: the controller side (and the single process) ----------------------------
+
+    def pytest_runtest_logreport(self, report):
+        for key, value in getattr(report, "user_properties", None) or ():
+            if key in (PROPERTY, PROPERTY_DEAD) and \
+                    not any(c.nodeid == report.nodeid for c in self.culprits):
+                node = getattr(report, "node", None)
+                worker = getattr(getattr(node, "gateway", None), "id", None) or self.worker
+                self.culprits.append(_Culprit(report.nodeid, value, _outcome(report), worker,
+                                              consequence=key == PROPERTY_DEAD))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem, report, sched):
+        """xdist controller: a worker that we made exit 'crashed' while running
+        its poisoning test, which has its own report already: don't count it twice."""
+        if any(c.nodeid == crashitem and c.worker for c in self.culprits):
+            report.outcome = "passed"
+            report.when = "teardown"
+            report.longrepr = None
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+        if not self.culprits:
+            return
+        tr = terminalreporter
+        tr.write_sep("=", "cuda_debug: sticky CUDA error", red=True, bold=True)
+        controller = self.worker is None and config.pluginmanager.getplugin("dsession") is not None
+        for c in self.culprits:
+            where = " (xdist worker %s)" % c.worker if controller and c.worker else ""
+            if c.consequence:
+                tr.write_line("%s%s failed on the dead CUDA context:" % (c.nodeid, where))
+            else:
+                tr.write_line("%s%s %s the CUDA context:" % (
+                    c.nodeid, where, "failed: it poisoned" if c.outcome == "failed"
+                    else "%s, but poisoned" % c.outcome))
+            tr.write_line(_indent(c.report))
+            if controller and c.worker:
+                tr.write_line("  Worker %s exited after it; xdist replaced it and ran the "
+                              "remaining tests on workers with a live context." % c.worker)
+        if self.stopped_at is not None:
+            tr.write_line("pytest stopped after %s: %s not run (a dead CUDA context fails every "
+                          "later CUDA call in the process)." % (self.stopped_at, _plural(self.not_run)))

@@ -1,0 +1,297 @@
+"""``python -m cuda_debug run|doctor|bench`` as subprocesses, on CPU and GPU."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT, gpu_unavailable_reason
+
+NO_GPU = gpu_unavailable_reason() is not None
+
+
+def cli(*args, cwd=None, env=None, timeout=120):
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    full_env.pop("CUDA_LAUNCH_BLOCKING", None)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "cuda_debug"] + list(args), cwd=cwd,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def script(tmp_path, source, name="user_script.py"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(source).lstrip())
+    return p
+
+
+def report_start(lines, head):
+    """Index of the short report's first line in stderr."""
+    for i, line in enumerate(lines):
+        if line.startswith(head):
+            return i
+    raise AssertionError("no line starting with %r in:\n%s" % (head, "\n".join(lines)))
+
+
+def line_of(path, marker):
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if marker in line:
+            return i
+    raise AssertionError(marker)
+
+
+FAKE_ASSERT = '''
+import cuda_debug
+
+def fault():
+    raise cuda_debug.DeviceAssertError(
+        code=710, kernel="void cuda_debug_testing::check_index<int>(int const*, int)",
+        filename=__file__, lineno=9, function="<module>", line="fault()",
+        device_message="fault_kernels.cu:14: check_index: block: [0,0,0], thread: [3,0,0] "
+                       "Assertion `idx[i] >= 0 && idx[i] < limit` failed.")
+
+fault()
+'''
+
+
+# -- the command word -------------------------------------------------------------------
+
+def test_no_command_prints_usage_and_fails():
+    r = cli()
+    assert r.returncode == 2
+    assert "usage: python -m cuda_debug <command>" in r.stderr
+
+
+def test_help_and_version():
+    r = cli("--help")
+    assert r.returncode == 0 and "doctor" in r.stdout and "run" in r.stdout
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout.startswith("cuda_debug 0.")
+
+
+def test_unknown_command():
+    r = cli("frobnicate")
+    assert r.returncode == 2 and "unknown command 'frobnicate'" in r.stderr
+
+
+def test_bench_is_dispatched_or_said_missing():
+    r = cli("bench", "--help")
+    assert "Traceback" not in r.stderr, r.stderr
+    try:
+        import cuda_debug._cli_bench  # noqa: F401
+    except ModuleNotFoundError:
+        assert r.returncode == 1
+        assert "the bench command is not available in this build" in r.stderr
+    else:
+        assert r.returncode == 0, r.stderr
+
+
+def test_console_script():
+    exe = shutil.which("cuda-debug")
+    if exe is None:
+        pytest.skip("cuda-debug console script not installed (pip install -e .)")
+    r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("cuda_debug ")
+
+
+# -- run --------------------------------------------------------------------------------
+
+def test_run_runs_the_script_as_main(tmp_path):
+    p = script(tmp_path, '''
+        import json, sys
+        print(json.dumps({"name": __name__, "argv": sys.argv, "path0": sys.path[0],
+                          "file": __file__}))
+    ''')
+    r = cli("run", str(p), "a", "--launch-blocking", "-x", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["name"] == "__main__"
+    assert d["argv"] == [str(p), "a", "--launch-blocking", "-x"]   # the script's own options
+    assert d["path0"] == str(tmp_path)
+    assert os.path.samefile(d["file"], str(p))
+
+
+def test_run_passes_the_exit_status(tmp_path):
+    p = script(tmp_path, "import sys\nsys.exit(7)\n")
+    assert cli("run", str(p)).returncode == 7
+    p = script(tmp_path, "import sys\nsys.exit('bye')\n", "s2.py")
+    r = cli("run", str(p))
+    assert r.returncode == 1 and "bye" in r.stderr
+
+
+def test_run_prints_the_script_traceback_without_the_runner(tmp_path):
+    p = script(tmp_path, '''
+        def f():
+            raise ValueError("boom")
+        f()
+    ''')
+    r = cli("run", str(p))
+    assert r.returncode == 1
+    assert "ValueError: boom" in r.stderr
+    assert 'line 2, in f' in r.stderr
+    assert "runpy" not in r.stderr and "_cli.py" not in r.stderr, r.stderr
+
+
+def test_run_reports_a_sticky_cuda_debug_error_short(tmp_path):
+    p = script(tmp_path, FAKE_ASSERT)
+    r = cli("run", str(p))
+    assert r.returncode == 3, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == "DeviceAssertError: device-side assert in check_index<int>"
+    assert "Traceback" not in r.stderr
+    assert "Assertion `idx[i] >= 0 && idx[i] < limit` failed." in r.stderr
+    assert "restart the process" in r.stderr
+
+
+def test_run_traceback_option_adds_the_traceback(tmp_path):
+    p = script(tmp_path, FAKE_ASSERT)
+    r = cli("run", "--traceback", str(p))
+    assert r.returncode == 3
+    assert "Traceback" in r.stderr
+    assert r.stderr.rstrip().splitlines()[-4] == \
+        "DeviceAssertError: device-side assert in check_index<int>"
+
+
+def test_run_recognises_a_framework_sticky_error(tmp_path):
+    p = script(tmp_path, '''
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\\n"
+                           "CUDA kernel errors might be asynchronously reported")
+    ''')
+    r = cli("run", str(p), "arg1")
+    assert r.returncode == 3
+    assert "RuntimeError: CUDA error: an illegal memory access was encountered" in r.stderr
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in r.stderr
+    assert "python -m cuda_debug run --launch-blocking %s arg1" % p in r.stderr
+
+
+def test_run_module(tmp_path):
+    (tmp_path / "mymod.py").write_text(
+        "import sys, json\nprint(json.dumps([__name__, sys.argv[1:]]))\n")
+    r = cli("run", "-m", "mymod", "--help", "x", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == ["__main__", ["--help", "x"]]
+
+
+@pytest.mark.parametrize("args,message", [
+    ((), "a script (or -m module) is required"),
+    (("--bogus", "x.py"), "unknown option --bogus"),
+    (("no_such_script.py",), "no such file: no_such_script.py"),
+])
+def test_run_usage_errors(tmp_path, args, message):
+    r = cli("run", *args, cwd=str(tmp_path))
+    assert r.returncode == 2
+    assert message in r.stderr
+
+
+def test_run_help():
+    r = cli("run", "--help")
+    assert r.returncode == 0 and "--launch-blocking" in r.stdout
+
+
+@pytest.mark.skipif(not NO_GPU, reason="a GPU is usable here")
+def test_run_launch_blocking_without_a_gpu_says_why(tmp_path):
+    p = script(tmp_path, "print('ran')\n")
+    r = cli("run", "--launch-blocking", str(p))
+    assert r.returncode == 1
+    assert "ran" not in r.stdout
+    assert "cannot run inside launch_blocking(): CudaUnavailableError:" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# -- doctor -----------------------------------------------------------------------------
+
+def test_doctor_text():
+    r = cli("doctor")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for row in ("cuda_debug", "built with", "driver", "libcuda", "CUPTI", "cuBLAS",
+                "CUPTI free", "CUDA_LAUNCH_BLOCKING"):
+        assert re.search(r"^%s\s" % row, r.stdout, re.M), r.stdout
+    assert re.search(r"^CUDA_LAUNCH_BLOCKING\s+not set$", r.stdout, re.M), r.stdout
+    assert "verdict: " in r.stdout
+    if NO_GPU:
+        assert "verdict: no " in r.stdout, r.stdout
+
+
+def test_doctor_json_and_cuda_launch_blocking(tmp_path):
+    r = cli("doctor", "--json", env={"CUDA_LAUNCH_BLOCKING": "1"})
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["env"]["CUDA_LAUNCH_BLOCKING"] == "1"
+    for key in ("libcuda", "cupti", "cublas", "devices", "cupti_free", "verdict", "ok",
+                "cuda_headers", "driver"):
+        assert key in d
+    if NO_GPU:
+        assert d["devices"] == [] and d["ok"] is True and d["cupti_free"] is None
+    r = cli("doctor", env={"CUDA_LAUNCH_BLOCKING": "1"})
+    assert re.search(r"^CUDA_LAUNCH_BLOCKING\s+'1': every launch", r.stdout, re.M), r.stdout
+
+
+# -- GPU --------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_gpu_run_launch_blocking_names_kernel_and_line(tmp_path):
+    p = script(tmp_path, '''
+        import cuda_debug.testing as t
+        print("before", flush=True)
+        t.device_assert()
+        print("not reached")
+    ''')
+    r = cli("run", "--launch-blocking", str(p))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "before" in r.stdout and "not reached" not in r.stdout
+    lines = r.stderr.splitlines()
+    i = report_start(lines, "DeviceAssertError: ")
+    assert lines[i] == "DeviceAssertError: device-side assert in check_index<int>", r.stderr
+    assert lines[i + 1].strip() == "at %s:%d in <module>:  t.device_assert()" % (
+        p, line_of(p, "t.device_assert()")), r.stderr
+    assert "Assertion" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_run_without_blocking_reports_the_sticky_error(tmp_path):
+    p = script(tmp_path, '''
+        import cuda_debug, cuda_debug.testing as t
+        t.device_assert()
+        cuda_debug.check()
+    ''')
+    r = cli("run", str(p))
+    assert r.returncode == 3, r.stdout + r.stderr
+    # (the device's own assert line may come first: no scope captured it)
+    i = report_start(r.stderr.splitlines(), "DeviceAssertError: device-side assert")
+    assert "launch_blocking()" in "\n".join(r.stderr.splitlines()[i:])  # how to name the kernel
+
+
+@pytest.mark.gpu
+def test_gpu_run_launch_blocking_torch(tmp_path):
+    pytest.importorskip("torch")
+    p = script(tmp_path, '''
+        import torch
+        x = torch.zeros(4, device="cuda")
+        i = torch.tensor([10], device="cuda")
+        y = x[i]
+        print(y.sum().item())
+    ''')
+    r = cli("run", "--launch-blocking", str(p))
+    assert r.returncode == 3, r.stdout + r.stderr
+    report_start(r.stderr.splitlines(), "DeviceAssertError: device-side assert in ")
+    assert "at %s:%d in <module>:  y = x[i]" % (p, line_of(p, "y = x[i]")) in r.stderr
+    assert "Assertion" in r.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_doctor():
+    r = cli("doctor")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "GPU 0" in r.stdout
+    assert re.search(r"^CUPTI free\s+yes", r.stdout, re.M), r.stdout
+    assert "verdict: launch_blocking() works here." in r.stdout
+    d = json.loads(cli("doctor", "--json").stdout)
+    assert d["devices"] and d["devices"][0]["name"]
+    assert d["libcuda"]["found"] and d["cupti"]["found"]
+    assert d["cupti_free"] == {"free": True}
+    assert d["driver_cuda"]

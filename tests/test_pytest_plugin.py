@@ -1,0 +1,648 @@
+"""The pytest plugin (cuda_debug.pytest_plugin), through real pytest runs in
+subprocesses (``pytester.runpytest_subprocess``): CUDA state cannot be reset
+inside one process.
+
+CPU: the option group, ini option, marker and fixture (a fake scope shows
+which phases run in one), the header, the cost when unused, and fail fast on
+sticky errors raised as cuda_debug exceptions or as a framework's words, in one
+process and under pytest-xdist. GPU: a real device assert in test 2 of 5.
+"""
+import os
+
+import pytest
+
+from conftest import ROOT, gpu_unavailable_reason
+
+pytest_plugins = ("pytester",)
+
+
+def _entry_point_installed() -> bool:
+    try:
+        from importlib import metadata
+        eps = metadata.entry_points()
+        group = eps.select(group="pytest11") if hasattr(eps, "select") else eps.get("pytest11", [])
+        return any(ep.value == "cuda_debug.pytest_plugin" for ep in group)
+    except Exception:
+        return False
+
+
+INSTALLED = _entry_point_installed()
+# Without `pip install -e .` the entry point is missing: load the plugin by name.
+PLUGIN_ARGS = () if INSTALLED else ("-p", "cuda_debug.pytest_plugin")
+
+
+@pytest.fixture
+def inner(pytester, monkeypatch):
+    """pytester whose subprocesses import this checkout's cuda_debug."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
+    return pytester
+
+
+def run(pytester, *args, timeout=120):
+    return pytester.runpytest_subprocess(*PLUGIN_ARGS, "-p", "no:cacheprovider", *args,
+                                         timeout=timeout)
+
+
+def out(result) -> str:
+    return "\n".join(result.outlines + result.errlines)
+
+
+def line_of(source: str, marker: str) -> int:
+    """1-based line of `marker` in a file pytester wrote from `source`
+    (dedented and stripped, as makepyfile does)."""
+    import textwrap
+    for i, line in enumerate(textwrap.dedent(source).strip().splitlines(), 1):
+        if marker in line:
+            return i
+    raise AssertionError(marker)
+
+
+# A fault as cuda_debug reports it, without a GPU.
+FAKE_ASSERT = '''
+import cuda_debug
+
+def fake_device_assert():
+    raise cuda_debug.DeviceAssertError(
+        code=710, kernel="void cuda_debug_testing::check_index<int>(int const*, int)",
+        filename=__file__, lineno=7, function="test_2", line="t.device_assert()",
+        device_message="fault_kernels.cu:14: check_index: block: [0,0,0], thread: [3,0,0] "
+                       "Assertion `idx[i] >= 0 && idx[i] < limit` failed.")
+'''
+
+FIVE_TESTS = '''
+from faults import fault
+
+def test_1(): pass
+def test_2(): fault()
+def test_3(): pass
+def test_4(): pass
+def test_5(): pass
+'''
+
+
+def five(pytester, fault_body):
+    pytester.makepyfile(faults=FAKE_ASSERT + "\n\ndef fault():\n" + fault_body)
+    pytester.makepyfile(test_five=FIVE_TESTS)
+
+
+# -- registration, options, header -----------------------------------------------------
+
+@pytest.mark.skipif(not INSTALLED, reason="cuda_debug is not installed (pip install -e .): "
+                                          "no pytest11 entry point to test")
+def test_entry_point_loads_the_plugin_without_a_conftest(inner):
+    inner.makepyfile("def test_x(): pass")
+    result = inner.runpytest_subprocess("--trace-config", "-p", "no:cacheprovider")
+    assert result.ret == 0
+    assert "cuda_debug.pytest_plugin" in out(result) or "cuda_debug" in out(result)
+    result.stdout.fnmatch_lines(["cuda_debug *: *launch blocking: off*"])
+
+
+@pytest.mark.skipif(not INSTALLED, reason="needs the pytest11 entry point")
+def test_p_no_cuda_debug_turns_it_off(inner):
+    five(inner, "    fake_device_assert()\n")
+    result = inner.runpytest_subprocess("-p", "no:cuda_debug", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4, failed=1)           # no fail fast
+    assert "launch blocking" not in out(result)
+
+
+def test_help_shows_option_group_and_ini(inner):
+    result = run(inner, "--help")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["cuda_debug: translated CUDA errors*",
+                                 "*--cuda-launch-blocking*"])
+    result.stdout.fnmatch_lines(["*cuda_launch_blocking (bool)*"])
+
+
+def test_marker_is_registered(inner):
+    result = run(inner, "--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.cuda_launch_blocking(enabled=True, *"])
+    # --strict-markers accepts it
+    inner.makepyfile("import pytest\n@pytest.mark.cuda_launch_blocking\ndef test_x(): pass\n")
+    inner.makeconftest(_FAKE_SCOPE_CONFTEST)
+    assert run(inner, "--strict-markers").ret == 0
+
+
+def test_header_default_is_cheap(inner):
+    """Off by default, one line, and no library opened, no CUDA initialised, no
+    torch imported: the plugin costs nothing when unused."""
+    inner.makepyfile('''
+        import sys
+        from cuda_debug import _core, _libraries
+
+        def test_nothing_loaded():
+            assert _libraries.status("cuda") is None      # libcuda never opened
+            assert _libraries.status("cupti") is None
+            assert _core.stats()["subscribes"] == 0
+            assert "torch" not in sys.modules
+            assert "cupy" not in sys.modules
+    ''')
+    result = run(inner)
+    assert result.ret == 0, out(result)
+    result.stdout.fnmatch_lines(["cuda_debug 0.1.0: *built with CUDA * headers*"
+                                 "launch blocking: off (marked tests only)*"])
+
+
+def test_header_names_option_and_ini(inner):
+    inner.makeconftest(_FAKE_SCOPE_CONFTEST)
+    inner.makepyfile("def test_x(): pass")
+    result = run(inner, "--cuda-launch-blocking")
+    result.stdout.fnmatch_lines(["cuda_debug *launch blocking: on, every test "
+                                 "(--cuda-launch-blocking)*"])
+    inner.makeini("[pytest]\ncuda_launch_blocking = true\n")
+    result = run(inner)
+    result.stdout.fnmatch_lines(["cuda_debug *launch blocking: on, every test "
+                                 "(ini cuda_launch_blocking)*"])
+
+
+def test_header_reports_cuda_launch_blocking_env(inner, monkeypatch):
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    inner.makepyfile("def test_x(): pass")
+    result = run(inner)
+    result.stdout.fnmatch_lines(["cuda_debug *CUDA_LAUNCH_BLOCKING=1*"])
+
+
+# -- option, marker, fixture: which phases run in a scope ------------------------------------
+
+# A stand-in for cuda_debug.launch_blocking that records what the plugin does.
+_FAKE_SCOPE_CONFTEST = '''
+import pytest
+import cuda_debug._scope as scope_module
+
+ACTIVE = []     # the stack of open fake scopes: [(enabled, all_threads)]
+LOG = []
+
+class FakeScope:
+    def __init__(self, enabled=True, *, all_threads=False):
+        self.enabled, self.all_threads = enabled, all_threads
+    def __enter__(self):
+        ACTIVE.append((self.enabled, self.all_threads)); LOG.append("enter")
+        return self
+    def __exit__(self, *exc):
+        ACTIVE.pop(); LOG.append("exit")
+        return False
+
+scope_module.launch_blocking = FakeScope
+
+@pytest.fixture
+def in_scope_at_setup():
+    return bool(ACTIVE)
+
+@pytest.fixture
+def scope_checked_at_teardown():
+    yield
+    assert ACTIVE, "teardown ran outside the scope"
+'''
+
+_WIRING_TESTS = '''
+import pytest
+from conftest import ACTIVE
+
+def test_plain(in_scope_at_setup):
+    assert bool(ACTIVE) == EVERY_TEST
+    assert in_scope_at_setup == EVERY_TEST
+
+@pytest.mark.cuda_launch_blocking
+def test_marked(in_scope_at_setup, scope_checked_at_teardown):
+    assert ACTIVE == [(True, False)]
+    assert in_scope_at_setup
+
+@pytest.mark.cuda_launch_blocking(all_threads=True)
+def test_marked_all_threads():
+    assert ACTIVE == [(True, True)]
+
+@pytest.mark.cuda_launch_blocking(False)
+def test_opted_out():
+    assert ACTIVE == []
+
+def test_fixture(cuda_launch_blocking, in_scope_at_setup):
+    assert cuda_launch_blocking is None
+    assert ACTIVE == [(True, False)]
+    assert in_scope_at_setup
+
+class TestClass:
+    pytestmark = pytest.mark.cuda_launch_blocking
+    def test_in_marked_class(self):
+        assert ACTIVE == [(True, False)]
+'''
+
+
+@pytest.mark.parametrize("every_test", [False, True], ids=["per-test", "option"])
+def test_option_marker_fixture_open_scopes(inner, every_test):
+    inner.makeconftest(_FAKE_SCOPE_CONFTEST)
+    inner.makepyfile(test_wiring="EVERY_TEST = %r\n" % every_test + _WIRING_TESTS)
+    result = run(inner, "-v", *(["--cuda-launch-blocking"] if every_test else []))
+    result.assert_outcomes(passed=6)
+
+
+def test_ini_option_opens_scopes(inner):
+    inner.makeconftest(_FAKE_SCOPE_CONFTEST)
+    inner.makeini("[pytest]\ncuda_launch_blocking = true\n")
+    inner.makepyfile(test_wiring="EVERY_TEST = True\n" + _WIRING_TESTS)
+    run(inner).assert_outcomes(passed=6)
+
+
+def test_scope_wraps_setup_call_and_teardown_separately(inner):
+    inner.makeconftest(_FAKE_SCOPE_CONFTEST)
+    inner.makepyfile('''
+        import pytest
+        from conftest import LOG
+
+        @pytest.mark.cuda_launch_blocking
+        def test_marked(): pass
+
+        def test_after():
+            assert LOG == ["enter", "exit"] * 3     # setup, call, teardown
+    ''')
+    run(inner).assert_outcomes(passed=2)
+
+
+def test_scope_translation_replaces_the_test_exception(inner):
+    """The real scope turns a framework's error into a cuda_debug one at exit
+    (``raise err from exc``): that error becomes the test's, located at the
+    test's own line, and fails fast."""
+    inner.makeconftest(_FAKE_SCOPE_CONFTEST + '''
+import cuda_debug
+
+class TranslatingScope(FakeScope):
+    def __exit__(self, etype, exc, tb):
+        super().__exit__(etype, exc, tb)
+        if isinstance(exc, RuntimeError) and "CUDA error" in str(exc):
+            raise cuda_debug.DeviceAssertError(
+                code=710, kernel="void k<float>(float*)", filename="test_t.py", lineno=5,
+                function="test_2", line="launch()") from exc
+        return False
+
+scope_module.launch_blocking = TranslatingScope
+''')
+    source = '''
+        def launch():
+            raise RuntimeError("CUDA error: device-side assert triggered")
+        def test_1(): pass
+        def test_2(cuda_launch_blocking):
+            launch()
+        def test_3(): pass
+    '''
+    inner.makepyfile(test_t=source)
+    result = run(inner)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*RuntimeError: CUDA error: device-side assert triggered",
+        "*The above exception was the direct cause of the following exception:*",
+        "*def test_2(cuda_launch_blocking):",
+        ">       launch()",
+        "*",
+        "E       cuda_debug.DeviceAssertError: device-side assert in k<float>",
+    ])
+    result.stdout.fnmatch_lines(["test_t.py::test_2 failed: it poisoned the CUDA context:",
+                                 "pytest stopped after test_t.py::test_2: 1 test not run*"])
+    assert "_scope.py" not in out(result) and "__exit__" not in out(result).split(
+        "The above exception")[1], out(result)
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="a GPU is usable here")
+def test_without_a_gpu_the_option_warns_once_and_tests_run(inner):
+    inner.makepyfile('''
+        import pytest, cuda_debug
+        def test_a(): assert not cuda_debug.is_launch_blocking()
+        def test_b(): pass
+        @pytest.mark.cuda_launch_blocking
+        def test_c(): pass
+    ''')
+    result = run(inner, "--cuda-launch-blocking", "-W", "default")
+    result.assert_outcomes(passed=3)
+    assert out(result).count("launch_blocking() is unavailable here") == 1, out(result)
+
+
+# -- fail fast --------------------------------------------------------------------------------
+
+def test_sticky_cuda_debug_error_stops_the_session(inner):
+    five(inner, "    fake_device_assert()\n")
+    result = run(inner, "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    assert result.ret == 1                   # tests failed (like -x), not "interrupted"
+    text = out(result)
+    for t in ("test_3", "test_4", "test_5"):
+        assert "test_five.py::%s" % t not in text, text
+    result.stdout.fnmatch_lines([
+        "*- cuda_debug -*",
+        "This test poisoned the CUDA context of this process*",
+        "pytest stops here: 3 tests not run.",
+    ])
+    result.stdout.fnmatch_lines([
+        "*= cuda_debug: sticky CUDA error =*",
+        "test_five.py::test_2 failed: it poisoned the CUDA context:",
+        "  DeviceAssertError: device-side assert in check_index<int>",
+        "    at *faults.py:7 in test_2:  t.device_assert()",
+        "    device: fault_kernels.cu:14 block [[]0,0,0] thread [[]3,0,0]: Assertion `idx[[]i] >= 0*",
+        "    The CUDA context is now unusable*",
+        "pytest stopped after test_five.py::test_2: 3 tests not run*",
+    ])
+    result.stdout.fnmatch_lines(["*cuda_debug: test_five.py::test_2 poisoned the CUDA context "
+                                 "(DeviceAssertError): stopping, 3 tests not run*"])
+
+
+@pytest.mark.parametrize("message,name", [
+    ("CUDA error: device-side assert triggered\\nCUDA kernel errors might be asynchronously "
+     "reported at some other API call", "CUDA_ERROR_ASSERT"),
+    ("CUDA error: an illegal memory access was encountered", "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    ("Triton Error [CUDA]: unspecified launch failure", "CUDA_ERROR_LAUNCH_FAILED"),
+    ("CUDA_ERROR_MISALIGNED_ADDRESS: misaligned address", "CUDA_ERROR_MISALIGNED_ADDRESS"),
+])
+def test_framework_words_stop_the_session(inner, message, name):
+    five(inner, "    raise RuntimeError(%r)\n" % message.replace("\\n", "\n"))
+    result = run(inner)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*- cuda_debug -*",
+        "RuntimeError: %s" % message.split("\\n")[0].replace("[", "[[]"),
+        "  %s (*): a sticky CUDA error." % name,
+        "*run the test inside cuda_debug.launch_blocking() (--cuda-launch-blocking, "
+        "@pytest.mark.cuda_launch_blocking or the cuda_launch_blocking fixture).",
+        "The CUDA context of this process died during this test*the previous one was "
+        "test_five.py::test_1.)",
+        "pytest stops here: 3 tests not run.",
+    ])
+
+
+def test_framework_exception_with_an_error_code(inner):
+    inner.makepyfile(faults='''
+        class AcceleratorError(RuntimeError):
+            def __init__(self, msg, code):
+                super().__init__(msg)
+                self.error_code = code
+        def fault():
+            raise AcceleratorError("CUDA error: something the runtime said", 700)
+    ''')
+    inner.makepyfile(test_five=FIVE_TESTS)
+    run(inner).assert_outcomes(passed=1, failed=1)
+
+
+def test_sticky_error_in_a_fixture_setup_stops_too(inner):
+    inner.makepyfile('''
+        import pytest
+        @pytest.fixture
+        def model():
+            raise RuntimeError("CUDA error: unspecified launch failure")
+        def test_1(): pass
+        def test_2(model): pass
+        def test_3(): pass
+    ''')
+    result = run(inner)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["pytest stops here: 1 test not run."])
+
+
+@pytest.mark.parametrize("exc", [
+    "AssertionError('child printed: CUDA error: device-side assert triggered')",
+    "RuntimeError('misaligned address')",                 # not about CUDA
+    "ValueError('CUDA error: device-side assert triggered')",   # not a framework error type
+    "RuntimeError('CUBLAS_STATUS_NOT_SUPPORTED')",         # not sticky
+])
+def test_other_failures_do_not_stop(inner, exc):
+    five(inner, "    raise %s\n" % exc)
+    result = run(inner)
+    result.assert_outcomes(passed=4, failed=1)
+    assert "cuda_debug: sticky CUDA error" not in out(result)
+
+
+def test_xfail_on_a_sticky_error_is_named_but_does_not_stop(inner):
+    inner.makepyfile(faults=FAKE_ASSERT + "\n\ndef fault():\n    fake_device_assert()\n")
+    inner.makepyfile('''
+        import pytest
+        from faults import fault
+        def test_1(): pass
+        @pytest.mark.xfail(strict=True)
+        def test_2(): fault()
+        def test_3(): pass
+    ''')
+    result = run(inner)
+    result.assert_outcomes(passed=2, xfailed=1)
+    result.stdout.fnmatch_lines(["test_*::test_2 xfailed, but poisoned the CUDA context:"])
+
+
+def test_xdist_replaces_the_poisoned_worker(inner):
+    pytest.importorskip("xdist")
+    five(inner, "    fake_device_assert()\n")
+    result = run(inner, "-n", "2", "-v")
+    result.assert_outcomes(passed=4, failed=1)          # test 2 counted once
+    text = out(result)
+    assert "replacing crashed worker" in text, text
+    result.stdout.fnmatch_lines([
+        "*= cuda_debug: sticky CUDA error =*",
+        "test_five.py::test_2 (xdist worker gw*) failed: it poisoned the CUDA context:",
+        "  DeviceAssertError: device-side assert in check_index<int>",
+        "*",
+        "  Worker gw* exited after it; xdist replaced it*",
+    ])
+    result.stdout.fnmatch_lines(["*pytest-xdist worker gw* exits after this test*"])
+    assert "crashed while running" not in text
+
+
+# -- GPU: a real device assert ----------------------------------------------------------------
+
+GPU_FIVE = '''
+import cuda_debug
+import cuda_debug.testing as t
+
+def work():
+    t.empty()
+    cuda_debug.check()
+
+def test_1(): work()
+def test_2():
+    with cuda_debug.launch_blocking():
+        t.device_assert()
+def test_3(): work()
+def test_4(): work()
+def test_5(): work()
+'''
+
+
+@pytest.mark.gpu
+def test_gpu_device_assert_stops_the_session(inner):
+    inner.makepyfile(test_gpu_five=GPU_FIVE)
+    result = run(inner, "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    text = out(result)
+    for t in ("test_3", "test_4", "test_5"):
+        assert "test_gpu_five.py::%s " % t not in text, text
+    result.stdout.fnmatch_lines([
+        "*= cuda_debug: sticky CUDA error =*",
+        "test_gpu_five.py::test_2 failed: it poisoned the CUDA context:",
+        "  DeviceAssertError: device-side assert in check_index<int>",
+        "    at *test_gpu_five.py:%d in test_2:  t.device_assert()"
+        % line_of(GPU_FIVE, "t.device_assert()"),
+        "    device: *Assertion*",
+        "    The CUDA context is now unusable*",
+        "pytest stopped after test_gpu_five.py::test_2: 3 tests not run*",
+    ])
+
+
+@pytest.mark.gpu
+def test_gpu_device_assert_under_xdist_runs_the_rest(inner):
+    pytest.importorskip("xdist")
+    inner.makepyfile(test_gpu_five=GPU_FIVE)
+    result = run(inner, "-n", "2", timeout=180)
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines([
+        "test_gpu_five.py::test_2 (xdist worker gw*) failed: it poisoned the CUDA context:",
+        "  DeviceAssertError: device-side assert in check_index<int>",
+        "    at *test_gpu_five.py:%d in test_2:  t.device_assert()"
+        % line_of(GPU_FIVE, "t.device_assert()"),
+        "    device: *Assertion*",
+    ])
+
+
+@pytest.mark.gpu
+def test_gpu_option_marker_fixture_and_header(inner):
+    source = '''
+        import pytest, cuda_debug
+        import cuda_debug.testing as t
+
+        def test_blocking(): assert cuda_debug.is_launch_blocking()
+
+        @pytest.mark.cuda_launch_blocking(False)
+        def test_opted_out(): assert not cuda_debug.is_launch_blocking()
+
+        def test_fault():
+            t.device_assert()
+
+        def test_not_run(): pass
+    '''
+    inner.makepyfile(test_gpu_opt=source)
+    result = run(inner, "--cuda-launch-blocking")
+    result.stdout.fnmatch_lines(["cuda_debug 0.1.0: GPU *, driver * (CUDA *), built with "
+                                 "CUDA * headers*launch blocking: on, every test*"])
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "test_gpu_opt.py::test_fault failed: it poisoned the CUDA context:",
+        "  DeviceAssertError: device-side assert in check_index<int>",
+        "    at *test_gpu_opt.py:%d in test_fault:  t.device_assert()"
+        % line_of(source, "t.device_assert()"),
+        "pytest stopped after test_gpu_opt.py::test_fault: 1 test not run*",
+    ])
+
+
+@pytest.mark.gpu
+def test_gpu_passing_poisoner_is_named_by_the_next_failure(inner):
+    inner.makepyfile(test_gpu_raises='''
+        import pytest, cuda_debug
+        import cuda_debug.testing as t
+
+        def test_expects_the_assert():
+            with pytest.raises(cuda_debug.DeviceAssertError):
+                with cuda_debug.launch_blocking():
+                    t.device_assert()
+
+        def test_next():
+            t.empty()
+            cuda_debug.check()
+
+        def test_not_run(): pass
+    ''')
+    result = run(inner)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*The CUDA context of this process was already dead: "
+        "test_gpu_raises.py::test_expects_the_assert poisoned it:",
+    ])
+    result.stdout.fnmatch_lines([
+        "test_gpu_raises.py::test_expects_the_assert passed, but poisoned the CUDA context:",
+        "  DeviceAssertError: device-side assert in check_index<int>",
+    ])
+
+
+_TORCH_FAULT = '''
+import pytest, torch
+
+def test_1():
+    torch.ones(2, device="cuda").sum().item()
+
+def test_2(%s):
+    x = torch.zeros(4, device="cuda")
+    i = torch.tensor([10], device="cuda")
+    y = x[i]
+    torch.cuda.synchronize()
+
+def test_3():
+    torch.ones(2, device="cuda").sum().item()
+'''
+
+
+@pytest.mark.gpu
+def test_gpu_torch_device_assert_with_the_fixture(inner):
+    pytest.importorskip("torch")
+    inner.makepyfile(test_torch=_TORCH_FAULT % "cuda_launch_blocking")
+    result = run(inner)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "test_torch.py::test_2 failed: it poisoned the CUDA context:",
+        "  DeviceAssertError: device-side assert in *",
+        "    at *test_torch.py:%d in test_2:  y = x[[]i]" % line_of(_TORCH_FAULT, "y = x[i]"),
+        "    device: *Assertion*",
+    ])
+
+
+@pytest.mark.gpu
+def test_gpu_torch_device_assert_without_a_scope(inner):
+    pytest.importorskip("torch")
+    inner.makepyfile(test_torch=_TORCH_FAULT % "")
+    result = run(inner)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*- cuda_debug -*",
+        "*CUDA error: device-side assert triggered",
+        "  CUDA_ERROR_ASSERT (device-side assert triggered): a sticky CUDA error.",
+        "*--cuda-launch-blocking*",
+    ])
+    result.stdout.fnmatch_lines(["pytest stopped after test_torch.py::test_2: 1 test not run*"])
+
+
+# -- recognising a framework's sticky error (cuda_debug._sticky), in process -------------------
+
+class _CUDADriverError(RuntimeError):      # as CuPy names it
+    pass
+
+
+_CUDADriverError.__module__ = "cupy_backends.cuda.api.driver"
+
+
+class _CudaAPIError(Exception):            # as Numba names it (not a RuntimeError)
+    pass
+
+
+_CudaAPIError.__module__ = "numba.cuda.cudadrv.driver"
+
+
+@pytest.mark.parametrize("exc,code", [
+    (RuntimeError("CUDA error: device-side assert triggered"), 710),
+    (RuntimeError("CUDA error: an illegal memory access was encountered"), 700),
+    (RuntimeError("Search for `cudaErrorLaunchFailure' in the docs"), 719),
+    (_CUDADriverError("CUDA_ERROR_ASSERT: device-side assert triggered"), 710),
+    (_CudaAPIError("[700] Call to cuMemcpyDtoH results in CUDA_ERROR_ILLEGAL_ADDRESS"), 700),
+    (RuntimeError("INTERNAL: CUDA error: misaligned address"), 716),
+    (RuntimeError("CUDA error: out of memory"), None),
+    (RuntimeError("misaligned address"), None),
+    (AssertionError("CUDA error: device-side assert triggered"), None),
+    (ValueError("CUDA_ERROR_ASSERT"), None),
+])
+def test_sticky_code_of_framework_exceptions(exc, code):
+    from cuda_debug import _sticky
+    assert _sticky.sticky_code(exc) == code
+
+
+def test_sticky_code_follows_the_cause_and_knows_its_own():
+    import cuda_debug
+    from cuda_debug import _sticky
+    try:
+        try:
+            raise RuntimeError("CUDA error: unspecified launch failure")
+        except RuntimeError as e:
+            raise KeyError("wrapped") from e
+    except KeyError as wrapped:
+        assert _sticky.sticky_code(wrapped) == 719
+    assert _sticky.sticky_code(cuda_debug.IllegalAddressError(code=700)) == 700
+    assert _sticky.sticky_code(cuda_debug.LaunchError(code=1)) is None
+    assert _sticky.first_line(RuntimeError("a\nb")) == "RuntimeError: a"
