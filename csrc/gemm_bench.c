@@ -343,7 +343,7 @@ typedef struct {
     double est_ms;
     int n_samples, n_loop, lt_tried;
     size_t need_bytes, free_bytes;         /* set when rc is out of memory */
-    const char *where;                     /* "cuda", "cublas", "memory", "unsupported" */
+    const char *where;                     /* "memory", "host", "unsupported"; else NULL */
 } gemm_job;
 
 typedef struct {
@@ -414,7 +414,7 @@ static int ensure_operands(bench_dev *d, gemm_job *j)
     void *tile = malloc(tile_bytes);
     if (!tile) {
         free_operands(d);
-        j->where = "memory";
+        j->where = "host";
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     /* different seeds for A and B; the copies are on the legacy stream and
@@ -684,7 +684,7 @@ static int gemm_body(gemm_job *j)
     j->call_ms = calloc((size_t)j->n_samples, sizeof(double));
     if (!j->gpu_ms || !j->call_ms) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
-        j->where = "memory";
+        j->where = "host";
         goto done;
     }
     if ((rc = create_events(&ev, n_ev)))
@@ -730,7 +730,7 @@ static int gemm_body(gemm_job *j)
     j->loop_gpu_ms = calloc((size_t)j->repeats, sizeof(double));
     if (!j->loop_wall_ms || !j->loop_gpu_ms) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
-        j->where = "memory";
+        j->where = "host";
         goto done;
     }
     if ((rc = create_events(&lev, n_lev)))
@@ -825,7 +825,9 @@ static const char *failed_where(int rc, const char *where)
  *   check: None or (A, B, C) host copies (float32, or uint16 bits of
  *   fp16/bf16), shapes (m, k), (k, n), (m, n).
  * or, on failure, (CUresult or cublasStatus_t, "cuda" | "cublas" | "memory"
- * | "unsupported", need_bytes, free_bytes); _core.last_call() says which call.
+ * (device memory too small: need_bytes, free_bytes) | "host" (malloc failed)
+ * | "unsupported" (no cuBLASLt), need_bytes, free_bytes); _core.last_call()
+ * says which call failed.
  */
 PyObject *cd_py_gemm(PyObject *self, PyObject *args, PyObject *kw)
 {

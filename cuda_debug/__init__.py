@@ -24,6 +24,14 @@ __all__ = [
 ]
 
 
+def __getattr__(name):
+    """``cuda_debug.bench`` is imported on first use (it brings NumPy)."""
+    if name == "bench":
+        import importlib
+        return importlib.import_module(".bench", __name__)
+    raise AttributeError("module 'cuda_debug' has no attribute %r" % name)
+
+
 def load_ipython_extension(ipython):
     """``%load_ext cuda_debug``: the %launch_blocking magics and short reports."""
     from . import _notebook
