@@ -62,6 +62,13 @@ def timed(fn, n):
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / n
 
+if config not in ("never", "env"):   # what entering and leaving a scope costs
+    t0 = time.perf_counter()
+    for _ in range(200):
+        with launch_blocking():
+            pass
+    out["scope_cycle_us"] = (time.perf_counter() - t0) / 200 * 1e6
+
 if "tiny" in workloads:
     x = torch.zeros(1, device="cuda")
     timed(lambda: x.add_(1), 2000)
@@ -141,6 +148,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--workloads", default="tiny,resnet50,gemm")
     ap.add_argument("--variants", action="store_true")
+    ap.add_argument("--extra", default="", help="comma-separated variants to add, e.g. scope_profile")
     ap.add_argument("--json")
     a = ap.parse_args()
     workloads = a.workloads.split(",")
@@ -149,13 +157,15 @@ def main():
         configs.append("scope_loss")
     if a.variants:
         configs += list(VARIANTS)
+    configs += [c for c in a.extra.split(",") if c and c not in configs]
     runs = {c: [] for c in configs}
     for rep in range(a.reps):
         for c in configs:
             r = run_child(c, workloads)
             runs[c].append(r)
-            print("rep %d %-20s %s" % (rep, c, {k: round(v, 2) for k, v in r.items()
-                                                 if isinstance(v, float)}), flush=True)
+            print("rep %d %-20s %s %s" % (rep, c, {k: round(v, 2) for k, v in r.items()
+                                                    if isinstance(v, float)},
+                                          r.get("stats") or ""), flush=True)
     metrics = [m for m in ("tiny_us", "resnet50_ms", "gemm_us")
                if any(m in r for rs in runs.values() for r in rs)]
     med = {c: {m: statistics.median(r[m] for r in rs) for m in metrics if m in rs[0]}
