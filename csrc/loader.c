@@ -80,6 +80,7 @@ int cd_load_library(enum cd_lib lib, PyObject *sonames, PyObject *paths)
     cd_library *L = &cd_libs[lib];
     if (L->handle)
         return 0;
+    L->error[0] = '\0';
     Py_ssize_t i, n;
 
     n = PyList_GET_SIZE(sonames);
@@ -97,9 +98,12 @@ int cd_load_library(enum cd_lib lib, PyObject *sonames, PyObject *paths)
         if (!p)
             return -1;
         void *h = dlopen(p, RTLD_NOW | RTLD_GLOBAL);
-        if (!h) {
+        if (!h) {   /* keep every candidate's reason, first first */
             const char *e = dlerror();
-            snprintf(L->error, sizeof L->error, "%s", e ? e : "dlopen failed");
+            size_t used = strlen(L->error);
+            if (used + 3 < sizeof L->error)
+                snprintf(L->error + used, sizeof L->error - used, "%s%s", used ? "; " : "",
+                         e ? e : "dlopen failed");
             continue;
         }
         if (try_handle(lib, h, strchr(p, '/') ? "path" : "system loader") == 0)

@@ -101,7 +101,7 @@ def load(name: str) -> Library:
             load_unlocked_driver()
         sonames, paths = candidates(name)
         ok, path, how, error = _core.load_library(_IDS[name], sonames, paths)
-        lib = Library(name, bool(ok), path, how, error, sonames[:1] + paths)
+        lib = Library(name, bool(ok), path, how, error, paths)
         _cache[name] = lib
         return lib
 
