@@ -13,6 +13,8 @@ reported. Configurations:
     outside    cuda_debug imported, one scope entered and left, work done outside
     scope      the whole workload inside launch_blocking()
     scope_loss (resnet50 only) only the loss computation inside a scope
+    sync_loss  (resnet50 only) no cuda_debug; torch.cuda.synchronize() after the
+               loss: the price of any one synchronisation at that point
     env        CUDA_LAUNCH_BLOCKING=1, no cuda_debug
 --variants adds scopes under the debug switches (read once at import) that
 take the cost apart: CUDA_DEBUG_WAIT=spin (poll cuStreamQuery instead of
@@ -39,7 +41,7 @@ CHILD = textwrap.dedent(r"""
 import json, os, sys, time
 config, workloads = sys.argv[1], sys.argv[2].split(",")
 import torch
-if config != "never" and config != "env":
+if config not in ("never", "env", "sync_loss"):
     import cuda_debug
     from cuda_debug import launch_blocking
     with launch_blocking():          # CUPTI loaded and released once, like a real user
@@ -62,7 +64,7 @@ def timed(fn, n):
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / n
 
-if config not in ("never", "env"):   # what entering and leaving a scope costs
+if config not in ("never", "env", "sync_loss"):   # what entering and leaving a scope costs
     t0 = time.perf_counter()
     for _ in range(200):
         with launch_blocking():
@@ -88,7 +90,12 @@ if "resnet50" in workloads:
     crit = torch.nn.CrossEntropyLoss()
     xb = torch.randn(32, 3, 224, 224, device="cuda")
     yb = torch.randint(0, 1000, (32,), device="cuda")
-    loss_region = launch_blocking if config == "scope_loss" else contextlib.nullcontext
+    @contextlib.contextmanager
+    def synchronized():                  # what any one sync at the loss costs
+        yield
+        torch.cuda.synchronize()
+    loss_region = {"scope_loss": launch_blocking, "sync_loss": synchronized}.get(
+        config, contextlib.nullcontext)
     def step():
         opt.zero_grad(set_to_none=True)
         y = model(xb)
@@ -98,7 +105,7 @@ if "resnet50" in workloads:
         opt.step()
     timed(step, 8)
     out["resnet50_ms"] = timed(step, 25) * 1e3
-if config != "never" and config != "env":
+if config not in ("never", "env", "sync_loss"):
     out["stats"] = cuda_debug._core.stats()
 print("RESULT " + json.dumps(out))
 """)
@@ -149,15 +156,18 @@ def main():
     ap.add_argument("--workloads", default="tiny,resnet50,gemm")
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--extra", default="", help="comma-separated variants to add, e.g. scope_profile")
+    ap.add_argument("--configs", help="run only these (comma-separated)")
     ap.add_argument("--json")
     a = ap.parse_args()
     workloads = a.workloads.split(",")
     configs = list(BASE)
     if "resnet50" in workloads:
-        configs.append("scope_loss")
+        configs += ["scope_loss", "sync_loss"]
     if a.variants:
         configs += list(VARIANTS)
     configs += [c for c in a.extra.split(",") if c and c not in configs]
+    if a.configs:
+        configs = a.configs.split(",")
     runs = {c: [] for c in configs}
     for rep in range(a.reps):
         for c in configs:
@@ -182,7 +192,8 @@ def main():
     ratios = {}
     for name, num, den in [("scope / env (target <= 1.00)", "scope", "env"),
                            ("outside / never (target <= 1.01)", "outside", "never"),
-                           ("scope_loss / never (target <= 1.031)", "scope_loss", "never")] + \
+                           ("scope_loss / never (target <= 1.031)", "scope_loss", "never"),
+                           ("sync_loss / never", "sync_loss", "never")] + \
             [("%s / env" % c, c, "env") for c in configs if c in VARIANTS]:
         if num not in med:
             continue

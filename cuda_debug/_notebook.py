@@ -57,6 +57,9 @@ def _cell_label(shell, filename: Optional[str]) -> Optional[str]:
     if not filename or shell is None:
         return None
     comp = getattr(shell, "compile", None)
+    number = getattr(comp, "_filename_map", {}).get(filename)
+    if number is not None:
+        return "Cell In[%s]" % number
     fmt = getattr(comp, "format_code_name", None)
     if fmt is not None:
         try:
@@ -65,8 +68,7 @@ def _cell_label(shell, filename: Optional[str]) -> Optional[str]:
             res = None
         if res:
             return "%s %s" % res
-    number = getattr(comp, "_filename_map", {}).get(filename)
-    return "Cell In[%s]" % number if number is not None else None
+    return None
 
 
 def _relocate(text: str, shell, filename, lineno, function) -> str:
@@ -183,10 +185,24 @@ def _status() -> str:
     return "launch blocking: off (%%launch_blocking runs one cell in a scope)"
 
 
+def _running_cell_number(shell) -> int:
+    """The In[n] of the cell running now: the number IPython cached the cell's
+    code under, found from the frame that runs it. (``shell.execution_count``
+    is n in IPython 8 but n + 1 in IPython 9 while the cell runs.)"""
+    fmap = getattr(shell.compile, "_filename_map", {})
+    f = sys._getframe(1)
+    while f is not None:
+        n = fmap.get(f.f_code.co_filename)
+        if n is not None:
+            return n
+        f = f.f_back
+    return shell.execution_count
+
+
 def _run_cell_body(shell, cell: str, all_threads: bool):
     """Run a cell's body in a scope; its last expression is the magic's value
     (displayed as Out[n]). Line numbers are the cell's, magic line included."""
-    number = shell.execution_count
+    number = _running_cell_number(shell)
     source = shell.transform_cell(cell)
     source = "\n" + source       # line 1 of the cell is the %%launch_blocking line
     name = shell.compile.cache(source, number)

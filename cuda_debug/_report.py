@@ -81,6 +81,10 @@ def is_user_file(filename: str) -> bool:
         return filename in ("<stdin>", "<string>") or filename.startswith("<ipython")
     if "site-packages" in filename or "dist-packages" in filename:
         return False
+    # Cython modules report relative paths (cupy_backends/cuda/api/driver.pyx);
+    # scripts run by Python always have absolute ones.
+    if filename.endswith((".pyx", ".pxd", ".pxi")) or not os.path.isabs(filename):
+        return False
     if _PREFIXES is None:
         _PREFIXES = _library_prefixes()
     real = os.path.realpath(filename)

@@ -210,6 +210,7 @@ def test_user_frames_skip_libraries():
     assert not _report.is_user_file(_report.__file__)
     assert not _report.is_user_file("/x/site-packages/torch/nn/functional.py")
     assert not _report.is_user_file("<frozen runpy>")
+    assert not _report.is_user_file("cupy_backends/cuda/api/driver.pyx")
     assert _report.is_user_file(__file__)
     assert _report.is_user_file("<ipython-input-3-abc>")
     assert _report.is_user_file("<stdin>") and _report.is_user_file("<string>")
