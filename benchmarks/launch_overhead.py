@@ -147,7 +147,7 @@ def versions():
     return dict(gpu=info[0] if isinstance(info, tuple) else "?",
                 driver=_core.driver_version(), torch=torch.__version__,
                 cuda=torch.version.cuda, cuda_debug=cuda_debug.__version__,
-                commit=rev.stdout.strip() or "?")
+                commit=os.environ.get("CUDA_DEBUG_COMMIT") or rev.stdout.strip() or "?")
 
 
 def main():

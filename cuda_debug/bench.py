@@ -679,7 +679,11 @@ def environment(device: int = 0) -> dict:
 
 def git_commit(path: Optional[str] = None) -> Optional[str]:
     """Short commit of the checkout holding `path` (this package by default),
-    with ``-dirty`` when it has uncommitted changes; None outside git."""
+    with ``-dirty`` when it has uncommitted changes; None outside git.
+    ``$CUDA_DEBUG_COMMIT`` wins: a copy of the tree without .git (a GPU machine)
+    is told which commit it is."""
+    if os.environ.get("CUDA_DEBUG_COMMIT"):
+        return os.environ["CUDA_DEBUG_COMMIT"]
     folder = path or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=folder,
