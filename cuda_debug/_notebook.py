@@ -78,8 +78,8 @@ def _relocate(text: str, shell, filename, lineno, function) -> str:
         return text
     old = "at %s:%s" % (filename, lineno)
     new = "at %s, line %s" % (label, lineno)
-    if function == "<module>":
-        old += " in <module>"
+    if function == "<module>" and old + " in <module>" in text:
+        old += " in <module>"    # a cell's top level needs no "in <module>"
     return text.replace(old, new, 1)
 
 

@@ -231,28 +231,42 @@ report(box)
 
 
 def test_no_deadlock_when_another_thread_holds_the_gil(child):
+    """The fault is found and recorded while another thread holds the GIL: the
+    launch callback never needs it. The scoped thread waits on a 0.5 s kernel
+    (GIL released); meanwhile a second thread takes the GIL and keeps it 1.5 s
+    (a PyDLL call keeps the GIL). The fault record's time falls inside that
+    hold; the exception follows once the GIL is free."""
     c = child(CATCH + """
 import ctypes, threading, time, cuda_debug.testing as t
+from cuda_debug import _report
 libc = ctypes.PyDLL(None)           # PyDLL: the GIL stays held during the call
-stop = threading.Event()
+go = threading.Event()
+hold = {}
 def hog():
-    while not stop.is_set():
-        libc.usleep(200000)         # holds the GIL 200 ms at a time
+    go.wait()
+    time.sleep(0.1)                 # the scoped thread is inside its launch by now
+    hold["start"] = time.time()
+    libc.usleep(1500000)            # 1.5 s with the GIL held
+    hold["end"] = time.time()
 t.empty(); cuda_debug.check()
-th = threading.Thread(target=hog, daemon=True); th.start()
-time.sleep(0.05)
+th = threading.Thread(target=hog); th.start()
 t0 = time.perf_counter()
+t.spin(0.5)                         # asynchronous: queued ahead of the assert
+go.set()
 try:
     with cuda_debug.launch_blocking():
         t.device_assert()  # LAUNCH
 except cuda_debug.CudaError as e:
     r = describe(e); r["s"] = time.perf_counter() - t0
-stop.set(); th.join()
+th.join()
+r["fault_time"] = _report.raw_fault().wall_time
+r.update(hold)
 report(r)
 """, timeout=60)
     r = c.result
     _check_common(r, c, "DeviceAssertError", 710)
-    assert r["s"] < 5, r
+    assert r["start"] < r["fault_time"] < r["end"], r
+    assert r["s"] < 10, r
 
 
 def test_ten_thousand_scopes_leak_nothing(child):

@@ -200,3 +200,24 @@ def test_gpu_torch_device_assert_without_a_scope(notebook):
     assert any(line.startswith("  reported at Cell In[2], line") for line in cell.traceback), cell
     assert "%%launch_blocking" in cell.tb_text and "restart" in cell.tb_text
     assert len(cell.traceback) <= 6, cell
+
+
+def test_relocate_names_the_cell_at_module_level_and_in_functions():
+    """Report lines that point into a cell's temp file say ``Cell In[n]``."""
+    from cuda_debug import _notebook
+
+    class Compiler:
+        _filename_map = {"/tmp/ipykernel_1/3.py": 2}
+
+    class Shell:
+        compile = Compiler()
+
+    f = "/tmp/ipykernel_1/3.py"
+    assert _notebook._relocate("reported at %s:5" % f, Shell(), f, 5, "<module>") == \
+        "reported at Cell In[2], line 5"
+    assert _notebook._relocate("at %s:5 in <module>:  x" % f, Shell(), f, 5, "<module>") == \
+        "at Cell In[2], line 5:  x"
+    assert _notebook._relocate("at %s:5 in g:  x" % f, Shell(), f, 5, "g") == \
+        "at Cell In[2], line 5 in g:  x"
+    assert _notebook._relocate("at /elsewhere.py:5", Shell(), "/elsewhere.py", 5, "g") == \
+        "at /elsewhere.py:5"
