@@ -249,6 +249,8 @@ def hog():
     libc.usleep(1500000)            # 1.5 s with the GIL held
     hold["end"] = time.time()
 t.empty(); cuda_debug.check()
+with cuda_debug.launch_blocking():  # CUPTI loaded: entering the next scope is quick
+    t.empty()
 th = threading.Thread(target=hog); th.start()
 t0 = time.perf_counter()
 t.spin(0.5)                         # asynchronous: queued ahead of the assert
