@@ -10,6 +10,7 @@ configurations are interleaved, repeated --reps times, and the median is
 reported. Configurations:
 
     never      cuda_debug never imported (the async baseline)
+    imported   cuda_debug imported, no scope ever entered
     outside    cuda_debug imported, one scope entered and left, work done outside
     scope      the whole workload inside launch_blocking()
     scope_loss (resnet50 only) only the loss computation inside a scope
@@ -44,8 +45,9 @@ import torch
 if config not in ("never", "env", "sync_loss"):
     import cuda_debug
     from cuda_debug import launch_blocking
-    with launch_blocking():          # CUPTI loaded and released once, like a real user
-        torch.zeros(1, device="cuda").add_(1)
+    if config != "imported":
+        with launch_blocking():      # CUPTI loaded and released once, like a real user
+            torch.zeros(1, device="cuda").add_(1)
 else:
     import contextlib
     launch_blocking = contextlib.nullcontext
@@ -64,7 +66,7 @@ def timed(fn, n):
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / n
 
-if config not in ("never", "env", "sync_loss"):   # what entering and leaving a scope costs
+if config not in ("never", "env", "sync_loss", "imported"):   # entering + leaving a scope
     t0 = time.perf_counter()
     for _ in range(200):
         with launch_blocking():
@@ -110,7 +112,7 @@ if config not in ("never", "env", "sync_loss"):
 print("RESULT " + json.dumps(out))
 """)
 
-BASE = ["never", "outside", "scope", "env"]
+BASE = ["never", "imported", "outside", "scope", "env"]
 VARIANTS = {
     "scope_spin": {"CUDA_DEBUG_WAIT": "spin"},
     "scope_nocapture": {"CUDA_DEBUG_CAPTURE": "off"},
@@ -192,6 +194,7 @@ def main():
     ratios = {}
     for name, num, den in [("scope / env (target <= 1.00)", "scope", "env"),
                            ("outside / never (target <= 1.01)", "outside", "never"),
+                           ("imported / never", "imported", "never"),
                            ("scope_loss / never (target <= 1.031)", "scope_loss", "never"),
                            ("sync_loss / never", "sync_loss", "never")] + \
             [("%s / env" % c, c, "env") for c in configs if c in VARIANTS]:
