@@ -40,7 +40,8 @@
     X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)      \
     X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                      \
     X(cuDeviceGetAttribute) X(cuDeviceTotalMem)                                \
-    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxGetState)                   \
+    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                   \
+    X(cuDevicePrimaryCtxGetState)                                              \
     X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent)                  \
     X(cuCtxPopCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)                   \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                \

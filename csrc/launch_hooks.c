@@ -114,6 +114,18 @@ static inline int is_ptsz(CUpti_CallbackId cbid)
            cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
 }
 
+/* The three launch-parameter structs name their dimensions alike. */
+#define COPY_LAUNCH_DIMS(f, p)                                                          \
+    do {                                                                                \
+        if (f) {                                                                        \
+            (f)->grid[0] = (p)->gridDimX, (f)->grid[1] = (p)->gridDimY;                 \
+            (f)->grid[2] = (p)->gridDimZ;                                               \
+            (f)->block[0] = (p)->blockDimX, (f)->block[1] = (p)->blockDimY;             \
+            (f)->block[2] = (p)->blockDimZ;                                             \
+            (f)->shared_mem = (p)->sharedMemBytes;                                      \
+        }                                                                               \
+    } while (0)
+
 /* The launch's stream, and (when wanted) its configuration. */
 static CUstream launch_stream(CUpti_CallbackId cbid, const void *params, cd_fault *f)
 {
@@ -123,35 +135,22 @@ static CUstream launch_stream(CUpti_CallbackId cbid, const void *params, cd_faul
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
         const cuLaunchKernel_params *p = params;
         s = p->hStream;
-        if (f) {
-            f->grid[0] = p->gridDimX; f->grid[1] = p->gridDimY; f->grid[2] = p->gridDimZ;
-            f->block[0] = p->blockDimX; f->block[1] = p->blockDimY; f->block[2] = p->blockDimZ;
-            f->shared_mem = p->sharedMemBytes;
-        }
+        COPY_LAUNCH_DIMS(f, p);
         break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
         const cuLaunchCooperativeKernel_params *p = params;
         s = p->hStream;
-        if (f) {
-            f->grid[0] = p->gridDimX; f->grid[1] = p->gridDimY; f->grid[2] = p->gridDimZ;
-            f->block[0] = p->blockDimX; f->block[1] = p->blockDimY; f->block[2] = p->blockDimZ;
-            f->shared_mem = p->sharedMemBytes;
-        }
+        COPY_LAUNCH_DIMS(f, p);
         break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
-        const cuLaunchKernelEx_params *p = params;
-        const CUlaunchConfig *c = p->config;
+        const CUlaunchConfig *c = ((const cuLaunchKernelEx_params *)params)->config;
         if (c) {
             s = c->hStream;
-            if (f) {
-                f->grid[0] = c->gridDimX; f->grid[1] = c->gridDimY; f->grid[2] = c->gridDimZ;
-                f->block[0] = c->blockDimX; f->block[1] = c->blockDimY; f->block[2] = c->blockDimZ;
-                f->shared_mem = c->sharedMemBytes;
-            }
+            COPY_LAUNCH_DIMS(f, c);
         }
         break;
     }

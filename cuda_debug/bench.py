@@ -1155,11 +1155,8 @@ def _write(path: Optional[str], text: str) -> str:
     return text
 
 
-class GemmResult:
-    """What :func:`gemm` measured: ``array`` (NumPy structured, one row per
-    size, dtype, flags, api and mode; columns in the module docstring),
-    ``meta`` (GPU, driver, CUDA, cuBLAS, peaks, clocks seen) and ``samples``
-    (the raw per-sample arrays of each row, same order)."""
+class _Result:
+    """A benchmark's structured ``array``, its ``meta`` and the raw ``samples``."""
 
     def __init__(self, array: np.ndarray, meta: dict, samples: Optional[list] = None):
         self.array = array
@@ -1169,12 +1166,19 @@ class GemmResult:
     def __len__(self):
         return len(self.array)
 
-    def __repr__(self):
-        return "<GemmResult %d rows on %s>" % (len(self.array), self.meta.get("gpu", "?"))
-
     def rows(self) -> List[dict]:
         names = self.array.dtype.names
         return [dict(zip(names, r)) for r in self.array.tolist()]
+
+
+class GemmResult(_Result):
+    """What :func:`gemm` measured: ``array`` (NumPy structured, one row per
+    size, dtype, flags, api and mode; columns in the module docstring),
+    ``meta`` (GPU, driver, CUDA, cuBLAS, peaks, clocks seen) and ``samples``
+    (the raw per-sample arrays of each row, same order)."""
+
+    def __repr__(self):
+        return "<GemmResult %d rows on %s>" % (len(self.array), self.meta.get("gpu", "?"))
 
     def header(self) -> str:
         m = self.meta
@@ -1366,25 +1370,13 @@ def _fill_latency_derived(rows: List[dict]) -> None:
             r["slowdown"] = r["us"] / base
 
 
-class LatencyResult:
+class LatencyResult(_Result):
     """What :func:`launch_latency` measured: ``array`` (one row per mode:
     us, p10_us, p90_us, call_us, call_p10_us, call_p90_us, extra_us, slowdown,
     samples, loops, loop_n), ``meta`` and the raw ``samples``."""
 
-    def __init__(self, array: np.ndarray, meta: dict, samples: Optional[list] = None):
-        self.array = array
-        self.meta = meta
-        self.samples = samples or []
-
-    def __len__(self):
-        return len(self.array)
-
     def __repr__(self):
         return "<LatencyResult %d modes on %s>" % (len(self.array), self.meta.get("gpu", "?"))
-
-    def rows(self) -> List[dict]:
-        names = self.array.dtype.names
-        return [dict(zip(names, r)) for r in self.array.tolist()]
 
     def table(self, legend: bool = True) -> str:
         headers = ["mode", "us/launch", "p10", "p90", "extra us", "slowdown", "call us",
