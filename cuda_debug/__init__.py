@@ -6,30 +6,40 @@
 Errors: CudaError and its subclasses (DeviceAssertError, IllegalAddressError, ...)
 carry the kernel, the launching line and the device's assert text.
 """
-from ._errors import (CudaError, CudaUnavailableError, DeviceAssertError,
-                      HardwareStackError, IllegalAddressError, IllegalInstructionError,
-                      InvalidAddressSpaceError, InvalidPcError, LaunchError,
-                      LaunchFailureError, LaunchTimeoutError, MisalignedAddressError,
-                      StickyCudaError, ToolConflictError)
-from ._scope import check, is_launch_blocking, last_error, launch_blocking
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "launch_blocking", "is_launch_blocking", "check", "last_error",
-    "CudaError", "CudaUnavailableError", "ToolConflictError", "LaunchError",
-    "StickyCudaError", "DeviceAssertError", "IllegalAddressError", "LaunchFailureError",
-    "MisalignedAddressError", "IllegalInstructionError", "InvalidAddressSpaceError",
-    "InvalidPcError", "HardwareStackError", "LaunchTimeoutError",
-]
+# The public names and the module that defines each. They are imported on first
+# use (PEP 562), so that ``import cuda_debug`` - which pytest does at every start
+# through the pytest11 entry point - costs about a millisecond, not 25.
+_PUBLIC = {
+    "._scope": ["launch_blocking", "is_launch_blocking", "check", "last_error"],
+    "._errors": ["CudaError", "CudaUnavailableError", "ToolConflictError", "LaunchError",
+                 "StickyCudaError", "DeviceAssertError", "IllegalAddressError",
+                 "LaunchFailureError", "MisalignedAddressError", "IllegalInstructionError",
+                 "InvalidAddressSpaceError", "InvalidPcError", "HardwareStackError",
+                 "LaunchTimeoutError"],
+}
+_WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
+_SUBMODULES = ("bench", "testing")
+
+__all__ = [name for names in _PUBLIC.values() for name in names]
 
 
 def __getattr__(name):
-    """``cuda_debug.bench`` is imported on first use (it brings NumPy)."""
-    if name == "bench":
-        import importlib
-        return importlib.import_module(".bench", __name__)
-    raise AttributeError("module 'cuda_debug' has no attribute %r" % name)
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+    elif name in _SUBMODULES:          # cuda_debug.bench brings NumPy
+        value = importlib.import_module("." + name, __name__)
+    else:
+        raise AttributeError("module 'cuda_debug' has no attribute %r" % name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__ + list(_SUBMODULES))
 
 
 def load_ipython_extension(ipython):

@@ -238,3 +238,16 @@ def test_fault_kernels_header_is_up_to_date():
     p = subprocess.run([sys.executable, os.path.join(ROOT, "csrc", "gen_fault_kernels.py"),
                         "--check", "--nvcc", nvcc], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_import_is_lazy():
+    """``import cuda_debug`` (pytest does it at every start, through the plugin's
+    entry point) loads neither NumPy nor the error machinery until used."""
+    code = ("import sys, cuda_debug\n"
+            "before = [m for m in ('numpy', 'cuda_debug._errors', 'cuda_debug._scope',\n"
+            "                      'cuda_debug._core') if m in sys.modules]\n"
+            "cuda_debug.DeviceAssertError\n"
+            "print(before, 'cuda_debug._errors' in sys.modules, 'numpy' in sys.modules)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["[]", "True", "False"], p.stdout
