@@ -25,7 +25,10 @@ PTX_VERSION = "7.0"
 def build_ptx(nvcc):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "k.ptx")
-        subprocess.run([nvcc, "-ptx", "-arch=compute_75", "-o", out, SOURCE], check=True)
+        # Relative source name, from csrc/: assert() bakes __FILE__ into the PTX, and
+        # the header must not depend on where the checkout lives.
+        subprocess.run([nvcc, "-ptx", "-arch=compute_75", "-o", out,
+                        os.path.basename(SOURCE)], check=True, cwd=HERE)
         with open(out) as f:
             ptx = f.read()
     ptx = re.sub(r"^\.version \d+\.\d+$", ".version " + PTX_VERSION, ptx, count=1, flags=re.M)
