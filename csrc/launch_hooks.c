@@ -70,7 +70,11 @@ static const CUpti_CallbackId capture_cbids[] = {
  * capture_gen moves on every call that can start a capture (above) and on
  * every subscribe (captures begun while we were not subscribed are unknown),
  * which sends every thread back to the driver once. A capturing stream is
- * never cached, so launches on it are always checked. */
+ * never cached, so launches on it are always checked. The generation moves at
+ * the API's exit: a launch by *another* thread on the very stream whose capture
+ * is starting, during that call, could still be synchronised (the capture would
+ * then fail with 900); launching on a stream while another thread begins to
+ * capture it is already a race in the program. */
 static atomic_uint_fast64_t capture_gen = 1;
 static _Thread_local CUstream tls_clear_stream;
 static _Thread_local uint64_t tls_clear_gen;

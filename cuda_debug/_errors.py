@@ -30,7 +30,7 @@ from . import _cuda_errors
 REPORT_FIELDS = (
     "kernel", "kernel_mangled", "grid", "block", "shared_mem", "stream", "device",
     "filename", "lineno", "function", "line", "launch_stack", "device_message",
-    "driver_log", "op", "inputs", "thread", "launch_api", "found_at",
+    "driver_log", "op", "inputs", "thread", "launch_api", "found_at", "launch_refused",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -260,7 +260,12 @@ def format_report(err: CudaError) -> str:
     whether the context survived."""
     what = err.what or (err.name or "CUDA error")
     kernel = short_kernel_name(err.kernel) if err.kernel else None
-    if (err.launch_api or "").startswith("cuGraphLaunch"):
+    if err.launch_refused and err.sticky:
+        # The launch was refused because the context had died already: the fault
+        # is an earlier kernel's, launched outside any scope.
+        head = "%s in an earlier kernel (launched outside launch_blocking(); the CUDA " \
+               "context was already dead when %s was launched)" % (what, kernel or "this kernel")
+    elif (err.launch_api or "").startswith("cuGraphLaunch"):
         head = "%s in a CUDA graph replay" % what
     elif kernel:
         head = "%s in %s" % (what, kernel)

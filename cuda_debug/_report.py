@@ -142,6 +142,7 @@ def build(raw: Optional[RawFault], *, code: Optional[int] = None, tb=None, frame
             device_message=_text(raw.device_message) or None,
             thread="%s (tid %d)" % (raw.thread_name, raw.thread_id),
             launch_api=_LAUNCH_APIS.get(raw.cbid),
+            launch_refused=bool(raw.at_launch),
             driver_log=[_text(b).rstrip() for b in
                         _core.driver_log(_previous_log_end(raw), raw.log_end)] or None,
         )

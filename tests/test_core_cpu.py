@@ -158,6 +158,10 @@ def test_report_variants():
     assert "block [4096, 1, 1]" in str(launch) and "still usable" in str(launch)
     unknown = cuda_debug.IllegalAddressError(code=700, found_at="check")
     assert "kernel unknown" in str(unknown) and "launch_blocking()" in str(unknown)
+    dead = cuda_debug.DeviceAssertError(code=710, kernel="void k(int)", launch_refused=True)
+    assert str(dead).startswith("device-side assert in an earlier kernel (launched outside "
+                                "launch_blocking(); the CUDA context was already dead when k "
+                                "was launched)")
     graph = cuda_debug.LaunchFailureError(code=719, launch_api="cuGraphLaunch")
     assert "in a CUDA graph replay" in str(graph)
     two = ASSERT_TEXT + ASSERT_TEXT.replace("[3,0,0]", "[4,0,0]")
