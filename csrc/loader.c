@@ -36,8 +36,11 @@ void *cd_sym(enum cd_lib lib, const char *name)
  * symbol, write its name into err and return -1. */
 static int bind_symbols(enum cd_lib lib, void *handle, char *err, size_t errlen)
 {
+/* CD_STR(name) is the versioned symbol of these headers (cuEventElapsedTime_v2);
+ * an older driver may only have the plain one (#name), which serves the same. */
 #define CD_BIND_REQ(name)                                                     \
-    if (!(tbl->name = (__typeof__(tbl->name))dlsym(handle, CD_STR(name)))) { \
+    if (!(tbl->name = (__typeof__(tbl->name))dlsym(handle, CD_STR(name))) &&  \
+        !(tbl->name = (__typeof__(tbl->name))dlsym(handle, #name))) {        \
         snprintf(err, errlen, "symbol %s not found", CD_STR(name));          \
         return -1;                                                            \
     }
