@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Build cuda_debug on the GPU machine, run the GPU tests and the benchmarks.
 # Usage (from the repo root, on a machine with a GPU and no package registry):
-#   OUT=/tmp/out bash benchmarks/run_on_gpu.sh [tests] [overhead] [gemm] [probe]
-# Logs go under $OUT; a short summary is printed last.
+#   OUT=/tmp/out CUDA_DEBUG_COMMIT=$(git rev-parse --short HEAD) \
+#     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [gemm]
+# The notebook tests need ipykernel, nbclient and nbformat: where the machine has
+# no registry, bring them as wheels in .whl/ (pip download ... -d .whl) and they
+# are installed into /tmp/site first. Logs go under $OUT; a summary is printed last.
 set -u
 OUT=${OUT:-/tmp/cuda_debug_out}
 mkdir -p "$OUT"
@@ -10,6 +13,10 @@ export PYTHONUNBUFFERED=1
 what=${*:-tests overhead}
 summary=()
 
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl >"$OUT/wheels.log" 2>&1 && export PYTHONPATH=/tmp/site
+fi
 python3 -m pip install -q --no-build-isolation --no-deps -e . >"$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 summary+=("build: ok")
