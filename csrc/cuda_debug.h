@@ -53,7 +53,7 @@
     X(cuEventSynchronize) X(cuEventElapsedTime)
 
 /* Entry points that older drivers lack: NULL when absent. */
-#define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback) X(cuLogsUnregisterCallback)
+#define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback)
 
 #define CD_CUPTI_FUNCS(X)                                                       \
     X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback)               \

@@ -91,28 +91,23 @@ def candidates(name: str) -> (List[str], List[str]):
     return sonames, [p for p in paths if "/" not in p or os.path.exists(p)]
 
 
-def load(name: str) -> Library:
-    """Open `name` once (first success is kept); never raises."""
-    with _lock:
-        lib = _cache.get(name)
-        if lib is not None and lib.loaded:
-            return lib
-        if name != CUDA:
-            load_unlocked_driver()
+def _open(name: str) -> Library:
+    """Open `name` unless already open; the caller holds _lock."""
+    lib = _cache.get(name)
+    if lib is None or not lib.loaded:
         sonames, paths = candidates(name)
         ok, path, how, error = _core.load_library(_IDS[name], sonames, paths)
-        lib = Library(name, bool(ok), path, how, error, paths)
-        _cache[name] = lib
-        return lib
-
-
-def load_unlocked_driver() -> Library:
-    lib = _cache.get(CUDA)
-    if lib is None or not lib.loaded:
-        sonames, paths = candidates(CUDA)
-        ok, path, how, error = _core.load_library(_IDS[CUDA], sonames, paths)
-        lib = _cache[CUDA] = Library(CUDA, bool(ok), path, how, error, paths)
+        lib = _cache[name] = Library(name, bool(ok), path, how, error, paths)
     return lib
+
+
+def load(name: str) -> Library:
+    """Open `name` once (first success is kept); never raises. The driver is
+    opened first: its version decides which CUDA major to look for."""
+    with _lock:
+        if name != CUDA:
+            _open(CUDA)
+        return _open(name)
 
 
 def describe(lib: Library) -> str:

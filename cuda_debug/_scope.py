@@ -14,7 +14,7 @@ any scope is open. ``launch_blocking(all_threads=True)`` blocks every thread
 import contextlib
 import threading
 
-from . import _core, _libraries, _report
+from . import _core, _cuda_errors, _libraries, _report
 from ._errors import CudaError, CudaUnavailableError, ToolConflictError
 
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
@@ -102,7 +102,7 @@ def _translate(mark: int, exc, tb):
     if isinstance(exc, CudaError):          # already ours (inner scope, cuda_debug.testing)
         _report.claim(raw)
         return None
-    sticky = _report._cuda_errors.is_sticky(raw.code)
+    sticky = _cuda_errors.is_sticky(raw.code)
     if exc is None and not sticky:
         return None
     if exc is not None and not sticky and not _report.mentions(exc, raw.code):

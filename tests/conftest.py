@@ -49,6 +49,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def line_of(text, marker):
+    """1-based number of the first line of `text` that holds `marker`."""
+    for i, line in enumerate(text.splitlines(), 1):
+        if marker in line:
+            return i
+    raise AssertionError("marker %r not found" % marker)
+
+
 class Child:
     def __init__(self, proc, script, source):
         self.script = script
@@ -63,10 +71,7 @@ class Child:
 
     def line_of(self, marker):
         """1-based line number in the script of the line holding `marker`."""
-        for i, line in enumerate(self.source.splitlines(), 1):
-            if marker in line:
-                return i
-        raise AssertionError("marker %r not in the child script" % marker)
+        return line_of(self.source, marker)
 
     def __repr__(self):
         return "<child rc=%s>\n--- stdout\n%s\n--- stderr\n%s" % (

@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+import conftest
 from conftest import ROOT, gpu_unavailable_reason
 
 NO_GPU = gpu_unavailable_reason() is not None
@@ -38,10 +39,7 @@ def report_start(lines, head):
 
 
 def line_of(path, marker):
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if marker in line:
-            return i
-    raise AssertionError(marker)
+    return conftest.line_of(path.read_text(), marker)
 
 
 FAKE_ASSERT = '''

@@ -53,10 +53,8 @@ def line_of(source: str, marker: str) -> int:
     """1-based line of `marker` in a file pytester wrote from `source`
     (dedented and stripped, as makepyfile does)."""
     import textwrap
-    for i, line in enumerate(textwrap.dedent(source).strip().splitlines(), 1):
-        if marker in line:
-            return i
-    raise AssertionError(marker)
+    import conftest
+    return conftest.line_of(textwrap.dedent(source).strip(), marker)
 
 
 # A fault as cuda_debug reports it, without a GPU.
