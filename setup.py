@@ -54,7 +54,8 @@ def numpy_include():
     return numpy.get_include()
 
 
-SOURCES = ["module.c", "loader.c", "launch_hooks.c", "fault_capture.c", "demangle.c",
+SOURCES = ["module.c", "loader.c", "launch_hooks.c", "scopes.c", "watch_ring.c", "frames.c",
+           "intern.c", "fault_records.c", "fault_report.c", "stderr_tee.c", "driver_log.c", "demangle.c",
            "fault_kernels.c", "gemm_bench.c"]
 
 core = Extension(

@@ -1,7 +1,8 @@
 /*
  * demangle.c: C++ kernel names for reports, through __cxa_demangle of the
- * libstdc++ that PyTorch/CuPy already loaded (or the system's). Report time
- * only, never on the launch path.
+ * libstdc++ that PyTorch/CuPy already loaded (or the system's), and the short
+ * names reports lead with. Cold paths only: reports, and the first launch of
+ * each kernel while watching.
  */
 #define _GNU_SOURCE
 #include "cuda_debug.h"
@@ -46,4 +47,113 @@ PyObject *cd_demangle(const char *mangled)
     PyObject *r = PyUnicode_DecodeUTF8(out, (Py_ssize_t)strlen(out), "replace");
     free(out);
     return r;
+}
+
+/* ------------------------------------------------------ short names -- */
+
+static void append(char *out, size_t cap, size_t *o, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n && *o + 1 < cap; i++)
+        out[(*o)++] = s[i];
+    out[*o < cap ? *o : cap - 1] = '\0';
+}
+
+/* `void at::native::(anonymous namespace)::k<128, 4, lambda ...>(float*, long)`
+ * -> `k<128, 4, …>`: no return type, namespaces or parameter list; template
+ * arguments kept while they are short and plain, then "…". */
+static size_t shorten(const char *s, size_t len, char *out, size_t cap)
+{
+    /* Drop the parameter list: the last top-level "(...)" ending the name. */
+    size_t end = len;
+    if (end && s[end - 1] == ')') {
+        int depth = 0;
+        for (size_t i = end; i-- > 0;) {
+            if (s[i] == ')')
+                depth++;
+            else if (s[i] == '(' && --depth == 0) {
+                end = i;
+                break;
+            }
+        }
+    }
+    /* The last top-level component (after "::" or a space: return type). */
+    size_t start = 0;
+    int depth = 0;
+    for (size_t i = 0; i < end; i++) {
+        char c = s[i];
+        if (c == '<' || c == '(')
+            depth++;
+        else if (c == '>' || c == ')')
+            depth--;
+        else if (depth == 0 && c == ':' && i + 1 < end && s[i + 1] == ':') {
+            start = i + 2;
+            i++;
+        } else if (depth == 0 && c == ' ')
+            start = i + 1;
+    }
+    if (start >= end)
+        start = 0;
+    size_t o = 0;
+    out[0] = '\0';
+    const char *lt = memchr(s + start, '<', end - start);
+    if (!lt) {
+        append(out, cap, &o, s + start, end - start);
+        return o;
+    }
+    append(out, cap, &o, s + start, (size_t)(lt - (s + start)) + 1);
+    /* Template arguments at depth 1. */
+    size_t i = (size_t)(lt - s) + 1, arg = i, kept = 0;
+    depth = 1;
+    int first = 1;
+    for (; i < end && depth > 0; i++) {
+        char c = s[i];
+        if (c == '<' || c == '(')
+            depth++;
+        else if (c == '>' || c == ')')
+            depth--;
+        if ((depth == 1 && c == ',') || depth == 0) {
+            const char *a = s + arg;
+            size_t n = i - arg;
+            while (n && *a == ' ')
+                a++, n--;
+            int plain = n <= 24 && !memchr(a, '<', n) && !memchr(a, '(', n);
+            if (!plain || kept + n > 48) {
+                append(out, cap, &o, first ? "\xe2\x80\xa6" : ", \xe2\x80\xa6", first ? 3 : 5);
+                first = 0;
+                break;
+            }
+            if (!first)
+                append(out, cap, &o, ", ", 2);
+            append(out, cap, &o, a, n);
+            kept += n;
+            first = 0;
+            arg = i + 1;
+        }
+    }
+    append(out, cap, &o, ">", 1);
+    return o;
+}
+
+size_t cd_short_kernel_name(const char *name, char *out, size_t cap)
+{
+    if (cap == 0)
+        return 0;
+    out[0] = '\0';
+    if (!name || !name[0])
+        return 0;
+    char *dem = NULL;
+    if (!strncmp(name, "_Z", 2)) {
+        cxa_demangle_fn fn = find_demangler();
+        int status = 0;
+        if (fn)
+            dem = fn(name, NULL, NULL, &status);
+        if (status != 0) {
+            free(dem);
+            dem = NULL;
+        }
+    }
+    const char *s = dem ? dem : name;
+    size_t n = shorten(s, strlen(s), out, cap);
+    free(dem);
+    return n;
 }

@@ -8,8 +8,6 @@
 
 #include <string.h>
 
-#define CD_MAX_DEVICES 64
-
 /* Per-device module and scratch buffer; guarded by the GIL (created from
  * Python-facing calls only, before the GIL is released for the launch). */
 static struct {
@@ -104,7 +102,7 @@ PyObject *cd_py_fault_launch(PyObject *self, PyObject *args, PyObject *kw)
         params[0] = &ns;
         block = 1;
     } else {
-        PyErr_Format(PyExc_ValueError, "unknown fault kernel kind %R", PyTuple_GET_ITEM(args, 0));
+        PyErr_Format(PyExc_ValueError, "unknown fault kernel kind '%s'", kind);
         return NULL;
     }
     CUcontext ctx;

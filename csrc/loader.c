@@ -24,8 +24,10 @@ _Thread_local cd_call_record cd_last_call;
 
 static const char *const lib_names[CD_LIB_COUNT] = {"cuda", "cupti", "cublas"};
 
-/* Guarded by the GIL (only Python-facing code loads libraries). */
-static int driver_init_result = -1;
+/* cuInit's result, once. Written by the first caller (Python-facing code,
+ * or a scope opening without the GIL): an atomic, so a second caller at the
+ * same moment at worst calls cuInit twice, which is allowed. */
+static atomic_int driver_init_result = -1;
 
 void *cd_sym(enum cd_lib lib, const char *name)
 {
@@ -36,9 +38,14 @@ void *cd_sym(enum cd_lib lib, const char *name)
  * symbol, write its name into err and return -1. */
 static int bind_symbols(enum cd_lib lib, void *handle, char *err, size_t errlen)
 {
-/* CD_STR(name) is the versioned symbol of these headers (cuEventElapsedTime_v2);
- * an older driver may only have the plain one (#name), which serves the same. */
+/* CD_STR(name) is the versioned symbol of these headers (cuMemAlloc_v2). Only
+ * the CD_DRIVER_FALLBACK names may fall back to the plain symbol (same ABI). */
 #define CD_BIND_REQ(name)                                                     \
+    if (!(tbl->name = (__typeof__(tbl->name))dlsym(handle, CD_STR(name)))) {  \
+        snprintf(err, errlen, "symbol %s not found", CD_STR(name));          \
+        return -1;                                                            \
+    }
+#define CD_BIND_FALLBACK(name)                                                \
     if (!(tbl->name = (__typeof__(tbl->name))dlsym(handle, CD_STR(name))) &&  \
         !(tbl->name = (__typeof__(tbl->name))dlsym(handle, #name))) {        \
         snprintf(err, errlen, "symbol %s not found", CD_STR(name));          \
@@ -48,6 +55,7 @@ static int bind_symbols(enum cd_lib lib, void *handle, char *err, size_t errlen)
     if (lib == CD_LIB_CUDA) {
         cd_driver_api *tbl = &cd_drv;
         CD_DRIVER_REQUIRED(CD_BIND_REQ)
+        CD_DRIVER_FALLBACK(CD_BIND_FALLBACK)
         CD_DRIVER_OPTIONAL(CD_BIND_OPT)
     } else if (lib == CD_LIB_CUPTI) {
         cd_cupti_api *tbl = &cd_cupti;
@@ -57,6 +65,7 @@ static int bind_symbols(enum cd_lib lib, void *handle, char *err, size_t errlen)
     /* cuBLAS symbols are bound by gemm_bench.c through cd_sym(). */
     return 0;
 #undef CD_BIND_REQ
+#undef CD_BIND_FALLBACK
 #undef CD_BIND_OPT
 }
 
@@ -121,15 +130,18 @@ int cd_driver_ready(void)
 {
     if (!cd_libs[CD_LIB_CUDA].handle)
         return -1;
-    if (driver_init_result < 0)
-        driver_init_result = CU_CHECK(cd_drv.cuInit(0));
-    return driver_init_result;
+    int rc = atomic_load(&driver_init_result);
+    if (rc < 0) {
+        rc = CU_CHECK(cd_drv.cuInit(0));
+        atomic_store(&driver_init_result, rc);
+    }
+    return rc;
 }
 
 /* Primary contexts retained by us, one per device, never released: the
  * frameworks share the same primary context and tear it down at exit. */
-#define CD_MAX_DEVICES 64
 static CUcontext retained[CD_MAX_DEVICES];
+static pthread_mutex_t retain_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int cd_device_context(int ordinal, CUcontext *ctx)
 {
@@ -138,13 +150,13 @@ int cd_device_context(int ordinal, CUcontext *ctx)
         return rc < 0 ? CUDA_ERROR_NOT_INITIALIZED : rc;
     if (ordinal < 0 || ordinal >= CD_MAX_DEVICES)
         return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&retain_lock);
     if (!retained[ordinal]) {
         CUdevice dev;
-        if ((rc = CU_CHECK(cd_drv.cuDeviceGet(&dev, ordinal))))
-            return rc;
-        if ((rc = CU_CHECK(cd_drv.cuDevicePrimaryCtxRetain(&retained[ordinal], dev))))
-            return rc;
+        if ((rc = CU_CHECK(cd_drv.cuDeviceGet(&dev, ordinal))) == 0)
+            rc = CU_CHECK(cd_drv.cuDevicePrimaryCtxRetain(&retained[ordinal], dev));
     }
     *ctx = retained[ordinal];
-    return 0;
+    pthread_mutex_unlock(&retain_lock);
+    return rc;
 }

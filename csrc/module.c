@@ -1,9 +1,12 @@
 /*
- * module.c: the cuda_debug._core method table and module init (PEP 489), plus
- * the thin Python-facing wrappers that only convert values. Behaviour lives in
- * the other files; policy and messages live in Python.
+ * module.c: the cuda_debug._core method table, the Scope handle type and
+ * module init (PEP 489), plus the thin Python-facing wrappers that only
+ * convert values. Behaviour lives in the other files; policy and messages
+ * live in Python.
  */
 #include "cuda_debug.h"
+
+#include <structmember.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -106,37 +109,6 @@ static PyObject *py_device_count(PyObject *self, PyObject *noargs)
     return Py_BuildValue("(ii)", rc, n);
 }
 
-static int sync_context(CUcontext ctx)
-{
-    int rc;
-    CUcontext popped;
-    Py_BEGIN_ALLOW_THREADS
-    rc = CU_CHECK(cd_drv.cuCtxPushCurrent(ctx));
-    if (rc == 0) {
-        rc = CU_CHECK(cd_drv.cuCtxSynchronize());
-        cd_drv.cuCtxPopCurrent(&popped);
-    }
-    Py_END_ALLOW_THREADS
-    return rc;
-}
-
-static PyObject *sync_active_devices(void)
-{
-    int n = 0, rc = CU_CHECK(cd_drv.cuDeviceGetCount(&n));
-    for (int i = 0; rc == 0 && i < n; i++) {
-        CUdevice dev;
-        unsigned flags;
-        int active = 0;
-        CUcontext ctx;
-        if ((rc = CU_CHECK(cd_drv.cuDeviceGet(&dev, i))) ||
-            (rc = CU_CHECK(cd_drv.cuDevicePrimaryCtxGetState(dev, &flags, &active))) || !active)
-            continue;
-        if ((rc = cd_device_context(i, &ctx)) == 0)
-            rc = sync_context(ctx);
-    }
-    return PyLong_FromLong(rc);
-}
-
 /* synchronize(device) -> CUresult. device < 0: the thread's current context
  * or, when none is current, every device whose primary context is active. */
 static PyObject *py_synchronize(PyObject *self, PyObject *args)
@@ -145,18 +117,22 @@ static PyObject *py_synchronize(PyObject *self, PyObject *args)
     int device, rc;
     if (!PyArg_ParseTuple(args, "i", &device))
         return NULL;
-    if ((rc = cd_driver_ready()) != 0)
-        return PyLong_FromLong(rc < 0 ? CUDA_ERROR_NOT_INITIALIZED : rc);
-    CUcontext ctx = NULL;
+    Py_BEGIN_ALLOW_THREADS
     if (device < 0) {
-        if ((rc = CU_CHECK(cd_drv.cuCtxGetCurrent(&ctx))))
-            return PyLong_FromLong(rc);
-        if (!ctx)   /* nothing current here: every device whose primary context is active */
-            return sync_active_devices();
-    } else if ((rc = cd_device_context(device, &ctx))) {
-        return PyLong_FromLong(rc);
+        rc = cd_sync_current_or_active();
+    } else {
+        CUcontext ctx, popped;
+        rc = cd_driver_ready();
+        if (rc == 0 && (rc = cd_device_context(device, &ctx)) == 0 &&
+            (rc = CU_CHECK(cd_drv.cuCtxPushCurrent(ctx))) == 0) {
+            rc = CU_CHECK(cd_drv.cuCtxSynchronize());
+            cd_drv.cuCtxPopCurrent(&popped);
+        }
+        if (rc < 0)
+            rc = CUDA_ERROR_NOT_INITIALIZED;
     }
-    return PyLong_FromLong(sync_context(ctx));
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
 }
 
 /* error_string(code) -> the driver's cuGetErrorString text, or None. */
@@ -182,54 +158,176 @@ static PyObject *py_last_call(PyObject *self, PyObject *noargs)
                          cd_last_call.file, cd_last_call.line);
 }
 
-/* --------------------------------------------------------------- scopes -- */
+/* ------------------------------------------------------------- options -- */
+
+/* set_options(wait, capture, profile, capture_check, watch_barrier): the debug
+ * switches, validated by Python (cuda_debug/_options.py) from CUDA_DEBUG_*. */
+static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"wait", "capture", "profile", "capture_check", "watch_barrier",
+                             NULL};
+    int wait, capture, profile, capture_check, barrier;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "$ippii", kwlist, &wait, &capture, &profile,
+                                     &capture_check, &barrier))
+        return NULL;
+    if (wait < CD_WAIT_SYNC || wait > CD_WAIT_NONE) {
+        PyErr_SetString(PyExc_ValueError, "wait must be 0 (sync), 1 (spin) or 2 (none)");
+        return NULL;
+    }
+    pthread_mutex_lock(&cd_state.sub_lock);
+    int busy = cd_state.subscriber != NULL;
+    if (!busy) {
+        cd_state.wait_mode = wait;
+        cd_state.capture_on = capture;
+        cd_state.profile = profile;
+        cd_state.capture_check = capture_check;
+        cd_state.watch_barrier = barrier;
+    }
+    pthread_mutex_unlock(&cd_state.sub_lock);
+    if (busy) {
+        PyErr_SetString(PyExc_RuntimeError, "options cannot change while a scope or watch is open");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* configure(names, report, prefix, library_prefixes, user_pseudo): texts and
+ * rules Python owns, handed to the C fault path once. names: {code: (name,
+ * what)}, code -2 = the restart sentence. */
+static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"names", "report", "prefix", "library_prefixes", "user_pseudo",
+                             NULL};
+    PyObject *names, *prefix, *libs, *pseudo;
+    int report;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "$O!pUOO", kwlist, &PyDict_Type, &names, &report,
+                                     &prefix, &libs, &pseudo))
+        return NULL;
+    if (cd_report_configure(names, report, prefix) < 0 || cd_frames_configure(libs, pseudo) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------- scope handle -- */
+
+/* A scope or watch held open; close() (or being freed unclosed, e.g. when a
+ * KeyboardInterrupt lands between opening and recording it) gives it back. */
+typedef struct {
+    PyObject_HEAD
+    int kind, all_threads, open;
+    uint32_t token;
+    unsigned long long fault_mark, watch_mark;
+} ScopeObject;
+
+static void scope_do_close(ScopeObject *so)
+{
+    if (!so->open)
+        return;
+    so->open = 0;
+    Py_BEGIN_ALLOW_THREADS
+    cd_scope_close(so->kind, so->all_threads, so->token);
+    Py_END_ALLOW_THREADS
+}
+
+static PyObject *scope_close(PyObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    scope_do_close((ScopeObject *)self);
+    Py_RETURN_NONE;
+}
+
+static void scope_dealloc(PyObject *self)
+{
+    scope_do_close((ScopeObject *)self);
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef scope_members[] = {
+    {"kind", T_INT, offsetof(ScopeObject, kind), READONLY, "1 block, 2 opt-out, 3 watch"},
+    {"open", T_INT, offsetof(ScopeObject, open), READONLY, "1 until closed"},
+    {"fault_mark", T_ULONGLONG, offsetof(ScopeObject, fault_mark), READONLY,
+     "fault_seq() when the scope opened (after its drain)"},
+    {"watch_mark", T_ULONGLONG, offsetof(ScopeObject, watch_mark), READONLY,
+     "watch_seq() when the scope opened"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMethodDef scope_methods[] = {
+    {"close", scope_close, METH_NOARGS, "close the scope (idempotent)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot scope_slots[] = {
+    {Py_tp_dealloc, scope_dealloc},
+    {Py_tp_members, scope_members},
+    {Py_tp_methods, scope_methods},
+    {Py_tp_doc, "An open launch_blocking() scope or watch() block (cuda_debug._core)."},
+    {0, NULL},
+};
+
+static PyType_Spec scope_spec = {
+    .name = "cuda_debug._core.Scope",
+    .basicsize = sizeof(ScopeObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = scope_slots,
+};
+
+typedef struct {
+    PyTypeObject *scope_type;
+} core_state;
+
+/* scope_open(kind, all_threads) -> (0, Scope) | (1, sticky CUresult found by
+ * the drain) | (2, CUptiResult, holder) | (3, max depth). */
+static PyObject *py_scope_open(PyObject *self, PyObject *args)
+{
+    int kind, all;
+    if (!PyArg_ParseTuple(args, "ip", &kind, &all))
+        return NULL;
+    if (kind < CD_SCOPE_BLOCK || kind > CD_SCOPE_WATCH) {
+        PyErr_SetString(PyExc_ValueError, "unknown scope kind");
+        return NULL;
+    }
+    if (kind != CD_SCOPE_OPT_OUT && !cd_libs[CD_LIB_CUPTI].handle) {
+        PyErr_SetString(PyExc_RuntimeError, "CUPTI not loaded");
+        return NULL;
+    }
+    core_state *st = PyModule_GetState(self);
+    ScopeObject *so = PyObject_New(ScopeObject, st->scope_type);
+    if (!so)
+        return NULL;
+    so->open = 0;
+    so->kind = kind;
+    so->all_threads = all;
+    char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN * 2];
+    uint32_t token;
+    int code, status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cd_scope_open(kind, all, &token, &code, holder, sizeof holder);
+    Py_END_ALLOW_THREADS
+    holder[sizeof holder - 1] = '\0';
+    if (status != 0) {
+        Py_DECREF(so);
+        if (status == 2)
+            return Py_BuildValue("(iiN)", status, code,
+                                 PyUnicode_DecodeUTF8(holder, (Py_ssize_t)strlen(holder), "replace"));
+        return Py_BuildValue("(ii)", status, code);
+    }
+    so->token = token;
+    so->open = 1;
+    so->fault_mark = cd_fault_seq();
+    so->watch_mark = cd_watch_seq();
+    return Py_BuildValue("(iN)", 0, (PyObject *)so);
+}
 
 static PyObject *py_thread_state(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    return PyLong_FromLong(cd_thread_state_get());
-}
-
-static PyObject *py_set_thread_state(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    long s = PyLong_AsLong(arg);
-    if (s == -1 && PyErr_Occurred())
-        return NULL;
-    return PyLong_FromLong(cd_thread_state_set((int)s));
-}
-
-/* scope_acquire(all_threads) -> (CUptiResult, holder name or "") */
-static PyObject *py_scope_acquire(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    int all = PyObject_IsTrue(arg);
-    if (all < 0)
-        return NULL;
-    if (!cd_libs[CD_LIB_CUPTI].handle) {
-        PyErr_SetString(PyExc_RuntimeError, "CUPTI not loaded");
-        return NULL;
-    }
-    char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN * 2];
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cd_scope_acquire(all, holder, sizeof holder);
-    Py_END_ALLOW_THREADS
-    holder[sizeof holder - 1] = '\0';
-    return Py_BuildValue("(is)", rc, holder);
-}
-
-static PyObject *py_scope_release(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    int all = PyObject_IsTrue(arg);
-    if (all < 0)
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    cd_scope_release(all);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
+    return PyLong_FromLong(cd_thread_state());
 }
 
 static PyObject *py_cupti_result_string(PyObject *self, PyObject *arg)
@@ -251,36 +349,81 @@ static PyObject *py_fault_seq(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    return PyLong_FromUnsignedLongLong(atomic_load(&cd_state.fault_seq));
+    return PyLong_FromUnsignedLongLong(cd_fault_seq());
 }
 
-/* fault() -> None or (seq, code, at_launch, cbid, kernel, grid, block,
- * shared_mem, stream, device, thread_id, thread_name, wall_time,
- * device_message: bytes, log_end) */
-static PyObject *py_fault(PyObject *self, PyObject *noargs)
+static PyObject *ids_tuple(const uint32_t *ids, int n)
+{
+    PyObject *t = PyTuple_New(n < 0 ? 0 : n);
+    for (int i = 0; t && i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLong(ids[i]);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+/* faults(since) -> [record tuple], oldest first; the fields are named by
+ * cuda_debug._report.RawFault (the order of cd_fault). */
+static PyObject *py_faults(PyObject *self, PyObject *arg)
 {
     (void)self;
-    (void)noargs;
-    cd_fault *f = PyMem_Malloc(sizeof *f);
-    if (!f)
+    unsigned long long since = PyLong_AsUnsignedLongLong(arg);
+    if (since == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    cd_fault *fs = PyMem_Malloc(sizeof(cd_fault) * CD_FAULT_RING);
+    if (!fs)
         return PyErr_NoMemory();
-    pthread_mutex_lock(&cd_state.fault_lock);
-    *f = cd_state.fault;
-    pthread_mutex_unlock(&cd_state.fault_lock);
-    PyObject *r;
-    if (!f->seq) {
-        Py_INCREF(Py_None);
-        r = Py_None;
-    } else {
-        r = Py_BuildValue("(Kiiiy(III)(III)IKilsdy#K)", (unsigned long long)f->seq, f->code,
-                          f->at_launch, f->cbid, f->kernel, f->grid[0], f->grid[1], f->grid[2],
-                          f->block[0], f->block[1], f->block[2], f->shared_mem,
-                          (unsigned long long)f->stream, f->device, f->thread_id,
-                          f->thread_name, f->wall_time, f->device_message,
-                          (Py_ssize_t)f->device_message_len, (unsigned long long)f->log_end);
+    int n;
+    Py_BEGIN_ALLOW_THREADS
+    n = cd_faults_since(since, fs, CD_FAULT_RING);
+    Py_END_ALLOW_THREADS
+    PyObject *out = PyList_New(0);
+    for (int i = 0; out && i < n; i++) {
+        const cd_fault *f = &fs[i];
+        PyObject *r = Py_BuildValue(
+            "(KiiiiNn(III)(III)IKKil" "NdKNiNnK)",
+            (unsigned long long)f->seq, f->code, f->at_launch, f->consequence, f->cbid,
+            PyBytes_FromString(f->kernel), (Py_ssize_t)f->kernel_len, f->grid[0], f->grid[1],
+            f->grid[2], f->block[0], f->block[1], f->block[2], f->shared_mem,
+            (unsigned long long)f->stream, (unsigned long long)f->context, f->device,
+            f->thread_id,
+            PyBytes_FromStringAndSize(f->thread_name, (Py_ssize_t)strnlen(f->thread_name, 16)),
+            f->wall_time, (unsigned long long)f->launch_seq,
+            ids_tuple(f->frames, f->n_frames), f->frames_complete,
+            PyBytes_FromStringAndSize(f->device_message, (Py_ssize_t)f->device_message_len),
+            (Py_ssize_t)f->device_message_cut, (unsigned long long)f->log_end);
+        if (!r || PyList_Append(out, r) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(r);
     }
-    PyMem_Free(f);
-    return r;
+    PyMem_Free(fs);
+    return out;
+}
+
+static PyObject *str_or_none(uint32_t id)
+{
+    const char *s = cd_interned(id);
+    if (!s)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+}
+
+/* location(id) -> (filename, function, lineno, kind) or None */
+static PyObject *py_location(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long id = PyLong_AsUnsignedLong(arg);
+    if (id == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    cd_location loc;
+    if (id > UINT32_MAX || cd_location_get((uint32_t)id, &loc) != 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(NNii)", str_or_none(loc.file), str_or_none(loc.func), loc.lineno,
+                         loc.kind);
 }
 
 static PyObject *py_driver_log(PyObject *self, PyObject *args)
@@ -292,13 +435,6 @@ static PyObject *py_driver_log(PyObject *self, PyObject *args)
     return cd_driver_log_lines(from, to);
 }
 
-static PyObject *py_driver_log_count(PyObject *self, PyObject *noargs)
-{
-    (void)self;
-    (void)noargs;
-    return PyLong_FromUnsignedLongLong(cd_driver_log_count());
-}
-
 static PyObject *py_demangle(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -308,90 +444,140 @@ static PyObject *py_demangle(PyObject *self, PyObject *arg)
     return cd_demangle(s);
 }
 
-/* ------------------------------------------------------ modes and stats -- */
-
-static const char *const wait_names[] = {"sync", "spin", "none"};
-static const char *const capture_names[] = {"off", "stdio", "fd"};
-
-static int parse_mode(const char *s, const char *const *names, int n)
+static PyObject *py_short_kernel_name(PyObject *self, PyObject *arg)
 {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(s, names[i]))
-            return i;
-    return -1;
+    (void)self;
+    const char *s = PyUnicode_AsUTF8(arg);
+    if (!s)
+        return NULL;
+    char out[512];
+    size_t n = cd_short_kernel_name(s, out, sizeof out);
+    return PyUnicode_DecodeUTF8(out, (Py_ssize_t)n, "replace");
 }
 
-/* modes() -> (wait, capture); set_modes(wait, capture): for benchmarks that
- * compare strategies in one process; only while no scope is open. */
-static PyObject *py_modes(PyObject *self, PyObject *noargs)
+/* ---------------------------------------------------------------- watch -- */
+
+static PyObject *py_watch_seq(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    return Py_BuildValue("(ss)", wait_names[cd_state.wait_mode],
-                         capture_names[cd_state.capture_mode]);
+    return PyLong_FromUnsignedLongLong(cd_watch_seq());
 }
 
-static PyObject *py_set_modes(PyObject *self, PyObject *args)
+/* watch_record(seq) -> (seq, stream, kernel, grid, block, shared_mem,
+ * thread_id, device, frames, flags, cbid, done) or None when gone. */
+static PyObject *py_watch_record(PyObject *self, PyObject *arg)
 {
     (void)self;
-    const char *w, *c;
-    if (!PyArg_ParseTuple(args, "ss", &w, &c))
+    unsigned long long seq = PyLong_AsUnsignedLongLong(arg);
+    if (seq == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
-    int wi = parse_mode(w, wait_names, 3), ci = parse_mode(c, capture_names, 3);
-    if (wi < 0 || ci < 0) {
-        PyErr_Format(PyExc_ValueError, "unknown mode %s/%s", w, c);
+    cd_watch_record r;
+    if (cd_watch_get(seq, &r) != 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(KKN(III)(III)Iii" "NiiN)", seq, (unsigned long long)r.stream,
+                         PyBytes_FromString(cd_interned(r.kernel) ? cd_interned(r.kernel) : ""),
+                         r.grid[0], r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2],
+                         r.shared_mem, (int)r.thread_id, cd_watch_context_device(r.ctx),
+                         ids_tuple(r.frames, r.n_frames), (int)r.flags, (int)r.cbid,
+                         PyBool_FromLong(cd_watch_done(&r, seq) == 1));
+}
+
+static PyObject *py_watch_incomplete(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long long since = PyLong_AsUnsignedLongLong(arg);
+    if (since == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
+    uint64_t seqs[64];
+    int n;
+    Py_BEGIN_ALLOW_THREADS
+    n = cd_watch_incomplete(since, seqs, 64);
+    Py_END_ALLOW_THREADS
+    PyObject *out = PyList_New(n);
+    for (int i = 0; out && i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(seqs[i]);
+        if (!v) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, v);
     }
-    if (atomic_load(&cd_state.active)) {
-        PyErr_SetString(PyExc_RuntimeError, "cannot change modes inside a launch_blocking scope");
+    return out;
+}
+
+static PyObject *py_recent_asserts(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    char buf[16384];
+    size_t n = cd_tee_recent_asserts(buf, sizeof buf);
+    return PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
+}
+
+static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int code;
+    const char *where;
+    if (!PyArg_ParseTuple(args, "is", &code, &where))
         return NULL;
-    }
-    cd_state.wait_mode = wi;
-    cd_state.capture_mode = ci;
-    cd_capture_init();
+    Py_BEGIN_ALLOW_THREADS
+    cd_report_watch_culprit(code, where, 0);
+    Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
+
+/* --------------------------------------------------------------- stats -- */
 
 static PyObject *py_stats(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
 #define U(x) (unsigned long long)atomic_load(&cd_state.x)
-    return Py_BuildValue("{sKsKsKsKsisisKsKsK}", "synced", U(n_synced), "follower",
-                         U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes",
-                         U(n_subscribes), "active", atomic_load(&cd_state.active),
-                         "all_threads", atomic_load(&cd_state.all_threads),
-                         "ns_capture_check", U(ns_capture_check), "ns_wait", U(ns_wait),
-                         "ns_callback", U(ns_callback));
+    return Py_BuildValue(
+        "{sKsKsKsKsisisisKsKsKsKsKsKsKsisnsi}", "synced", U(n_synced), "follower",
+        U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes", U(n_subscribes),
+        "active", atomic_load(&cd_state.active), "watching", atomic_load(&cd_state.watching),
+        "all_threads", atomic_load(&cd_state.all_threads), "ns_capture_check",
+        U(ns_capture_check), "ns_wait", U(ns_wait), "ns_callback", U(ns_callback), "refused",
+        U(n_refused), "watched", U(n_watched), "unmarked", U(n_unmarked),
+        "capture_ids_refused", U(n_capture_ids_refused), "subscribed",
+        cd_state.subscriber != NULL, "interned_bytes", (Py_ssize_t)cd_intern_used(),
+        "stderr_tee", cd_tee_installed());
 #undef U
 }
 
 /* ----------------------------------------------------------------- init -- */
 
+#define METH(name, flags, doc) {#name, (PyCFunction)(void (*)(void))py_##name, flags, doc}
 static PyMethodDef core_methods[] = {
-    {"load_library", py_load_library, METH_VARARGS,
-     "load_library(lib, sonames, paths) -> (loaded, path, how, error)"},
-    {"driver_init", py_driver_init, METH_NOARGS, "cuInit(0) once -> CUresult"},
-    {"driver_version", py_driver_version, METH_NOARGS, "cuDriverGetVersion or None"},
-    {"cupti_version", py_cupti_version, METH_NOARGS, "cuptiGetVersion or None"},
-    {"device_count", py_device_count, METH_NOARGS, "-> (CUresult, count)"},
-    {"device_info", py_device_info, METH_VARARGS, "device_info(ordinal) -> tuple or CUresult"},
-    {"synchronize", py_synchronize, METH_VARARGS, "synchronize(device) -> CUresult"},
-    {"error_string", py_error_string, METH_O, "cuGetErrorString text or None"},
-    {"last_call", py_last_call, METH_NOARGS, "this thread's last failed CUDA call, or None"},
-    {"thread_state", py_thread_state, METH_NOARGS, "this thread's scope state"},
-    {"set_thread_state", py_set_thread_state, METH_O, "set it, return the previous"},
-    {"scope_acquire", py_scope_acquire, METH_O, "-> (CUptiResult, holder)"},
-    {"scope_release", py_scope_release, METH_O, "release one scope"},
-    {"cupti_result_string", py_cupti_result_string, METH_O, "CUPTI result text"},
-    {"fault_seq", py_fault_seq, METH_NOARGS, "number of faults recorded"},
-    {"fault", py_fault, METH_NOARGS, "the last fault record (raw tuple) or None"},
-    {"driver_log", py_driver_log, METH_VARARGS, "driver_log(from, to) -> [bytes]"},
-    {"driver_log_count", py_driver_log_count, METH_NOARGS, "driver log lines so far"},
-    {"demangle", py_demangle, METH_O, "demangle a C++ symbol, or None"},
-    {"modes", py_modes, METH_NOARGS, "(wait, capture) modes"},
-    {"set_modes", py_set_modes, METH_VARARGS, "set_modes(wait, capture)"},
-    {"stats", py_stats, METH_NOARGS, "launch-hook counters"},
+    METH(load_library, METH_VARARGS, "load_library(lib, sonames, paths) -> (loaded, path, how, error)"),
+    METH(driver_init, METH_NOARGS, "cuInit(0) once -> CUresult"),
+    METH(driver_version, METH_NOARGS, "cuDriverGetVersion or None"),
+    METH(cupti_version, METH_NOARGS, "cuptiGetVersion or None"),
+    METH(device_count, METH_NOARGS, "-> (CUresult, count)"),
+    METH(device_info, METH_VARARGS, "device_info(ordinal) -> tuple or CUresult"),
+    METH(synchronize, METH_VARARGS, "synchronize(device) -> CUresult"),
+    METH(error_string, METH_O, "cuGetErrorString text or None"),
+    METH(last_call, METH_NOARGS, "this thread's last failed CUDA call, or None"),
+    METH(set_options, METH_VARARGS | METH_KEYWORDS, "the CUDA_DEBUG_* switches"),
+    METH(configure, METH_VARARGS | METH_KEYWORDS, "texts and rules for the C fault path"),
+    METH(scope_open, METH_VARARGS, "scope_open(kind, all_threads) -> (status, Scope | code[, holder])"),
+    METH(thread_state, METH_NOARGS, "this thread's scope state: +1 block, -1 opted out, 0"),
+    METH(cupti_result_string, METH_O, "CUPTI result text"),
+    METH(fault_seq, METH_NOARGS, "number of faults recorded"),
+    METH(faults, METH_O, "faults(since) -> [raw fault record]"),
+    METH(location, METH_O, "location(id) -> (filename, function, lineno, kind) or None"),
+    METH(driver_log, METH_VARARGS, "driver_log(from, to) -> [bytes]"),
+    METH(demangle, METH_O, "demangle a C++ symbol, or None"),
+    METH(short_kernel_name, METH_O, "the short readable name of a kernel"),
+    METH(watch_seq, METH_NOARGS, "launches put in the watch ring so far"),
+    METH(watch_record, METH_O, "watch_record(seq) -> record tuple or None"),
+    METH(watch_incomplete, METH_O, "watch_incomplete(since) -> [seq]: first unfinished launch per stream"),
+    METH(recent_asserts, METH_NOARGS, "the latest device-assert lines written to stderr"),
+    METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
+    METH(stats, METH_NOARGS, "launch-hook counters"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,
      METH_VARARGS | METH_KEYWORDS, "launch an embedded test kernel -> CUresult"},
     {"gemm", (PyCFunction)(void (*)(void))cd_py_gemm, METH_VARARGS | METH_KEYWORDS,
@@ -405,25 +591,89 @@ static PyMethodDef core_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static int add_callback_ids(PyObject *m)
+{
+    PyObject *ids = PyDict_New(), *launch = PyList_New(0);
+    if (!ids || !launch)
+        goto fail;
+#define CD_ADD_ID(id, ptsz)                                                           \
+    {                                                                                 \
+        PyObject *k = PyLong_FromLong(id);                                            \
+        PyObject *v = PyUnicode_FromString(#id + sizeof "CUPTI_DRIVER_TRACE_CBID_" - 1); \
+        int bad = !k || !v || PyDict_SetItem(ids, k, v) < 0;                          \
+        if (!bad && IS_LAUNCH)                                                        \
+            bad = PyList_Append(launch, k) < 0;                                       \
+        Py_XDECREF(k);                                                                \
+        Py_XDECREF(v);                                                                \
+        if (bad)                                                                      \
+            goto fail;                                                                \
+    }
+#define IS_LAUNCH 1
+    CD_LAUNCH_CBIDS(CD_ADD_ID)
+#undef IS_LAUNCH
+#define IS_LAUNCH 0
+    CD_CAPTURE_CBIDS(CD_ADD_ID)
+#undef IS_LAUNCH
+#undef CD_ADD_ID
+    if (PyModule_AddObject(m, "CALLBACK_IDS", ids) < 0)
+        goto fail;
+    ids = NULL;
+    PyObject *t = PyList_AsTuple(launch);
+    Py_DECREF(launch);
+    launch = NULL;
+    if (!t || PyModule_AddObject(m, "LAUNCH_CALLBACK_IDS", t) < 0) {
+        Py_XDECREF(t);
+        return -1;
+    }
+    return 0;
+fail:
+    Py_XDECREF(ids);
+    Py_XDECREF(launch);
+    return -1;
+}
+
 static int core_exec(PyObject *m)
 {
-    const char *w = getenv("CUDA_DEBUG_WAIT");
-    const char *c = getenv("CUDA_DEBUG_CAPTURE");
-    int wi = w ? parse_mode(w, wait_names, 3) : CD_WAIT_SYNC;
-    int ci = c ? parse_mode(c, capture_names, 3) : CD_CAPTURE_STDIO;
-    cd_state.wait_mode = wi < 0 ? CD_WAIT_SYNC : wi;
-    cd_state.capture_mode = ci < 0 ? CD_CAPTURE_STDIO : ci;
-    cd_capture_init();
-    const char *p = getenv("CUDA_DEBUG_PROFILE");
-    cd_state.profile = p && p[0] == '1';
-    const char *cc = getenv("CUDA_DEBUG_CAPTURE_CHECK");
-    cd_state.capture_check = !(cc && cc[0] == '0');
-    if (PyModule_AddIntConstant(m, "LIB_CUDA", CD_LIB_CUDA) < 0 ||
-        PyModule_AddIntConstant(m, "LIB_CUPTI", CD_LIB_CUPTI) < 0 ||
-        PyModule_AddIntConstant(m, "LIB_CUBLAS", CD_LIB_CUBLAS) < 0 ||
-        PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0 ||
-        PyModule_AddIntConstant(m, "CUPTI_HEADER_VERSION", CUPTI_API_VERSION) < 0)
+    core_state *st = PyModule_GetState(m);
+    st->scope_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &scope_spec, NULL);
+    if (!st->scope_type || PyModule_AddType(m, st->scope_type) < 0)
         return -1;
+    static const struct {
+        const char *name;
+        long value;
+    } ints[] = {
+        {"LIB_CUDA", CD_LIB_CUDA}, {"LIB_CUPTI", CD_LIB_CUPTI}, {"LIB_CUBLAS", CD_LIB_CUBLAS},
+        {"CUDA_HEADER_VERSION", CUDA_VERSION}, {"CUPTI_HEADER_VERSION", CUPTI_API_VERSION},
+        {"SCOPE_BLOCK", CD_SCOPE_BLOCK}, {"SCOPE_OPT_OUT", CD_SCOPE_OPT_OUT},
+        {"SCOPE_WATCH", CD_SCOPE_WATCH}, {"LOC_LIBRARY", CD_LOC_LIBRARY},
+        {"LOC_USER", CD_LOC_USER}, {"LOC_PSEUDO", CD_LOC_PSEUDO},
+        {"FAULT_RING", CD_FAULT_RING}, {"FAULT_FRAMES", CD_FAULT_FRAMES},
+        {"WATCH_RING", CD_WATCH_RING}, {"WATCH_SLOTS", CD_WATCH_SLOTS},
+        {"WATCH_RECORD_BYTES", sizeof(cd_watch_record)}, {"RING_FRAMES", CD_RING_FRAMES},
+        {"WATCH_GRAPH", CD_WATCH_GRAPH}, {"WATCH_MARKED", CD_WATCH_MARKED},
+        {"WATCH_USER_LAST", CD_WATCH_USER_LAST}, {"FRAMES_SUPPORTED", 0},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        long v = ints[i].value;
+        if (!strcmp(ints[i].name, "FRAMES_SUPPORTED"))
+            v = cd_frames_supported;
+        if (PyModule_AddIntConstant(m, ints[i].name, v) < 0)
+            return -1;
+    }
+    return add_callback_ids(m);
+}
+
+static int core_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    core_state *st = PyModule_GetState(m);
+    Py_VISIT(st->scope_type);
+    return 0;
+}
+
+static int core_clear(PyObject *m)
+{
+    core_state *st = PyModule_GetState(m);
+    Py_CLEAR(st->scope_type);
     return 0;
 }
 
@@ -439,10 +689,12 @@ static PyModuleDef_Slot core_slots[] = {
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "cuda_debug._core",
-    .m_doc = "cuda_debug C core: launch hooks, fault records, loaders, timing loops.",
-    .m_size = 0,
+    .m_doc = "cuda_debug C core: launch hooks, watch ring, fault records, loaders, timing loops.",
+    .m_size = sizeof(core_state),
     .m_methods = core_methods,
     .m_slots = core_slots,
+    .m_traverse = core_traverse,
+    .m_clear = core_clear,
 };
 
 PyMODINIT_FUNC PyInit__core(void) { return PyModuleDef_Init(&core_module); }

@@ -1,0 +1,35 @@
+/*
+ * cupti_ids.h: the CUPTI driver-API callback ids cuda_debug subscribes to,
+ * written once. C expands these lists into its enable tables and switch
+ * cases; Python gets them as _core.CALLBACK_IDS ({id: name}) and
+ * _core.LAUNCH_CALLBACK_IDS, never as raw numbers of its own.
+ *
+ * X(id, ptsz): id is the CUPTI enum name, spelled out in full (the short
+ * names are macros of cuda.h: cuStreamBeginCapture would expand to
+ * cuStreamBeginCapture_v2 before any pasting); ptsz is 1 for the
+ * per-thread-default-stream twin, where a NULL stream means
+ * CU_STREAM_PER_THREAD.
+ */
+#ifndef CD_CUPTI_IDS_H
+#define CD_CUPTI_IDS_H
+
+/* Launches: every launcher in the process ends in one of these. */
+#define CD_LAUNCH_CBIDS(X)                                                      \
+    X(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 0) X(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, 1)                             \
+    X(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, 0) X(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, 1)                         \
+    X(CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, 0) X(CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz, 1)       \
+    X(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, 0) X(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, 1)
+
+/* Calls that can make a stream start capturing (beginning a capture, or a
+ * stream joining one by waiting on an event recorded in a capturing stream).
+ * Optional: an older CUPTI may lack some (cuStreamBeginCaptureToGraph is
+ * CUDA 12.3+); the ones it refuses are left out and the capture-status cache
+ * is switched off (every launch then asks cuStreamIsCapturing). */
+#define CD_CAPTURE_CBIDS(X)                                                     \
+    X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz, 1)                 \
+    X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz, 1)           \
+    X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz, 1)   \
+    X(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz, 1)
+
+
+#endif

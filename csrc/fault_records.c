@@ -1,0 +1,101 @@
+/*
+ * fault_records.c: the ring of fault records.
+ *
+ * Every fault the launch callback sees (a wait that returned an error, a
+ * launch refused) becomes a record: kernel, configuration, stream, thread,
+ * the launching thread's Python frames (frames.c), the text that thread got
+ * from the driver during its wait (stderr_tee.c). Records go into a ring of
+ * CD_FAULT_RING, numbered from 1, so two threads faulting at once each keep
+ * their own, and the first fault is not overwritten by the refusals it causes.
+ *
+ * A sticky record in a context that already had one is marked a consequence:
+ * the context was dead before it (a launch refused, or another thread's wait
+ * that found the same fault). Python picks the cause (fault_seq marks, thread,
+ * assert text) and builds the exceptions.
+ *
+ * fault_lock is held for the copy only; the fault path is cold.
+ */
+#define _GNU_SOURCE
+#include "cuda_debug.h"
+
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+static cd_fault ring[CD_FAULT_RING];
+static atomic_uint_fast64_t fault_seq;
+
+#define MAX_DEAD 64
+static uintptr_t dead_contexts[MAX_DEAD];   /* under fault_lock */
+static int n_dead;
+
+void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
+{
+    memset(f, 0, offsetof(cd_fault, device_message));
+    f->device_message_len = 0;
+    f->device_message_cut = 0;
+    f->cbid = (int)cbid;
+    f->device = -1;
+    f->stream = (uintptr_t)cd_launch_stream(cbid, cb->functionParams, f);
+    if (cb->symbolName) {
+        f->kernel_len = strlen(cb->symbolName);
+        size_t n = f->kernel_len < CD_KERNEL_NAME - 1 ? f->kernel_len : CD_KERNEL_NAME - 1;
+        memcpy(f->kernel, cb->symbolName, n);
+        f->kernel[n] = '\0';
+    }
+    f->context = (uintptr_t)cb->context;
+    if (cb->context && cd_cupti.cuptiGetDeviceId) {
+        uint32_t dev;
+        if (cd_cupti.cuptiGetDeviceId(cb->context, &dev) == CUPTI_SUCCESS)
+            f->device = (int)dev;
+    }
+    f->thread_id = (long)syscall(SYS_gettid);
+    prctl(PR_GET_NAME, f->thread_name, 0, 0, 0);
+    f->thread_name[sizeof f->thread_name - 1] = '\0';
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    f->wall_time = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    f->n_frames = cd_frames_capture(f->frames, CD_FAULT_FRAMES, 0, &f->frames_complete);
+    if (atomic_load_explicit(&cd_state.watching, memory_order_relaxed))
+        f->launch_seq = cd_watch_thread_last();
+    f->log_end = cd_driver_log_count();
+}
+
+uint64_t cd_fault_record(cd_fault *f)
+{
+    pthread_mutex_lock(&fault_lock);
+    if (cd_is_sticky(f->code)) {
+        int dead = f->at_launch;
+        for (int i = 0; i < n_dead; i++)
+            if (dead_contexts[i] == f->context)
+                dead = 1;
+        if (!dead && n_dead < MAX_DEAD)
+            dead_contexts[n_dead++] = f->context;
+        f->consequence = dead;
+    }
+    f->seq = atomic_load(&fault_seq) + 1;
+    ring[f->seq % CD_FAULT_RING] = *f;
+    atomic_store(&fault_seq, f->seq);
+    pthread_mutex_unlock(&fault_lock);
+    return f->seq;
+}
+
+uint64_t cd_fault_seq(void) { return atomic_load(&fault_seq); }
+
+int cd_faults_since(uint64_t since, cd_fault *out, int n)
+{
+    int k = 0;
+    pthread_mutex_lock(&fault_lock);
+    uint64_t last = atomic_load(&fault_seq);
+    uint64_t first = since + 1;
+    if (last >= CD_FAULT_RING && first <= last - CD_FAULT_RING)
+        first = last - CD_FAULT_RING + 1;
+    for (uint64_t s = first; s <= last && k < n; s++)
+        if (ring[s % CD_FAULT_RING].seq == s)
+            out[k++] = ring[s % CD_FAULT_RING];
+    pthread_mutex_unlock(&fault_lock);
+    return k;
+}

@@ -1,0 +1,345 @@
+/*
+ * fault_report.c: write the report at the moment of the fault, before we may die.
+ *
+ * A process can be killed a millisecond after a fault is found: NCCL's
+ * watchdog aborts it, torchrun sends SIGTERM, a notebook kernel is restarted.
+ * So, as faulthandler does, the C fault path writes one compact block to fd 2
+ * with write(2), from fixed buffers, before control returns to the framework:
+ *
+ *   cuda_debug: device-side assert (CUDA_ERROR_ASSERT) in check_index<int>
+ *     launched at /home/me/train.py:42 in step
+ *     grid [1,1,1] block [32,1,1] shared 0 B, stream 0x0, device 0, thread python (tid 4242)
+ *     device: fault_kernels.cu:14: check_index: block: [0,0,0], thread: [3,0,0] Assertion ...
+ *     The CUDA context is now unusable: restart the process.
+ *
+ * The Python exception follows as usual when the process lives on. Texts that
+ * Python owns (error names, what each error is) are handed over once by
+ * cd_report_configure. CUDA_DEBUG_REPORT=0 (Python) turns the block off; with
+ * RANK set, every line starts with "[rank k] ".
+ */
+#define _GNU_SOURCE
+#include "cuda_debug.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_NAMES 48
+static struct {
+    int code;
+    char name[48];
+    char what[64];
+} names[MAX_NAMES];
+static int n_names;
+static int enabled = 1;
+static char prefix[32];
+static char restart[160] = "The CUDA context is now unusable: restart the process.";
+atomic_int cd_report_written;          /* the culprit block of watch mode: once */
+static atomic_int consequences;        /* one-line notes for refusals, a few at most */
+
+int cd_report_configure(PyObject *table, int on, PyObject *pfx)
+{
+    enabled = on;
+    const char *p = pfx && pfx != Py_None ? PyUnicode_AsUTF8(pfx) : "";
+    if (!p)
+        return -1;
+    snprintf(prefix, sizeof prefix, "%s", p);
+    if (!table || table == Py_None)
+        return 0;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    int n = 0;
+    while (PyDict_Next(table, &pos, &key, &value) && n < MAX_NAMES) {
+        const char *name, *what;
+        int code = (int)PyLong_AsLong(key);
+        if (code == -1 && PyErr_Occurred())
+            return -1;
+        if (!PyArg_ParseTuple(value, "ss", &name, &what))
+            return -1;
+        if (code == -2) {          /* the restart sentence */
+            snprintf(restart, sizeof restart, "%s", what);
+            continue;
+        }
+        names[n].code = code;
+        snprintf(names[n].name, sizeof names[n].name, "%s", name);
+        snprintf(names[n].what, sizeof names[n].what, "%s", what);
+        n++;
+    }
+    n_names = n;
+    return 0;
+}
+
+/* ---------------------------------------------- a writer with no malloc -- */
+
+typedef struct {
+    char buf[6144];
+    size_t n;
+    int line_start;
+} out_t;
+
+static void put(out_t *o, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len && o->n < sizeof o->buf - 2; i++) {
+        if (o->line_start && prefix[0]) {
+            for (const char *p = prefix; *p && o->n < sizeof o->buf - 2; p++)
+                o->buf[o->n++] = *p;
+        }
+        char c = s[i];
+        o->line_start = c == '\n';
+        if (c != '\n' && c != '\t' && (unsigned char)c < 0x20)
+            c = '?';               /* NUL, escapes: never trust text we did not make */
+        o->buf[o->n++] = c;
+    }
+}
+
+static void puts_(out_t *o, const char *s) { put(o, s, strlen(s)); }
+
+static void put_u(out_t *o, unsigned long long v)
+{
+    char t[24];
+    int i = 0;
+    do {
+        t[i++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v && i < 23);
+    while (i)
+        put(o, &t[--i], 1);
+}
+
+static void put_hex(out_t *o, unsigned long long v)
+{
+    char t[20];
+    int i = 0;
+    do {
+        t[i++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v && i < 19);
+    puts_(o, "0x");
+    while (i)
+        put(o, &t[--i], 1);
+}
+
+static void put_dims(out_t *o, const unsigned *d)
+{
+    puts_(o, "[");
+    put_u(o, d[0]);
+    puts_(o, ",");
+    put_u(o, d[1]);
+    puts_(o, ",");
+    put_u(o, d[2]);
+    puts_(o, "]");
+}
+
+static void flush(out_t *o)
+{
+    if (o->n && o->buf[o->n - 1] != '\n')
+        o->buf[o->n++] = '\n';
+    const char *p = o->buf;
+    size_t n = o->n;
+    while (n > 0) {
+        ssize_t w = write(2, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    o->n = 0;
+}
+
+static void put_error(out_t *o, int code)
+{
+    for (int i = 0; i < n_names; i++)
+        if (names[i].code == code) {
+            puts_(o, names[i].what);
+            puts_(o, " (");
+            puts_(o, names[i].name);
+            puts_(o, ")");
+            return;
+        }
+    puts_(o, "CUDA error ");
+    put_u(o, (unsigned)code);
+}
+
+/* "launched at file:line in func" from location ids, innermost first: the
+ * innermost user frame; else the outermost pseudo-file (python -c); else the
+ * innermost frame. */
+static void put_location(out_t *o, const uint32_t *ids, int n, int complete)
+{
+    int pick = -1;
+    cd_location loc;
+    for (int i = 0; i < n && pick < 0; i++)
+        if (cd_location_get(ids[i], &loc) == 0 && loc.kind == CD_LOC_USER)
+            pick = i;
+    if (pick < 0 && complete == 1 && n > 0 && cd_location_get(ids[n - 1], &loc) == 0 &&
+        loc.kind == CD_LOC_PSEUDO)
+        pick = n - 1;
+    if (pick < 0 && n > 0)
+        pick = 0;
+    if (pick < 0 || cd_location_get(ids[pick], &loc) != 0) {
+        puts_(o, "  launched from no Python frame (a framework thread, or C code)\n");
+        return;
+    }
+    const char *file = cd_interned(loc.file), *func = cd_interned(loc.func);
+    puts_(o, "  launched at ");
+    puts_(o, file ? file : "?");
+    puts_(o, ":");
+    put_u(o, (unsigned)(loc.lineno < 0 ? 0 : loc.lineno));
+    puts_(o, " in ");
+    puts_(o, func ? func : "?");
+    if (loc.kind != CD_LOC_USER)
+        puts_(o, " (library code: no frame of yours was found)");
+    puts_(o, "\n");
+}
+
+/* The first device-assert line of text (or the first line). */
+static void put_device_text(out_t *o, const char *text, size_t len, size_t cut)
+{
+    if (!len)
+        return;
+    const char *end = text + len, *line = text, *pick = NULL;
+    size_t pick_len = 0, lines = 0;
+    while (line < end) {
+        const char *nl = memchr(line, '\n', (size_t)(end - line));
+        size_t l = (size_t)((nl ? nl : end) - line);
+        if (l) {
+            lines++;
+            if (!pick || (!memmem(pick, pick_len, "Assertion", 9) && memmem(line, l, "Assertion", 9))) {
+                pick = line;
+                pick_len = l;
+            }
+        }
+        line += l + 1;
+    }
+    if (!pick)
+        return;
+    puts_(o, "  device: ");
+    put(o, pick, pick_len > 400 ? 400 : pick_len);
+    if (lines > 1) {
+        puts_(o, " (+");
+        put_u(o, lines - 1);
+        puts_(o, " more lines)");
+    }
+    if (cut) {
+        puts_(o, " [");
+        put_u(o, cut);
+        puts_(o, " more bytes of device output cut here; all of it went to stderr]");
+    }
+    puts_(o, "\n");
+}
+
+static void put_kernel(out_t *o, const char *mangled)
+{
+    char s[256];
+    size_t n = cd_short_kernel_name(mangled, s, sizeof s);
+    put(o, s, n);
+}
+
+void cd_report_fault(const cd_fault *f)
+{
+    if (!enabled)
+        return;
+    out_t o = {.n = 0, .line_start = 1};
+    if (f->consequence) {
+        if (atomic_fetch_add(&consequences, 1) >= 3)
+            return;
+        puts_(&o, "cuda_debug: ");
+        put_error(&o, f->code);
+        puts_(&o, f->at_launch ? ": a launch of " : ": a wait after ");
+        put_kernel(&o, f->kernel[0] ? f->kernel : "a graph");
+        puts_(&o, " failed because the CUDA context was already dead (thread tid ");
+        put_u(&o, (unsigned long long)f->thread_id);
+        puts_(&o, "); the cause is reported above\n");
+        flush(&o);
+        return;
+    }
+    puts_(&o, "cuda_debug: ");
+    put_error(&o, f->code);
+    if (f->at_launch && !cd_is_sticky(f->code)) {
+        puts_(&o, ": the launch of ");
+        put_kernel(&o, f->kernel);
+        puts_(&o, " was refused\n");
+    } else if (f->kernel[0]) {
+        puts_(&o, " in ");
+        put_kernel(&o, f->kernel);
+        puts_(&o, "\n");
+    } else {
+        puts_(&o, " in a CUDA graph replay\n");
+    }
+    put_location(&o, f->frames, f->n_frames, f->frames_complete);
+    puts_(&o, "  grid ");
+    put_dims(&o, f->grid);
+    puts_(&o, " block ");
+    put_dims(&o, f->block);
+    puts_(&o, " shared ");
+    put_u(&o, f->shared_mem);
+    puts_(&o, " B, stream ");
+    put_hex(&o, f->stream);
+    puts_(&o, ", device ");
+    if (f->device >= 0)
+        put_u(&o, (unsigned)f->device);
+    else
+        puts_(&o, "?");
+    puts_(&o, ", thread ");
+    put(&o, f->thread_name, strnlen(f->thread_name, sizeof f->thread_name));
+    puts_(&o, " (tid ");
+    put_u(&o, (unsigned long long)f->thread_id);
+    puts_(&o, ")\n");
+    put_device_text(&o, f->device_message, f->device_message_len, f->device_message_cut);
+    if (cd_is_sticky(f->code)) {
+        puts_(&o, "  ");
+        puts_(&o, restart);
+        puts_(&o, "\n");
+    }
+    flush(&o);
+}
+
+/* ----------------------------------------------------- watch mode -------- */
+
+void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
+{
+    if (!enabled || atomic_exchange(&cd_report_written, 1))
+        return;
+    uint64_t seqs[8];
+    int n = cd_watch_incomplete(0, seqs, 8);
+    out_t o = {.n = 0, .line_start = 1};
+    puts_(&o, "cuda_debug (watch): ");
+    put_error(&o, code);
+    puts_(&o, ", found at ");
+    puts_(&o, found_at);
+    puts_(&o, "\n");
+    char asserts[2048];
+    size_t alen = from_signal ? 0 : cd_tee_recent_asserts(asserts, sizeof asserts);
+    int shown = 0;
+    for (int i = 0; i < n && shown < 3; i++) {
+        cd_watch_record r;
+        if (cd_watch_get(seqs[i], &r) != 0)
+            continue;
+        const char *kernel = cd_interned(r.kernel_short);
+        puts_(&o, shown ? "  or: " : (n == 1 ? "  culprit: " : "  culprit (one of the first "
+                                                              "unfinished launches per stream): "));
+        if (r.flags & CD_WATCH_GRAPH)
+            puts_(&o, "a CUDA graph replay");
+        else
+            puts_(&o, kernel ? kernel : "?");
+        puts_(&o, " (launch #");
+        put_u(&o, seqs[i]);
+        puts_(&o, ", stream ");
+        put_hex(&o, r.stream);
+        puts_(&o, ", thread ");
+        put_u(&o, (unsigned)r.thread_id);
+        puts_(&o, ")\n");
+        put_location(&o, r.frames, r.n_frames, 0);
+        shown++;
+    }
+    if (!shown)
+        puts_(&o, "  no unfinished launch in the watch ring: the faulting kernel was launched "
+                  "before watch() or more than 65536 launches ago\n");
+    put_device_text(&o, asserts, alen, 0);
+    puts_(&o, "  ");
+    puts_(&o, restart);
+    puts_(&o, "\n");
+    flush(&o);
+}

@@ -1,0 +1,357 @@
+/*
+ * frames.c: the launching thread's Python location, read without the GIL.
+ *
+ * PyTorch, CuPy and Triton release the GIL around kernel launches, so the
+ * CUPTI callback runs on a thread that is blocked inside a C call made from
+ * Python: its own frame stack cannot change until the call returns. As
+ * faulthandler does (Python/traceback.c, _Py_DumpTracebackThreads), we walk it
+ * without the GIL, reading only immutable parts of the code objects.
+ *
+ * Each (code object, instruction offset) is interned once in `locs` as a
+ * location: file name, function name, line number and kind (user or library
+ * code), copied into the string arena (intern.c), so a record keeps 4-byte
+ * ids that stay meaningful after the code object is gone. A hit costs a hash
+ * probe per frame; a miss resolves the line with PyCode_Addr2Line (reads the
+ * code object's line table) and copies the names.
+ *
+ * The frame layout is CPython-internal and changes per minor version: one
+ * reader for 3.10 (PyFrameObject chain), 3.11-3.12 (tstate->cframe), 3.13
+ * (tstate->current_frame). Other versions build with no reader: reports then
+ * take the launching line from the framework's traceback only.
+ */
+#define _GNU_SOURCE
+#include "cuda_debug.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+#  ifndef Py_BUILD_CORE
+#    define Py_BUILD_CORE 1
+#  endif
+#  include "internal/pycore_frame.h"
+#  define CD_FRAMES 1
+#elif PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030B0000
+#  include <frameobject.h>
+#  define CD_FRAMES 1
+#else
+#  define CD_FRAMES 0
+#endif
+
+const int cd_frames_supported = CD_FRAMES;
+
+/* ------------------------------------------------------- configuration -- */
+
+#define MAX_PREFIXES 32
+#define PREFIX_LEN 1024
+static char lib_prefixes[MAX_PREFIXES][PREFIX_LEN];
+static int n_lib_prefixes;
+static char user_pseudo[8][64];
+static int n_user_pseudo;
+static atomic_int configured;
+
+int cd_frames_configure(PyObject *library_prefixes, PyObject *pseudo)
+{
+    if (atomic_load(&configured))
+        return 0;
+    PyObject *seq = PySequence_Fast(library_prefixes, "library prefixes must be a sequence");
+    if (!seq)
+        return -1;
+    int n = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && n < MAX_PREFIXES; i++) {
+        const char *p = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+        if (!p) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (strlen(p) + 1 < PREFIX_LEN && p[0])
+            snprintf(lib_prefixes[n++], PREFIX_LEN, "%s", p);
+    }
+    Py_DECREF(seq);
+    seq = PySequence_Fast(pseudo, "pseudo-file names must be a sequence");
+    if (!seq)
+        return -1;
+    int m = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && m < 8; i++) {
+        const char *p = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+        if (!p) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        snprintf(user_pseudo[m++], sizeof user_pseudo[0], "%s", p);
+    }
+    Py_DECREF(seq);
+    n_lib_prefixes = n;
+    n_user_pseudo = m;
+    atomic_store(&configured, 1);
+    return 0;
+}
+
+static int ends_with(const char *s, size_t n, const char *suffix)
+{
+    size_t k = strlen(suffix);
+    return n >= k && !memcmp(s + n - k, suffix, k);
+}
+
+/* The same rule as _report.is_user_file (Python), applied once per location. */
+static int classify(const char *file, size_t n)
+{
+    if (n == 0)
+        return CD_LOC_LIBRARY;
+    if (file[0] == '<') {
+        for (int i = 0; i < n_user_pseudo; i++)
+            if (!strncmp(file, user_pseudo[i], strlen(user_pseudo[i])))
+                return CD_LOC_USER;
+        return strcmp(file, "<string>") == 0 ? CD_LOC_PSEUDO : CD_LOC_LIBRARY;
+    }
+    if (file[0] != '/' || ends_with(file, n, ".pyx") || ends_with(file, n, ".pxd") ||
+        ends_with(file, n, ".pxi"))
+        return CD_LOC_LIBRARY;
+    if (strstr(file, "site-packages") || strstr(file, "dist-packages"))
+        return CD_LOC_LIBRARY;
+    char real[PATH_MAX];
+    const char *path = realpath(file, real) ? real : file;
+    for (int i = 0; i < n_lib_prefixes; i++) {
+        size_t k = strlen(lib_prefixes[i]);
+        if (!strncmp(path, lib_prefixes[i], k) && (path[k] == '/' || path[k] == '\0'))
+            return CD_LOC_LIBRARY;
+    }
+    return CD_LOC_USER;
+}
+
+/* Copy a str object's text as UTF-8 without the GIL (compact strings only,
+ * which is every str the interpreter makes); returns the length. */
+static size_t copy_unicode(PyObject *u, char *out, size_t cap)
+{
+    size_t o = 0;
+    if (!u || !PyUnicode_Check(u) || cap < 8)
+        return 0;
+#if PY_VERSION_HEX < 0x030C0000
+    if (!PyUnicode_IS_READY(u))
+        return 0;
+#endif
+    if (!PyUnicode_IS_COMPACT(u))
+        return 0;
+    Py_ssize_t len = PyUnicode_GET_LENGTH(u);
+    int kind = PyUnicode_KIND(u);
+    const void *data = PyUnicode_DATA(u);
+    for (Py_ssize_t i = 0; i < len && o + 4 < cap; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 0x80) {
+            out[o++] = (char)c;
+        } else if (c < 0x800) {
+            out[o++] = (char)(0xC0 | (c >> 6));
+            out[o++] = (char)(0x80 | (c & 0x3F));
+        } else if (c < 0x10000) {
+            if (c >= 0xD800 && c <= 0xDFFF)   /* lone surrogate: not UTF-8 */
+                c = 0xFFFD;
+            out[o++] = (char)(0xE0 | (c >> 12));
+            out[o++] = (char)(0x80 | ((c >> 6) & 0x3F));
+            out[o++] = (char)(0x80 | (c & 0x3F));
+        } else {
+            out[o++] = (char)(0xF0 | (c >> 18));
+            out[o++] = (char)(0x80 | ((c >> 12) & 0x3F));
+            out[o++] = (char)(0x80 | ((c >> 6) & 0x3F));
+            out[o++] = (char)(0x80 | (c & 0x3F));
+        }
+    }
+    out[o] = '\0';
+    return o;
+}
+
+/* ----------------------------------------------------------- locations -- */
+
+#define LOC_TABLE 65536            /* power of two */
+
+typedef struct {
+    _Atomic uintptr_t code;        /* key part 1; written last; 0 = empty */
+    int32_t offset;                /* key part 2: instruction offset (code units) */
+    uintptr_t check;               /* co_filename pointer ^ co_firstlineno */
+    int32_t lineno;
+    uint32_t file, func;
+    int32_t kind;
+} loc_entry;
+
+static loc_entry locs[LOC_TABLE];
+static atomic_flag loc_lock = ATOMIC_FLAG_INIT;
+
+int cd_location_get(uint32_t id, cd_location *out)
+{
+    if (id == 0 || id >= LOC_TABLE)
+        return -1;
+    const loc_entry *e = &locs[id];
+    if (!atomic_load_explicit(&e->code, memory_order_acquire))
+        return -1;
+    out->file = e->file;
+    out->func = e->func;
+    out->lineno = e->lineno;
+    out->kind = e->kind;
+    return 0;
+}
+
+#if CD_FRAMES
+
+static inline uint32_t loc_hash(uintptr_t code, int offset)
+{
+    uint64_t h = ((uint64_t)code >> 4) * 0x9E3779B97F4A7C15ull ^ (uint64_t)offset * 0xC2B2AE3Du;
+    uint32_t i = (uint32_t)(h >> 40) & (LOC_TABLE - 1);
+    return i ? i : 1;              /* id 0 means "none" */
+}
+
+static uint32_t intern_location(PyCodeObject *code, int offset)
+{
+    uintptr_t key = (uintptr_t)code;
+    uintptr_t check = (uintptr_t)code->co_filename ^ (uintptr_t)code->co_firstlineno;
+    uint32_t start = loc_hash(key, offset);
+    uint32_t i = start;
+    for (int probes = 0; probes < 32; probes++) {
+        uintptr_t k = atomic_load_explicit(&locs[i].code, memory_order_acquire);
+        if (k == 0)
+            break;
+        if (k == key && locs[i].offset == offset && locs[i].check == check)
+            return i;
+        i = (i + 1) & (LOC_TABLE - 1);
+        if (!i)
+            i = 1;
+    }
+    /* Miss: resolve while the code object is certainly alive (its frame is
+     * on this blocked thread's stack). */
+    char file[1024], func[256];
+    size_t fn = copy_unicode(code->co_filename, file, sizeof file);
+#if PY_VERSION_HEX >= 0x030B0000
+    size_t un = copy_unicode(code->co_qualname, func, sizeof func);
+#else
+    size_t un = copy_unicode(code->co_name, func, sizeof func);
+#endif
+    int lineno = PyCode_Addr2Line(code, offset * (int)sizeof(_Py_CODEUNIT));
+    int kind = classify(file, fn);
+    uint32_t file_id = cd_intern(file, fn), func_id = cd_intern(func, un);
+
+    while (atomic_flag_test_and_set_explicit(&loc_lock, memory_order_acquire))
+        sched_yield();
+    uint32_t found = 0;
+    i = start;
+    for (int probes = 0; probes < 32; probes++) {
+        uintptr_t k = atomic_load_explicit(&locs[i].code, memory_order_relaxed);
+        if (k == 0) {
+            locs[i].offset = offset;
+            locs[i].check = check;
+            locs[i].lineno = lineno;
+            locs[i].file = file_id;
+            locs[i].func = func_id;
+            locs[i].kind = kind;
+            atomic_store_explicit(&locs[i].code, key, memory_order_release);
+            found = i;
+            break;
+        }
+        if (k == key && locs[i].offset == offset && locs[i].check == check) {
+            found = i;
+            break;
+        }
+        i = (i + 1) & (LOC_TABLE - 1);
+        if (!i)
+            i = 1;
+    }
+    atomic_flag_clear_explicit(&loc_lock, memory_order_release);
+    return found;                  /* 0 when the neighbourhood is full */
+}
+
+/* ----------------------------------------------------------- the walk -- */
+
+#if PY_VERSION_HEX >= 0x030B0000
+typedef _PyInterpreterFrame frame_t;
+
+static inline frame_t *first_frame(PyThreadState *ts)
+{
+#  if PY_VERSION_HEX >= 0x030D0000
+    return ts->current_frame;
+#  else
+    return ts->cframe ? ts->cframe->current_frame : NULL;
+#  endif
+}
+
+static inline frame_t *next_frame(frame_t *f) { return f->previous; }
+
+/* The frame's code object, or NULL for frames that are no Python code yet
+ * (C-stack shims, frames still being set up). */
+static inline PyCodeObject *frame_code(frame_t *f, int *offset)
+{
+#  if PY_VERSION_HEX >= 0x030C0000
+    if (f->owner == FRAME_OWNED_BY_CSTACK)
+        return NULL;
+#  endif
+#  if PY_VERSION_HEX >= 0x030D0000
+    PyObject *ex = f->f_executable;
+    if (!ex || !PyCode_Check(ex))
+        return NULL;
+#  endif
+    if (_PyFrame_IsIncomplete(f))
+        return NULL;
+    *offset = _PyInterpreterFrame_LASTI(f);
+#  if PY_VERSION_HEX >= 0x030D0000
+    return (PyCodeObject *)ex;
+#  else
+    return f->f_code;
+#  endif
+}
+#else  /* 3.10 */
+typedef PyFrameObject frame_t;
+static inline frame_t *first_frame(PyThreadState *ts) { return ts->frame; }
+static inline frame_t *next_frame(frame_t *f) { return f->f_back; }
+static inline PyCodeObject *frame_code(frame_t *f, int *offset)
+{
+    *offset = f->f_lasti < 0 ? 0 : f->f_lasti;
+    return f->f_code;
+}
+#endif
+
+int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
+{
+    *complete = 0;
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+    if (!ts || max <= 0)
+        return 0;
+    frame_t *f = first_frame(ts);
+    int n = 0, depth = 0;
+    while (f && depth < 256) {
+        int offset = 0;
+        PyCodeObject *code = frame_code(f, &offset);
+        if (code) {
+            uint32_t id = intern_location(code, offset);
+            int user = id && locs[id].kind == CD_LOC_USER;
+            if (n < max) {
+                ids[n++] = id;
+            } else if (to_user && user) {
+                ids[max - 1] = id;     /* the user frame, after a gap */
+                *complete = -1;
+                return max;
+            }
+            if (to_user && user)
+                break;
+            if (!to_user && n == max)
+                break;
+            depth++;
+            if (to_user && depth >= 64)
+                break;
+        }
+        f = next_frame(f);
+    }
+    if (!f)
+        *complete = 1;
+    return n;
+}
+
+#else  /* no reader for this Python */
+
+int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
+{
+    (void)ids;
+    (void)max;
+    (void)to_user;
+    *complete = 0;
+    return 0;
+}
+
+#endif

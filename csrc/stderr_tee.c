@@ -1,0 +1,142 @@
+/*
+ * stderr_tee.c: catch the device's assert text without holding back anyone's output.
+ *
+ * When a kernel fails an assert, the driver prints "file:line: kernel: block:
+ * [..], thread: [..] Assertion `...` failed." through libc's `stderr` FILE,
+ * from the thread whose synchronising call finds the fault. At the first scope
+ * or watch, `stderr` is pointed, once and for the rest of the process, at a
+ * pass-through stream (fopencookie): every write goes straight to fd 2 with
+ * write(2), in the order it was made, nothing buffered; and
+ *   - a thread with an open window (the launch callback, around its wait)
+ *     also gets a copy of its own text, up to its buffer, the rest counted as
+ *     cut (the report says so; all of it still reached fd 2);
+ *   - lines that look like device asserts are also kept in a small ring, for
+ *     watch mode, where the text comes out at whichever call finds the fault.
+ * Other threads' text never lands in a window; writes through this FILE are
+ * serialised by its stdio lock. The global pointer is swapped once, not per
+ * launch: a per-launch swap could leave `stderr` locked forever (glibc's
+ * error() locks one FILE and unlocks the other when the swap falls between).
+ * CUDA_DEBUG_CAPTURE=off leaves `stderr` alone (no assert text in reports).
+ */
+#define _GNU_SOURCE
+#include "cuda_debug.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static FILE *tee_fp;
+static atomic_int installed;
+static _Thread_local cd_window *tls_window;
+
+#define RECENT 16384
+static char recent[RECENT];
+static size_t recent_len;
+static atomic_flag recent_lock = ATOMIC_FLAG_INIT;
+
+static void write_all(int fd, const char *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return;
+        }
+        buf += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Keep the device-assert lines of buf in the recent ring (oldest dropped). */
+static void remember_asserts(const char *buf, size_t n)
+{
+    const char *end = buf + n, *line = buf;
+    while (line < end) {
+        const char *nl = memchr(line, '\n', (size_t)(end - line));
+        size_t len = (size_t)((nl ? nl + 1 : end) - line);
+        if (len > 20 && memmem(line, len, "Assertion `", 11) && memmem(line, len, "block: [", 8)) {
+            if (len > RECENT / 4)
+                len = RECENT / 4;
+            while (atomic_flag_test_and_set_explicit(&recent_lock, memory_order_acquire))
+                ;
+            if (recent_len + len > RECENT) {       /* drop the oldest half */
+                size_t keep = recent_len / 2;
+                memmove(recent, recent + recent_len - keep, keep);
+                recent_len = keep;
+            }
+            memcpy(recent + recent_len, line, len);
+            recent_len += len;
+            atomic_flag_clear_explicit(&recent_lock, memory_order_release);
+        }
+        line += len;
+        if (!nl)
+            break;
+    }
+}
+
+static ssize_t tee_write(void *cookie, const char *buf, size_t n)
+{
+    (void)cookie;
+    cd_window *w = tls_window;
+    if (w) {
+        size_t room = w->cap - w->len, c = n < room ? n : room;
+        memcpy(w->buf + w->len, buf, c);
+        w->len += c;
+        w->cut += n - c;
+    }
+    remember_asserts(buf, n);
+    write_all(2, buf, n);
+    return (ssize_t)n;             /* never stall stdio on an fd-2 error */
+}
+
+static void atfork_child(void)
+{
+    tls_window = NULL;
+    atomic_flag_clear(&recent_lock);
+}
+
+int cd_tee_install(void)
+{
+    if (atomic_load(&installed))
+        return 0;
+    cookie_io_functions_t io = {.read = NULL, .write = tee_write, .seek = NULL, .close = NULL};
+    FILE *fp = fopencookie(NULL, "w", io);
+    if (!fp)
+        return -1;
+    setvbuf(fp, NULL, _IONBF, 0);
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&installed, &expected, 1)) {
+        fclose(fp);
+        return 0;
+    }
+    fflush(stderr);
+    tee_fp = fp;
+    pthread_atfork(NULL, NULL, atfork_child);
+    stderr = tee_fp;
+    return 0;
+}
+
+int cd_tee_installed(void) { return atomic_load(&installed); }
+
+void cd_tee_open(cd_window *w, char *buf, size_t cap)
+{
+    w->buf = buf;
+    w->cap = cap;
+    w->len = 0;
+    w->cut = 0;
+    tls_window = w;
+}
+
+void cd_tee_close(void) { tls_window = NULL; }
+
+size_t cd_tee_recent_asserts(char *out, size_t cap)
+{
+    while (atomic_flag_test_and_set_explicit(&recent_lock, memory_order_acquire))
+        ;
+    size_t n = recent_len < cap ? recent_len : cap;
+    memcpy(out, recent + recent_len - n, n);
+    atomic_flag_clear_explicit(&recent_lock, memory_order_release);
+    return n;
+}
