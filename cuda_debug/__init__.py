@@ -1,5 +1,8 @@
 """cuda_debug: make asynchronous CUDA failures debuggable, and their cost measurable.
 
+    with cuda_debug.watch():                # kernels stay asynchronous; a fault that
+        train(model, loader)                # surfaces later names its launch and line
+
     with cuda_debug.launch_blocking():      # synchronous launches for this region
         loss = criterion(logits, target)    # a device assert raises right here
 
@@ -8,13 +11,16 @@ carry the kernel, the launching line and the device's assert text.
 """
 import importlib
 
+from . import _options as _options      # reads and checks CUDA_DEBUG_* now (warns at import)
+
 __version__ = "0.1.0"
 
 # The public names and the module that defines each. They are imported on first
 # use (PEP 562), so that ``import cuda_debug`` - which pytest does at every start
 # through the pytest11 entry point - costs about a millisecond, not 25.
 _PUBLIC = {
-    "._scope": ["launch_blocking", "is_launch_blocking", "check", "last_error"],
+    "._scope": ["watch", "is_watching", "launch_blocking", "is_launch_blocking", "check",
+                "last_error"],
     "._errors": ["CudaError", "CudaUnavailableError", "ToolConflictError", "LaunchError",
                  "StickyCudaError", "DeviceAssertError", "IllegalAddressError",
                  "LaunchFailureError", "MisalignedAddressError", "IllegalInstructionError",
@@ -43,7 +49,7 @@ def __dir__():
 
 
 def load_ipython_extension(ipython):
-    """``%load_ext cuda_debug``: the %launch_blocking magics and short reports."""
+    """``%load_ext cuda_debug``: the %cuda_watch / %launch_blocking magics and short reports."""
     from . import _notebook
     _notebook.load(ipython)
 

@@ -1,10 +1,14 @@
 """The command line: ``python -m cuda_debug {run,doctor,bench}`` (also ``cuda-debug``).
 
-``run [--launch-blocking] script.py args...`` (or ``run -m module args...``)
-    runs the script as ``__main__`` (like ``python -m pdb``), optionally inside
-    ``cuda_debug.launch_blocking()``. A CUDA fault is printed as the short report
+``run [--launch-blocking | --no-watch] script.py args...`` (or ``run -m module args...``)
+    runs the script as ``__main__`` (like ``python -m pdb``) inside
+    ``cuda_debug.watch()`` (kernels stay asynchronous; a fault names its launch),
+    or inside ``cuda_debug.launch_blocking()`` with ``--launch-blocking``, or
+    neither with ``--no-watch``. A CUDA fault is printed as the short report
     (what, which kernel, which line, the device's assert text) instead of a long
-    traceback. Exit status:
+    traceback. Where there is no usable GPU or CUPTI, it says so once and runs
+    the script without watching (the rule of every cuda_debug entry point).
+    Exit status:
 
     - the script's own (0 when it returns, its ``sys.exit`` code);
     - 1: it raised an exception that is not a sticky CUDA error (including
@@ -39,8 +43,10 @@ USAGE = """\
 usage: python -m cuda_debug <command> [options]
 
 commands:
-  run [--launch-blocking] script.py [args...]   run a script with translated CUDA errors
-  run [--launch-blocking] -m module [args...]   the same for a module
+  run [--launch-blocking|--no-watch] script.py [args...]
+                                                run a script; a CUDA fault names its kernel and line
+  run [--launch-blocking|--no-watch] -m module [args...]
+                                                the same for a module
   doctor [--json]                               driver, GPU, CUDA/CUPTI/cuBLAS, conflicts
   bench ...                                     GEMM and launch-latency benchmarks
 
@@ -87,12 +93,16 @@ def bench_main(argv: List[str]) -> int:
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m cuda_debug run",
-        description="Run a Python script (or module) as __main__; a CUDA fault is reported "
-                    "as cuda_debug's short report. Exit status: the script's own; 1 on an "
-                    "exception; 2 on a usage error; 3 on a sticky CUDA error.")
+        description="Run a Python script (or module) as __main__ inside cuda_debug.watch(); a "
+                    "CUDA fault is reported as cuda_debug's short report, naming the kernel and "
+                    "the launching line. Exit status: the script's own; 1 on an exception; 2 on "
+                    "a usage error; 3 on a sticky CUDA error.")
     p.add_argument("--launch-blocking", action="store_true",
-                   help="run the whole script inside cuda_debug.launch_blocking(): "
-                        "synchronous launches, the faulting kernel and line named")
+                   help="run the whole script inside cuda_debug.launch_blocking() instead: "
+                        "synchronous launches (about 2x slower), the fault raised at its "
+                        "launching line")
+    p.add_argument("--no-watch", action="store_true",
+                   help="neither watch nor block: only translate the errors")
     p.add_argument("--all-threads", action="store_true",
                    help="with --launch-blocking: block launches from every thread")
     p.add_argument("--traceback", action="store_true",
@@ -108,7 +118,8 @@ def run_main(argv: List[str]) -> int:
     # Parsed by hand, like `python` does: our options come before the script (or
     # -m module); everything after it is the script's, --help included.
     parser = _run_parser()
-    opts = {"launch_blocking": False, "all_threads": False, "traceback": False}
+    opts = {"launch_blocking": False, "no_watch": False, "all_threads": False,
+            "traceback": False}
     target, module, args = None, False, []
     i = 0
     while i < len(argv):
@@ -140,18 +151,36 @@ def run_main(argv: List[str]) -> int:
         parser.print_usage(sys.stderr)
         sys.stderr.write("cuda_debug run: no such file: %s\n" % target)
         return EXIT_USAGE
-    return _run(target, args, module=module, blocking=opts["launch_blocking"],
-                all_threads=opts["all_threads"], full_traceback=opts["traceback"])
+    if opts["launch_blocking"] and opts["no_watch"]:
+        sys.stderr.write("cuda_debug run: --launch-blocking and --no-watch exclude each other\n")
+        return EXIT_USAGE
+    if opts["all_threads"] and not opts["launch_blocking"]:
+        sys.stderr.write("cuda_debug run: --all-threads goes with --launch-blocking\n")
+        return EXIT_USAGE
+    mode = "block" if opts["launch_blocking"] else "none" if opts["no_watch"] else "watch"
+    return _run(target, args, module=module, mode=mode, all_threads=opts["all_threads"],
+                full_traceback=opts["traceback"])
 
 
-def _run(target: str, args: List[str], module: bool, blocking: bool, all_threads: bool,
+def _enter(mode: str, all_threads: bool):
+    """The entered scope for `mode`, or None: where it cannot be had (no GPU,
+    no CUPTI, a profiler holds it) say so once and run without it."""
+    if mode == "none":
+        return None
+    from ._errors import CudaUnavailableError, ToolConflictError
+    from ._scope import launch_blocking, watch
+    scope = watch() if mode == "watch" else launch_blocking(True, all_threads=all_threads)
+    try:
+        scope.__enter__()
+    except (CudaUnavailableError, ToolConflictError) as e:
+        sys.stderr.write("cuda_debug run: running without %s: %s\n"
+                         % ("watch()" if mode == "watch" else "launch_blocking()", e))
+        return None
+    return scope
+
+
+def _run(target: str, args: List[str], module: bool, mode: str, all_threads: bool,
          full_traceback: bool) -> int:
-    from ._errors import CudaError
-    from ._scope import launch_blocking
-    if blocking:
-        scope = launch_blocking(True, all_threads=all_threads)
-    else:
-        scope = contextlib.nullcontext()
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     try:
         if module:
@@ -161,10 +190,11 @@ def _run(target: str, args: List[str], module: bool, blocking: bool, all_threads
         else:
             sys.argv = [target] + args
             sys.path[0:1] = [os.path.dirname(os.path.abspath(target))]
-        entered = False
         try:
-            with scope:
-                entered = True
+            scope = _enter(mode, all_threads)
+            with contextlib.ExitStack() as stack:
+                if scope is not None:
+                    stack.push(scope)
                 if module:
                     runpy.run_module(target, run_name="__main__", alter_sys=True)
                 else:
@@ -174,10 +204,6 @@ def _run(target: str, args: List[str], module: bool, blocking: bool, all_threads
         except KeyboardInterrupt:
             traceback.print_exc()
             return 130
-        except CudaError as e:
-            if not entered:
-                sys.stderr.write("cuda_debug run: cannot run inside launch_blocking(): ")
-            return _report(e, full_traceback)
         except BaseException as e:
             return _report(e, full_traceback)
         return 0
@@ -214,14 +240,11 @@ def _print_traceback(e: BaseException) -> None:
 
 def _report(e: BaseException, full_traceback: bool) -> int:
     """Print what happened; the exit status."""
-    from . import _cuda_errors, _report as rep, _sticky
+    from . import _report as rep, _sticky
     from ._errors import CudaError
-    err = e if isinstance(e, CudaError) else None
-    if err is None:
-        # A framework's exception: did cuda_debug record the fault behind it?
-        raw = rep.raw_fault()
-        if raw is not None and _cuda_errors.is_sticky(raw.code) and rep.claim(raw):
-            err = rep.remember(rep.build(raw, tb=e.__traceback__, found_at="launch"))
+    from ._scope import watch_epoch
+    err = e if isinstance(e, CudaError) else rep.error_for(
+        e, watch_mark=watch_epoch(), found_at="run")
     if err is not None:
         if full_traceback:
             _print_traceback(e)
@@ -238,7 +261,8 @@ def _report(e: BaseException, full_traceback: bool) -> int:
         "\ncuda_debug: %s is a sticky CUDA error: the CUDA context is dead.\n"
         "Kernels run asynchronously: the line above may not be where the faulting kernel was "
         "launched.\nTo name the kernel, the line and the assert text: python -m cuda_debug run "
-        "--launch-blocking %s\n" % (_sticky.describe(code), " ".join(sys.argv) or "..."))
+        "%s (watch, the default) or --launch-blocking\n"
+        % (_sticky.describe(code), " ".join(sys.argv) or "..."))
     return EXIT_STICKY
 
 

@@ -31,6 +31,8 @@ REPORT_FIELDS = (
     "kernel", "kernel_mangled", "grid", "block", "shared_mem", "stream", "device",
     "filename", "lineno", "function", "line", "launch_stack", "device_message",
     "driver_log", "op", "inputs", "thread", "launch_api", "found_at", "launch_refused",
+    "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
+    "recent_launches", "surfaced_at",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -174,43 +176,15 @@ def class_for(code: int, at_launch: bool = False) -> type:
 
 # -- the short report ----------------------------------------------------------
 
-_TEMPLATE_OR_ARGS = re.compile(r"[<>()]")
-
-
-def short_kernel_name(demangled: Optional[str]) -> Optional[str]:
+def short_kernel_name(name: Optional[str]) -> Optional[str]:
     """``void at::native::(anonymous namespace)::k<float, long>(float*, long)`` ->
-    ``k<float, long>``: no return type, namespaces or parameter list."""
-    if not demangled:
-        return demangled
-    s = demangled
-    # Drop the parameter list: the last top-level "(...)".
-    depth, cut = 0, len(s)
-    for i in range(len(s) - 1, -1, -1):
-        c = s[i]
-        if c == ")":
-            depth += 1
-        elif c == "(":
-            depth -= 1
-            if depth == 0:
-                cut = i
-                break
-    s = s[:cut]
-    # Split at top-level "::" and spaces (return type), keep the last part.
-    depth, start = 0, 0
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c in "<(":
-            depth += 1
-        elif c in ">)":
-            depth -= 1
-        elif depth == 0 and s.startswith("::", i):
-            start = i + 2
-            i += 1
-        elif depth == 0 and c == " ":
-            start = i + 1
-        i += 1
-    return s[start:] or demangled
+    ``k<float, long>``: no return type, namespaces or parameter list; long
+    template arguments abbreviated (``index_elementwise_kernel<128, 4, …>``).
+    The rule lives in C (csrc/demangle.c), shared with the fault-time report."""
+    if not name:
+        return name
+    from . import _core
+    return _core.short_kernel_name(name) or name
 
 
 _ASSERT_LINE = re.compile(
@@ -249,6 +223,9 @@ def _device_line(err) -> Optional[str]:
             a["thread"].replace(" ", ""), a["text"])
         if len(asserts) > 1:
             s += " (+%d more thread%s)" % (len(asserts) - 1, "s" if len(asserts) > 2 else "")
+        if err.device_message_cut:
+            s += " [%d more bytes of device output cut; all of it went to stderr]" \
+                 % err.device_message_cut
         return s
     if err.device_message and err.device_message.strip():
         return "device: " + err.device_message.strip().splitlines()[0]
@@ -260,7 +237,10 @@ def format_report(err: CudaError) -> str:
     whether the context survived."""
     what = err.what or (err.name or "CUDA error")
     kernel = short_kernel_name(err.kernel) if err.kernel else None
-    if err.launch_refused and err.sticky:
+    if err.before_scope:
+        head = "%s before this scope: a kernel launched before it was entered faulted " \
+               "(found by the drain at the scope's entry)" % what
+    elif err.launch_refused and err.sticky:
         # The launch was refused because the context had died already: the fault
         # is an earlier kernel's, launched outside any scope.
         head = "%s in an earlier kernel (launched outside launch_blocking(); the CUDA " \
@@ -270,8 +250,8 @@ def format_report(err: CudaError) -> str:
     elif kernel:
         head = "%s in %s" % (what, kernel)
     elif err.found_at == "check":
-        head = "%s (kernel unknown: it ran outside cuda_debug.launch_blocking(); " \
-               "run it inside one to name the kernel and the line)" % what
+        head = "%s (kernel unknown: it ran outside cuda_debug.launch_blocking() and " \
+               "cuda_debug.watch(); run it inside one to name the kernel and the line)" % what
     else:
         head = what
     lines = [head]
@@ -282,10 +262,21 @@ def format_report(err: CudaError) -> str:
                 list(err.grid), list(err.block), err.shared_mem))
     where = _where(err)
     if where:
+        if err.mechanism == "watch":
+            where = where.replace("at ", "launched at ", 1)
+            if err.exact is False:
+                where += "  (one of %d unfinished launches on different streams: see " \
+                         ".candidates)" % (1 + len(err.candidates or ()))
         lines.append("  " + where)
+    if err.mechanism == "watch" and err.surfaced_at:
+        lines.append("  surfaced at %s (kernels run asynchronously; watch() named the launch)"
+                     % err.surfaced_at)
     dev = _device_line(err)
     if dev:
         lines.append("  " + dev)
+    if err.consequences:
+        lines.append("  (%d later launch%s failed on the dead context: consequences, not causes)"
+                     % (err.consequences, "" if err.consequences == 1 else "es"))
     if err.sticky:
         lines.append("  " + RESTART)
     elif isinstance(err, LaunchError):

@@ -1,84 +1,132 @@
-"""Turn a raw fault record from the C core into a cuda_debug exception.
+"""The one path from raw C records to the user's cuda_debug exception.
 
-Capture is cheap at the event (the callback copies a few numbers and the
-driver's text, without the GIL); everything Python-shaped is built here, only
-when a fault is reported: the demangled kernel name, the launching thread's
-stack, the innermost frame of *user* code, the driver-log lines.
+Capture is cheap at the event: the launch callback copies a few numbers, the
+driver's text and the launching thread's frames as interned location ids,
+without the GIL. Everything Python-shaped is built here, only when a fault is
+reported: the short kernel name, the launching stack as a StackSummary, the
+innermost frame of *user* code, the driver-log lines, the watch culprit.
 
-The launching Python line comes from the traceback of the framework's own
-exception: the launch call fails at the launching line (the callback rewrites
-its return value), so that traceback ends exactly there.
+Callers (scope and watch exit, ``check()``, ``last_error()``, ``cuda_debug.testing``,
+``run``, the pytest plugin, the notebook) call :func:`error_for` and never
+re-parse formatted text.
 """
 import os
 import site
 import sys
 import sysconfig
+import tempfile
 import threading
 import traceback
-from typing import List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from . import _core, _cuda_errors
 from ._errors import CudaError, class_for
 
-_LAUNCH_APIS = {
-    307: "cuLaunchKernel", 442: "cuLaunchKernel_ptsz",
-    652: "cuLaunchKernelEx", 653: "cuLaunchKernelEx_ptsz",
-    477: "cuLaunchCooperativeKernel", 478: "cuLaunchCooperativeKernel_ptsz",
-    514: "cuGraphLaunch", 515: "cuGraphLaunch_ptsz",
-}
-
 
 class RawFault(NamedTuple):
-    """The C record, named (csrc/cuda_debug.h: cd_fault)."""
+    """A C fault record, named (csrc/cuda_debug.h: cd_fault)."""
     seq: int
     code: int
     at_launch: int
+    consequence: int          # the context was already dead: an echo of an earlier fault
     cbid: int
-    kernel: bytes
+    kernel: bytes             # mangled, cut at 1023 bytes
+    kernel_len: int
     grid: tuple
     block: tuple
     shared_mem: int
     stream: int
+    context: int
     device: int
     thread_id: int
-    thread_name: str
+    thread_name: bytes        # raw: may be cut inside a UTF-8 character
     wall_time: float
-    device_message: bytes
+    launch_seq: int           # the watch-ring seq of the launch, 0 when not watching
+    frames: tuple             # location ids, innermost first
+    frames_complete: int      # 1: the walk reached the outermost frame
+    device_message: bytes     # what this thread got from the driver during its wait
+    device_message_cut: int   # bytes that did not fit (all of them went to stderr)
     log_end: int
 
 
-def raw_fault() -> Optional[RawFault]:
-    r = _core.fault()
-    return RawFault(*r) if r is not None else None
+class WatchRecord(NamedTuple):
+    """A watch-ring record (csrc/cuda_debug.h: cd_watch_record)."""
+    seq: int
+    stream: int
+    kernel: bytes
+    grid: tuple
+    block: tuple
+    shared_mem: int
+    thread_id: int
+    device: int
+    frames: tuple
+    flags: int
+    cbid: int
+    done: bool
+
+
+def faults(since: int = 0) -> List[RawFault]:
+    return [RawFault(*t) for t in _core.faults(since)]
+
+
+def watch_record(seq: int) -> Optional[WatchRecord]:
+    t = _core.watch_record(seq)
+    return WatchRecord(*t) if t is not None else None
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
 
 
 # -- which frames are the user's ------------------------------------------------
 
-def _library_prefixes() -> List[str]:
+#: Pseudo-files that hold the user's own code (interactive input).
+USER_PSEUDO = ("<stdin>", "<ipython-input-", "<ipython-")
+
+
+def library_prefixes() -> List[str]:
+    """Folders whose code is library code: the standard library, every
+    site-packages, cuda_debug itself, and where PyTorch Inductor writes its
+    generated code."""
     paths = set()
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         p = sysconfig.get_paths().get(key)
         if p:
-            paths.add(os.path.realpath(p))
+            paths.add(p)
     try:
-        paths.update(os.path.realpath(p) for p in site.getsitepackages())
+        paths.update(site.getsitepackages())
     except AttributeError:
         pass
-    paths.add(os.path.realpath(os.path.dirname(__file__)))   # cuda_debug itself
-    return sorted(paths, key=len, reverse=True)
+    paths.add(os.path.dirname(os.path.abspath(__file__)))
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not inductor:
+        try:
+            import getpass
+            inductor = os.path.join(tempfile.gettempdir(), "torchinductor_" + getpass.getuser())
+        except Exception:
+            inductor = None
+    if inductor:
+        paths.add(inductor)
+    real = {os.path.realpath(p) for p in paths}
+    return sorted(real, key=len, reverse=True)
 
 
 _PREFIXES = None
 
 
-def is_user_file(filename: str) -> bool:
+def is_user_file(filename: str, outermost: bool = False) -> bool:
     """False for the standard library, site-packages (torch, triton, cupy...),
-    cuda_debug itself and pseudo-files such as ``<frozen ...>``."""
+    cuda_debug itself, Inductor's generated code and pseudo-files such as
+    ``<frozen ...>`` or FX's ``<eval_with_key>``. ``<string>`` (``python -c``,
+    but also code generated with exec) is the user's only as the outermost
+    frame. The C fault path applies the same rule (frames.c: classify)."""
     global _PREFIXES
     if not filename:
         return False
-    if filename.startswith("<"):   # interactive code is the user's; <frozen ...> is not
-        return filename in ("<stdin>", "<string>") or filename.startswith("<ipython")
+    if filename.startswith("<"):
+        if filename.startswith(USER_PSEUDO):
+            return True
+        return outermost and filename == "<string>"
     if "site-packages" in filename or "dist-packages" in filename:
         return False
     # Cython modules report relative paths (cupy_backends/cuda/api/driver.pyx);
@@ -86,15 +134,14 @@ def is_user_file(filename: str) -> bool:
     if filename.endswith((".pyx", ".pxd", ".pxi")) or not os.path.isabs(filename):
         return False
     if _PREFIXES is None:
-        _PREFIXES = _library_prefixes()
+        _PREFIXES = library_prefixes()
     real = os.path.realpath(filename)
     return not any(real == p or real.startswith(p + os.sep) for p in _PREFIXES)
 
 
 def stack_from(tb=None, frame=None) -> traceback.StackSummary:
-    """The launching thread's stack, outermost first: the frames above the
-    traceback's first frame, then the traceback down to where it was raised.
-    Without a traceback: the stack of `frame`."""
+    """The stack of a traceback (the frames above its first frame, then the
+    traceback down to where it was raised), or of `frame`; outermost first."""
     pairs = []
     if tb is not None:
         outer = list(traceback.walk_stack(tb.tb_frame.f_back))
@@ -104,75 +151,120 @@ def stack_from(tb=None, frame=None) -> traceback.StackSummary:
     return traceback.StackSummary.extract(pairs, lookup_lines=True)
 
 
-def user_frame(stack: traceback.StackSummary):
+_locations: Dict[int, tuple] = {}
+
+
+def location(loc_id: int) -> Optional[tuple]:
+    """(filename, function, lineno, kind) of an interned location id."""
+    if loc_id not in _locations:
+        _locations[loc_id] = _core.location(loc_id)
+    return _locations[loc_id]
+
+
+def stack_from_ids(ids: Sequence[int]) -> traceback.StackSummary:
+    """A StackSummary (outermost first) from C location ids (innermost first)."""
+    entries = []
+    for loc_id in reversed(ids):
+        loc = location(loc_id)
+        if loc is None:
+            continue
+        filename, function, lineno, _ = loc
+        entries.append((filename or "?", lineno, function or "?", None))
+    stack = traceback.StackSummary.from_list(entries)
+    for fs in stack:
+        fs.line                       # linecache, now (the file may change later)
+    return stack
+
+
+def user_frame(stack: traceback.StackSummary, complete: bool = True):
     """The innermost frame of user code (the last one if all are library)."""
-    for fs in reversed(stack):
-        if is_user_file(fs.filename):
-            return fs
-    return stack[-1] if len(stack) else None
+    n = len(stack)
+    for i in range(n - 1, -1, -1):
+        if is_user_file(stack[i].filename, outermost=complete and i == 0):
+            return stack[i]
+    return stack[-1] if n else None
+
+
+def configure_core() -> None:
+    """Hand the C fault path what Python owns (error names and texts, the
+    library folders, the rank prefix), once, before the first scope."""
+    if getattr(configure_core, "done", False):
+        return
+    from . import _errors, _options
+    names = {code: (_cuda_errors.name(code), cls.what or _cuda_errors.name(code))
+             for code, cls in _errors.BY_CODE.items()}
+    names[-2] = ("", _errors.RESTART)
+    rank = os.environ.get("RANK")
+    _core.configure(names=names, report=_options.OPTIONS.report,
+                    prefix="[rank %s] " % rank if rank not in (None, "") else "",
+                    library_prefixes=library_prefixes(), user_pseudo=list(USER_PSEUDO))
+    configure_core.done = True
+
+
+# -- watch mode: the culprit ------------------------------------------------------
+
+def _assert_function(text: str) -> Optional[str]:
+    """The kernel function an assert line names (``file:line: FUNC: block: ...``)."""
+    from ._errors import parse_device_message
+    asserts = parse_device_message(text)
+    return asserts[0]["func"] if asserts else None
+
+
+def _launch_dict(rec: WatchRecord) -> dict:
+    kernel = _text(rec.kernel)
+    stack = stack_from_ids(rec.frames)
+    fs = user_frame(stack, complete=False)
+    return {
+        "seq": rec.seq, "kernel": (_core.demangle(kernel) or kernel) if kernel else None,
+        "short": _core.short_kernel_name(kernel) if kernel else None,
+        "graph": bool(rec.flags & _core.WATCH_GRAPH), "stream": rec.stream,
+        "grid": rec.grid, "block": rec.block, "shared_mem": rec.shared_mem,
+        "thread_id": rec.thread_id, "device": rec.device if rec.device >= 0 else None,
+        "filename": fs.filename if fs else None, "lineno": fs.lineno if fs else None,
+        "function": fs.name if fs else None,
+        "stack": [(f.filename, f.lineno, f.name, f.line) for f in stack],
+    }
+
+
+def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
+    """From host memory only (no CUDA call): the launch that faulted, while
+    watching. Per stream, the first launch whose completion marker never came
+    back; `exact` when one stream had unfinished work, else the candidates,
+    with the one the device's assert text names first when it names one."""
+    seqs = _core.watch_incomplete(since)
+    launches = [d for d in (watch_record(s) for s in seqs) if d is not None]
+    if not launches:
+        return None
+    cands = [_launch_dict(r) for r in launches]
+    pick, exact = cands[0], len(cands) == 1
+    func = _assert_function(device_text)
+    if func and not exact:
+        named = [c for c in cands if c["kernel"] and func in c["kernel"]]
+        if len(named) == 1:
+            pick = named[0]
+    recent = []
+    for s in range(max(since + 1, pick["seq"] - 5), pick["seq"]):
+        r = watch_record(s)
+        if r is not None:
+            recent.append(_launch_dict(r))
+    return {"culprit": pick, "exact": exact,
+            "candidates": [c for c in cands if c is not pick], "recent": recent}
 
 
 # -- building the exception -----------------------------------------------------
 
-def _text(b: bytes) -> str:
-    return b.decode("utf-8", "replace")
-
-
-def build(raw: Optional[RawFault], *, code: Optional[int] = None, tb=None, frame=None,
-          found_at: str = "launch") -> CudaError:
-    """A cuda_debug exception for `raw` (or just `code` when no record is known),
-    located by the traceback `tb` or, failing that, by the stack of `frame`."""
-    if raw is not None:
-        code = raw.code
-    stack = stack_from(tb=tb, frame=frame) if (tb is not None or frame is not None) else None
-    user = user_frame(stack) if stack else None
-    fields = dict(found_at=found_at)
-    if stack is not None:
-        fields["launch_stack"] = stack
-    if user is not None:
-        fields.update(filename=user.filename, lineno=user.lineno, function=user.name,
-                      line=user.line)
-    if raw is not None:
-        mangled = _text(raw.kernel)
-        fields.update(
-            kernel=(_core.demangle(mangled) or mangled) if mangled else None,
-            kernel_mangled=mangled,
-            grid=raw.grid, block=raw.block, shared_mem=raw.shared_mem,
-            stream=raw.stream, device=raw.device if raw.device >= 0 else None,
-            device_message=_text(raw.device_message) or None,
-            thread="%s (tid %d)" % (raw.thread_name, raw.thread_id),
-            launch_api=_LAUNCH_APIS.get(raw.cbid),
-            launch_refused=bool(raw.at_launch),
-            driver_log=[_text(b).rstrip() for b in
-                        _core.driver_log(_previous_log_end(raw), raw.log_end)] or None,
-        )
-    cls = class_for(code, at_launch=bool(raw.at_launch) if raw is not None else False)
-    return cls(code=code, **fields)
-
-
-_log_marks = {}   # fault seq -> log_end, to cut the driver log between faults
-
-
-def _previous_log_end(raw: RawFault) -> int:
-    prev = max((v for k, v in _log_marks.items() if k < raw.seq), default=0)
-    _log_marks[raw.seq] = raw.log_end
-    return max(prev, raw.log_end - 16)
-
-
-# -- bookkeeping: which faults were already reported ----------------------------
-
 _state_lock = threading.Lock()
-_reported_seq = 0
+_claimed = set()                 # fault seqs already reported
 _last_error: Optional[CudaError] = None
+_log_marks = {}                  # fault seq -> log_end, to cut the driver log between faults
 
 
-def claim(raw: RawFault) -> bool:
-    """True the first time a fault is claimed for reporting."""
-    global _reported_seq
+def claim(seq: int) -> bool:
+    """True the first time a fault record is claimed for reporting."""
     with _state_lock:
-        if raw.seq <= _reported_seq:
+        if seq in _claimed:
             return False
-        _reported_seq = raw.seq
+        _claimed.add(seq)
         return True
 
 
@@ -182,14 +274,159 @@ def remember(err: CudaError) -> CudaError:
     return err
 
 
+def _previous_log_end(raw: RawFault) -> int:
+    prev = max((v for k, v in _log_marks.items() if k < raw.seq), default=0)
+    _log_marks[raw.seq] = raw.log_end
+    return max(prev, raw.log_end - 16)
+
+
+def _location_fields(stack: Optional[traceback.StackSummary], complete: bool) -> dict:
+    if not stack:
+        return {}
+    fs = user_frame(stack, complete)
+    if fs is None:
+        return {"launch_stack": stack}
+    return dict(launch_stack=stack, filename=fs.filename, lineno=fs.lineno, function=fs.name,
+                line=fs.line)
+
+
+def _where_str(stack) -> Optional[str]:
+    fs = user_frame(stack) if stack else None
+    if fs is None:
+        return None
+    s = "%s:%s" % (fs.filename, fs.lineno)
+    if fs.name and fs.name != "<module>":
+        s += " in %s" % fs.name
+    return s
+
+
+def pick_cause(records: Sequence[RawFault], thread_id: Optional[int] = None):
+    """(cause, consequences): the record to report among `records` (oldest
+    first). This thread's own fault first; else the earliest fault that is not
+    an echo of an earlier one; else the earliest record."""
+    if not records:
+        return None, 0
+    def first(rs):
+        return rs[0] if rs else None
+    sticky = [r for r in records if _cuda_errors.is_sticky(r.code)]
+    causes = [r for r in sticky if not r.consequence]
+    own = [r for r in causes if thread_id is not None and r.thread_id == thread_id]
+    cause = first(own) or first(causes)
+    if cause is None:
+        own_any = [r for r in records if thread_id is not None and r.thread_id == thread_id]
+        cause = first(own_any) or records[0]
+    consequences = sum(1 for r in sticky if r.consequence)
+    return cause, consequences
+
+
+def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None, frame=None,
+          found_at: str = "launch", watch: Optional[dict] = None, consequences: int = 0,
+          before_scope: bool = False, surfaced: Optional[traceback.StackSummary] = None
+          ) -> CudaError:
+    """A cuda_debug exception: for a fault record `raw`, a watch culprit, or
+    just a code. Located by the record's own frames (captured at the launch),
+    else by the traceback `tb`, else by `frame`."""
+    if raw is not None:
+        code = raw.code
+    fields = dict(found_at=found_at, consequences=consequences, before_scope=before_scope,
+                  mechanism="cupti")
+    stack, complete = None, True
+    if raw is not None and raw.frames:
+        stack, complete = stack_from_ids(raw.frames), raw.frames_complete == 1
+    if not stack and (tb is not None or frame is not None):
+        stack = stack_from(tb=tb, frame=frame)
+    if watch is None or raw is not None:
+        fields.update(_location_fields(stack, complete))
+    if raw is not None:
+        mangled = _text(raw.kernel)
+        fields.update(
+            kernel=(_core.demangle(mangled) or mangled) if mangled else None,
+            kernel_mangled=mangled or None,
+            grid=raw.grid, block=raw.block, shared_mem=raw.shared_mem,
+            stream=raw.stream, device=raw.device if raw.device >= 0 else None,
+            device_message=_text(raw.device_message) or None,
+            device_message_cut=raw.device_message_cut,
+            thread="%s (tid %d)" % (_text(raw.thread_name), raw.thread_id),
+            launch_api=_core.CALLBACK_IDS.get(raw.cbid),
+            launch_refused=bool(raw.at_launch),
+            driver_log=[_text(b).rstrip() for b in
+                        _core.driver_log(_previous_log_end(raw), raw.log_end)] or None,
+        )
+    if watch is not None:
+        c = watch["culprit"]
+        fields.update(
+            kernel=c["kernel"], grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
+            stream=c["stream"], device=c["device"], exact=watch["exact"],
+            candidates=watch["candidates"], recent_launches=watch["recent"],
+            launch_stack=traceback.StackSummary.from_list(c["stack"]), filename=c["filename"], lineno=c["lineno"],
+            function=c["function"], thread="tid %d" % c["thread_id"],
+            launch_api="cuGraphLaunch" if c["graph"] else None, mechanism="watch")
+        if c["filename"] and c["lineno"]:
+            import linecache
+            fields["line"] = linecache.getline(c["filename"], c["lineno"]).strip() or None
+        if fields.get("device_message") is None:
+            text = _text(_core.recent_asserts())
+            fields["device_message"] = text or None
+        fields["surfaced_at"] = _where_str(surfaced) if surfaced else None
+    cls = class_for(code, at_launch=bool(raw.at_launch) if raw is not None else False)
+    return cls(code=code, **fields)
+
+
+def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
+              watch_mark: Optional[int] = None, code: Optional[int] = None,
+              found_at: str = "launch", frame=None, thread_id: Optional[int] = None,
+              require_sticky_or_mentioned: bool = True) -> Optional[CudaError]:
+    """The cuda_debug exception for what happened since `mark` (a fault_seq()),
+    or None to let `exc` go on as it is.
+
+    A fault recorded by the launch callback and not yet reported is used when
+    it is sticky (the context is dead: whatever exception is passing is its
+    consequence; with none passing, the framework swallowed it), or when the
+    passing exception speaks of it. Else, while watching (`watch_mark` given)
+    and a sticky error surfaced (`code`, or named by `exc`), the watch ring
+    names the culprit. Else, with a `code`, a report of the code alone."""
+    from . import _sticky
+    if isinstance(exc, CudaError):
+        return None                    # already ours (an inner scope, cuda_debug.testing)
+    tb = exc.__traceback__ if exc is not None else None
+    if thread_id is None:
+        thread_id = threading.get_native_id()
+    records = [r for r in faults(mark) if r.seq not in _claimed]
+    cause, consequences = pick_cause(records, thread_id)
+    if cause is not None:
+        sticky = _cuda_errors.is_sticky(cause.code)
+        wanted = sticky or not require_sticky_or_mentioned or \
+            (exc is not None and mentions(exc, cause.code)) or \
+            (code is not None and code == cause.code)
+        if wanted and (exc is not None or sticky or code is not None):
+            for r in records:
+                if r.consequence or r is cause:
+                    claim(r.seq)
+            return remember(build(cause, tb=tb, frame=frame, found_at=found_at,
+                                  consequences=consequences))
+    surfaced_code = code if code is not None and _cuda_errors.is_sticky(code) else \
+        (_sticky.sticky_code(exc) if exc is not None else None)
+    if watch_mark is not None and surfaced_code is not None:
+        text = _text(_core.recent_asserts())
+        w = watch_culprit(watch_mark, text)
+        if w is not None:
+            surfaced = stack_from(tb=tb, frame=frame) if (tb is not None or frame is not None) \
+                else None
+            return remember(build(None, code=surfaced_code, watch=w, found_at=found_at,
+                                  surfaced=surfaced))
+    if code is not None:
+        return remember(build(None, code=code, tb=tb, frame=frame, found_at=found_at))
+    return None
+
+
 def last_error() -> Optional[CudaError]:
     """The last fault report, even when the exception that carried it was
-    swallowed: the newest of the last raised report and the last record."""
-    raw = raw_fault()
-    err = _last_error
-    if raw is not None and (err is None or _reported_seq < raw.seq):
-        err = build(raw, found_at="record")
-    return err
+    swallowed: the last raised report, or a newer record not yet reported."""
+    records = [r for r in faults(0) if r.seq not in _claimed]
+    if records:
+        cause, consequences = pick_cause(records)
+        return build(cause, found_at="record", consequences=consequences)
+    return _last_error
 
 
 def mentions(exc: BaseException, code: int) -> bool:
@@ -197,7 +434,10 @@ def mentions(exc: BaseException, code: int) -> bool:
     by the runtime's own description, as torch/CuPy/Triton word it.)"""
     if any(getattr(exc, a, None) == code for a in ("code", "status", "error_code")):
         return True
-    text = "%s %s" % (type(exc).__name__, exc)
+    try:
+        text = "%s %s" % (type(exc).__name__, exc)
+    except Exception:
+        return False
     name = _cuda_errors.name(code)
     words = [name, "cudaError" + name[len("CUDA_ERROR_"):].title().replace("_", "")]
     driver_text = _core.error_string(code)

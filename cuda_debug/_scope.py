@@ -1,119 +1,214 @@
-"""launch_blocking(): synchronous kernel launches for one region, at run time.
+"""launch_blocking() and watch(): the two ways to find a faulting kernel.
 
-Entering the first scope in the process subscribes to CUPTI's driver launch
-callbacks (csrc/launch_hooks.c); leaving the last one unsubscribes, so
-profilers (torch.profiler / Kineto, Nsight) can take CUPTI again.
+``launch_blocking()``: kernels launched by this thread inside the block run
+synchronously; a fault raises at its launching line. ``watch()``: every
+thread's kernels keep running asynchronously; each launch leaves a record and
+a completion marker (csrc/watch_ring.c), so a fault that surfaces later,
+anywhere, names its launch.
 
-Per thread, the C core keeps one small state: +1 block, -1 opted out, 0 not in
-a scope. Scopes save and restore it, so they nest. Threads outside any scope
-launch asynchronously, except framework workers that launch for a scoped
-thread: PyTorch's autograd device threads (``loss.backward()``) block while
-any scope is open. ``launch_blocking(all_threads=True)`` blocks every thread
-(JAX and other runtimes that launch from their own threads).
+Both take CUPTI's driver launch callbacks when the first of them opens and
+give them back when the last one closes (profilers can take CUPTI between).
+Opening, draining the work queued before it, taking CUPTI and recording the
+open scope are one C call (csrc/scopes.c): a KeyboardInterrupt cannot leave
+CUPTI held. Per thread, the C core keeps a small stack of open scopes; a scope
+closes by its own token, so asyncio tasks interleaving scopes on one thread
+never unblock each other early.
 """
 import contextlib
+import functools
+import inspect
 import threading
 
-from . import _core, _cuda_errors, _libraries, _report
+from . import _core, _libraries, _options, _report
 from ._errors import CudaError, CudaUnavailableError, ToolConflictError
 
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
 
-_tls = threading.local()
+_watch_epoch = None            # watch_seq() when the first watch() opened
+_epoch_lock = threading.Lock()
 
 
-def _stack():
-    s = getattr(_tls, "stack", None)
-    if s is None:
-        s = _tls.stack = []
-    return s
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool) and type(value).__name__ != "bool_":
+        raise TypeError("%s must be True or False, not %r" % (name, value))
+    return bool(value)
 
 
-def _acquire(all_threads: bool) -> None:
-    _libraries.ensure(_libraries.CUPTI)
-    rc, holder = _core.scope_acquire(all_threads)
-    if rc == 0:
-        return
+def watch_epoch():
+    """The watch-ring seq before the first watch() of the process, or None."""
+    return _watch_epoch
+
+
+def _open(kind: int, all_threads: bool, what: str, caller):
+    """Open a scope in C; raise the cuda_debug error for what prevents it."""
+    if kind != _core.SCOPE_OPT_OUT:
+        _libraries.ensure(_libraries.CUPTI)
+        _options.apply()
+        _report.configure_core()
+    status, *rest = _core.scope_open(kind, all_threads)
+    if status == 0:
+        return rest[0]
+    if status == 1:
+        err = _report.error_for(None, code=rest[0], watch_mark=_watch_epoch,
+                                found_at="%s entry" % what, frame=caller)
+        err.before_scope = True
+        raise err
+    if status == 3:
+        raise RuntimeError("cuda_debug: more than %d scopes open in one thread" % rest[0])
+    rc, holder = rest
     text = _core.cupti_result_string(rc) or "CUPTI error %d" % rc
     if rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
         who = holder or "another CUPTI client (a profiler such as torch.profiler/Kineto, " \
                         "Nsight Systems/Compute, or cuda-gdb)"
         raise ToolConflictError(
-            "launch_blocking() needs CUPTI, which is held by %s: leave the profiler "
-            "(or run without the tool) and enter the scope again" % who, holder=holder or None)
+            "%s needs CUPTI, which is held by %s: leave the profiler (or run without the "
+            "tool) and enter again" % (what, who), holder=holder or None)
     raise CudaUnavailableError("CUPTI refused the launch callbacks: %s (%d)" % (text, rc),
                                missing="cupti", cupti_result=rc)
 
 
-class launch_blocking(contextlib.ContextDecorator):
+class _Region(contextlib.ContextDecorator):
+    """What launch_blocking() and watch() share: strict arguments, the bare
+    decorator, coroutine functions covered for their whole run, generator
+    functions refused, balanced enter/exit."""
+
+    _what = "region"
+
+    def __new__(cls, *args, **kwargs):
+        # @cuda_debug.launch_blocking without parentheses: the argument is the function.
+        if len(args) == 1 and not kwargs and callable(args[0]) and \
+                not isinstance(args[0], (bool, int)):
+            return cls()(args[0])
+        return super().__new__(cls)
+
+    def _recreate_cm(self):
+        # Each decorated call gets its own object: one function may run in two
+        # threads (or recursively) at once.
+        return self._copy()
+
+    def __call__(self, func):
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+            raise TypeError(
+                "%s cannot decorate the generator function %s: the scope would cover only "
+                "the creation of the generator, not its run. Put `with %s:` inside it."
+                % (self._what, getattr(func, "__qualname__", func), self._what))
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def run_coroutine(*args, **kwargs):
+                with self._recreate_cm():
+                    return await func(*args, **kwargs)
+            return run_coroutine
+        return super().__call__(func)
+
+    def _exit_handle(self):
+        if not self._handles:
+            raise RuntimeError("%s: __exit__ without a matching __enter__" % self._what)
+        handle = self._handles.pop()
+        handle.close()
+        return handle
+
+    @staticmethod
+    def _raise(err, exc):
+        if exc is not None:
+            # The frames of the faulting call, as contextlib re-raises: the
+            # printed traceback ends at the launching line, not at __exit__.
+            raise err.with_traceback(exc.__traceback__) from exc
+        raise err
+
+
+class launch_blocking(_Region):
     """Make kernel launches synchronous inside the block (or the decorated
     function), for this thread, switched on at run time.
 
     A kernel that faults makes its own launch call fail, so the framework raises
     at the launching line, and the exception that leaves the block is a
     cuda_debug error (DeviceAssertError, IllegalAddressError, ...) chained to
-    the framework's. ``launch_blocking(False)`` opts out inside a blocking region.
+    the framework's, with its traceback. ``launch_blocking(False)`` opts out
+    inside a blocking region. Entering waits for the work already queued: a
+    fault found there is reported as having happened before the scope.
 
     Launches on a stream being captured into a CUDA graph are not synchronised
     (the capture stays valid). Copies and memsets are not synchronised.
     """
 
+    _what = "launch_blocking()"
+
     def __init__(self, enabled: bool = True, *, all_threads: bool = False):
-        self.enabled = bool(enabled)
-        self.all_threads = bool(all_threads) and self.enabled
+        self.enabled = _check_bool("launch_blocking(enabled)", enabled)
+        self.all_threads = _check_bool("launch_blocking(all_threads)", all_threads) and \
+            self.enabled
+        self._handles = []
+
+    def _copy(self):
+        return launch_blocking(self.enabled, all_threads=self.all_threads)
 
     def __enter__(self):
-        if self.enabled:
-            _acquire(self.all_threads)
-        prev = _core.set_thread_state(1 if self.enabled else -1)
-        _stack().append((prev, _core.fault_seq()))
+        kind = _core.SCOPE_BLOCK if self.enabled else _core.SCOPE_OPT_OUT
+        self._handles.append(_open(kind, self.all_threads, self._what, _report.current_frame(1)))
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        prev, mark = _stack().pop()
-        _core.set_thread_state(prev)
-        if self.enabled:
-            _core.scope_release(self.all_threads)
-        err = _translate(mark, exc, tb)
+        handle = self._exit_handle()
+        if not self.enabled:
+            return False
+        found_at = "launch" if exc is not None else "scope exit"
+        err = _report.error_for(exc, mark=handle.fault_mark, watch_mark=_watch_epoch,
+                                found_at=found_at,
+                                frame=_report.current_frame(1) if exc is None else None)
         if err is None:
             return False
-        if exc is not None:
-            raise err from exc
-        raise err
+        self._raise(err, exc)
 
     def __repr__(self):
         return "cuda_debug.launch_blocking(%s%s)" % (
             self.enabled, ", all_threads=True" if self.all_threads else "")
 
 
-def _translate(mark: int, exc, tb):
-    """The cuda_debug error to raise at scope exit, or None to let `exc` go.
+class watch(_Region):
+    """Name the faulting kernel and its launching line while kernels keep
+    running asynchronously: every thread, every stream, while the block (or
+    the decorated function) runs.
 
-    A fault recorded after the scope was entered and not yet reported is
-    translated when: it is sticky (the context is dead, whatever exception is
-    passing is its consequence, and with no exception passing the framework
-    swallowed it), or the passing exception speaks of it.
+    Each launch leaves a record (kernel, grid/block, stream, thread, launching
+    Python line) and a completion marker written by the GPU behind it. When a
+    sticky error surfaces (here, at ``.item()``, in another thread, at
+    ``check()``), the exception names the launch whose marker never came:
+    ``kernel``, ``filename``/``lineno``, ``exact`` and ``candidates``,
+    ``surfaced_at``, ``recent_launches``. Costs a few percent of a training
+    step, not the 2x of ``CUDA_LAUNCH_BLOCKING=1``; use ``launch_blocking()``
+    to raise at the launching line itself and to keep the process going after
+    non-sticky errors.
     """
-    if _core.fault_seq() <= mark:
-        return None
-    raw = _report.raw_fault()
-    if raw is None or raw.seq <= mark:
-        return None
-    if isinstance(exc, CudaError):          # already ours (inner scope, cuda_debug.testing)
-        _report.claim(raw)
-        return None
-    sticky = _cuda_errors.is_sticky(raw.code)
-    if exc is None and not sticky:
-        return None
-    if exc is not None and not sticky and not _report.mentions(exc, raw.code):
-        return None
-    if not _report.claim(raw):
-        return None
-    if exc is not None:
-        return _report.remember(_report.build(raw, tb=tb, found_at="launch"))
-    # No exception came through: locate the scope itself (our caller's caller).
-    return _report.remember(_report.build(raw, frame=_report.current_frame(2),
-                                          found_at="scope exit"))
+
+    _what = "watch()"
+
+    def __init__(self):
+        self._handles = []
+
+    def _copy(self):
+        return watch()
+
+    def __enter__(self):
+        global _watch_epoch
+        handle = _open(_core.SCOPE_WATCH, False, self._what, _report.current_frame(1))
+        self._handles.append(handle)
+        with _epoch_lock:
+            if _watch_epoch is None:
+                _watch_epoch = handle.watch_mark
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        handle = self._exit_handle()
+        if exc is None:
+            return False
+        err = _report.error_for(exc, mark=handle.fault_mark, watch_mark=_watch_epoch,
+                                found_at="watch()")
+        if err is None:
+            return False
+        self._raise(err, exc)
+
+    def __repr__(self):
+        return "cuda_debug.watch()"
 
 
 def is_launch_blocking() -> bool:
@@ -124,19 +219,24 @@ def is_launch_blocking() -> bool:
     return _core.stats()["all_threads"] > 0
 
 
+def is_watching() -> bool:
+    """Whether a watch() is open in the process (launches are being recorded)."""
+    return _core.stats()["watching"] > 0
+
+
 def check(device=None) -> None:
     """Synchronise (the current context, or `device`'s) and raise the translated
     error if a fault is pending. Named kernel and line when the fault happened
-    inside a scope; otherwise the error kind, and how to find the kernel."""
+    inside a scope or while watching; otherwise the error kind, and how to find
+    the kernel."""
+    if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
+        raise TypeError("check(device) takes a device ordinal (int), not %r" % (device,))
     _libraries.ensure(_libraries.CUDA)
-    rc = _core.synchronize(-1 if device is None else int(device))
+    rc = _core.synchronize(-1 if device is None else device)
     if rc == 0:
         return
-    raw = _report.raw_fault()
-    frame = _report.current_frame(1)
-    if raw is not None and raw.code == rc and _report.claim(raw):
-        raise _report.remember(_report.build(raw, frame=frame, found_at="launch"))
-    raise _report.remember(_report.build(None, code=rc, frame=frame, found_at="check"))
+    raise _report.error_for(None, code=rc, watch_mark=_watch_epoch, found_at="check",
+                            frame=_report.current_frame(1))
 
 
 def last_error():

@@ -2,8 +2,10 @@
 
 Registered through the ``pytest11`` entry point (``-p no:cuda_debug`` turns it off)::
 
+    pytest --cuda-watch                      # the whole session inside cuda_debug.watch()
     pytest --cuda-launch-blocking            # every test inside cuda_debug.launch_blocking()
-    [pytest] cuda_launch_blocking = true     # the same, from the ini file
+    [pytest] cuda_watch = true               # the same, from the ini file (cuda_launch_blocking)
+    @pytest.mark.cuda_watch                  # one test inside watch() (or the cuda_watch fixture)
 
     @pytest.mark.cuda_launch_blocking        # one test (setup, call and teardown)
     @pytest.mark.cuda_launch_blocking(False) # opt one test out of --cuda-launch-blocking
@@ -47,6 +49,10 @@ OPTION = "--cuda-launch-blocking"
 INI = "cuda_launch_blocking"
 MARKER = "cuda_launch_blocking"
 FIXTURE = "cuda_launch_blocking"
+WATCH_OPTION = "--cuda-watch"
+WATCH_INI = "cuda_watch"
+WATCH_MARKER = "cuda_watch"
+WATCH_FIXTURE = "cuda_watch"
 SECTION = "cuda_debug"
 PROPERTY = "cuda_debug.sticky"       # user_properties keys: they cross xdist to the controller
 PROPERTY_DEAD = "cuda_debug.dead_context"
@@ -67,6 +73,7 @@ class _Culprit:
 
 _SEQ = pytest.StashKey[int]()            # fault_seq() when the test started
 _WANT = pytest.StashKey[bool]()          # the fixture was requested (maybe dynamically)
+_WANT_WATCH = pytest.StashKey[bool]()    # the cuda_watch fixture was requested
 _SEEN = pytest.StashKey[bool]()          # this test's poisoning is already handled
 _PLUGIN = pytest.StashKey["CudaDebugPlugin"]()
 
@@ -85,6 +92,12 @@ def pytest_addoption(parser):
     parser.addini(INI, type="bool", default=False,
                   help="like --cuda-launch-blocking: every test inside "
                        "cuda_debug.launch_blocking()")
+    group.addoption(
+        WATCH_OPTION, action="store_true", default=False, dest="cuda_watch",
+        help="run the session inside cuda_debug.watch(): kernels stay asynchronous, and a "
+             "test that faults is reported with the faulting kernel and its launching line.")
+    parser.addini(WATCH_INI, type="bool", default=False,
+                  help="like --cuda-watch: the session inside cuda_debug.watch()")
 
 
 def pytest_configure(config):
@@ -92,6 +105,8 @@ def pytest_configure(config):
         "markers",
         "cuda_launch_blocking(enabled=True, *, all_threads=False): run this test inside "
         "cuda_debug.launch_blocking(); False opts it out of --cuda-launch-blocking")
+    config.addinivalue_line(
+        "markers", "cuda_watch: run this test inside cuda_debug.watch()")
     plugin = CudaDebugPlugin(config)
     config.stash[_PLUGIN] = plugin
     config.pluginmanager.register(plugin, "cuda_debug-session")
@@ -109,6 +124,14 @@ def _cuda_launch_blocking_fixture(request):
     synchronously and a faulting kernel raises at the launching line, translated
     (DeviceAssertError, IllegalAddressError...). Requesting it is enough."""
     request.node.stash[_WANT] = True
+    yield None
+
+
+@pytest.fixture(name=WATCH_FIXTURE)
+def _cuda_watch_fixture(request):
+    """Run this test inside ``cuda_debug.watch()``: a kernel fault that surfaces
+    later is reported with the faulting kernel and its launching line."""
+    request.node.stash[_WANT_WATCH] = True
     yield None
 
 
@@ -135,16 +158,18 @@ def _plural(n: int, word: str = "test") -> str:
     return "%d %s%s" % (n, word, "" if n == 1 else "s")
 
 
-def _new_sticky_record(item):
-    """The sticky fault cuda_debug recorded during this test, or None."""
+def _new_report(item, exc):
+    """The cuda_debug report for what happened during this test: a sticky fault
+    cuda_debug recorded (in a scope), or named by the watch ring; else None."""
     seq0 = item.stash.get(_SEQ, None)
-    if seq0 is None or _core.fault_seq() <= seq0:
+    if seq0 is None:
         return None
     from . import _report
-    raw = _report.raw_fault()
-    if raw is None or raw.seq <= seq0 or not _cuda_errors.is_sticky(raw.code):
+    from ._scope import watch_epoch
+    if exc is None and _core.fault_seq() <= seq0:
         return None
-    return raw
+    err = _report.error_for(exc, mark=seq0, watch_mark=watch_epoch(), found_at="test")
+    return err if err is not None and err.sticky else None
 
 
 def _probe_context(exc) -> Optional[int]:
@@ -170,13 +195,8 @@ def _report_text(item, exc, tb, may_probe: bool):
     from ._errors import CudaError
     if isinstance(exc, CudaError) and exc.sticky:
         return "%s: %s" % (type(exc).__name__, exc), True
-    raw = _new_sticky_record(item)
-    if raw is not None:
-        from . import _report
-        if _report.claim(raw):
-            err = _report.remember(_report.build(raw, tb=tb, found_at="launch"))
-        else:
-            err = _report.last_error()
+    err = _new_report(item, exc)
+    if err is not None:
         text = "%s: %s" % (type(err).__name__, err)
         if exc is not None and not isinstance(exc, CudaError):
             text += "\n  (raised as %s)" % _sticky.first_line(exc)
@@ -195,9 +215,9 @@ def _report_text(item, exc, tb, may_probe: bool):
         "  %s: a sticky CUDA error." % (how or _sticky.describe(code)),
         "  Kernels run asynchronously: the faulting one may have been launched before the "
         "line that reported it.",
-        "  To name the kernel, the launching line and the assert text, run the test inside "
-        "cuda_debug.launch_blocking() (%s, @pytest.mark.%s or the %s fixture)."
-        % (OPTION, MARKER, FIXTURE),
+        "  To name the kernel, the launching line and the assert text, run with %s (kernels "
+        "stay asynchronous) or the test inside cuda_debug.launch_blocking() (%s, "
+        "@pytest.mark.%s or the %s fixture)." % (WATCH_OPTION, OPTION, MARKER, FIXTURE),
     ]), False
 
 
@@ -207,6 +227,8 @@ class CudaDebugPlugin:
     def __init__(self, config):
         self.config = config
         self.every_test = bool(config.getoption("cuda_launch_blocking")) or bool(config.getini(INI))
+        self.watch_session = bool(config.getoption("cuda_watch")) or bool(config.getini(WATCH_INI))
+        self.session_watch = None                 # the session's watch(), once entered
         self.worker = config.workerinput.get("workerid") if hasattr(config, "workerinput") else None
         self.session = None
         self.unavailable: Optional[str] = None   # why launch_blocking() cannot be had here
@@ -227,6 +249,8 @@ class CudaDebugPlugin:
         if self.every_test:
             how = OPTION if config.getoption("cuda_launch_blocking") else "ini %s" % INI
             blocking, depth = "on, every test (%s)" % how, "full"
+        elif self.watch_session:
+            blocking, depth = "off; watch() on for the session", "full"
         else:
             blocking = "off (marked tests only)"
             depth = "driver" if (config.getoption("verbose") or 0) > 0 else "cheap"
@@ -240,38 +264,44 @@ class CudaDebugPlugin:
     # -- scopes -----------------------------------------------------------------------
 
     def _wanted(self, item):
-        """(enabled, all_threads) when this test runs in a scope, else None."""
+        """("block", all_threads) or ("watch", False) when this test runs in a
+        scope of its own, else None."""
         m = item.get_closest_marker(MARKER)
         if m is not None:
             enabled = m.args[0] if m.args else m.kwargs.get("enabled", True)
-            return (True, bool(m.kwargs.get("all_threads", False))) if enabled else None
+            return ("block", bool(m.kwargs.get("all_threads", False))) if enabled else None
         if self.every_test or item.stash.get(_WANT, False) or \
                 FIXTURE in getattr(item, "fixturenames", ()):
-            return (True, False)
+            return ("block", False)
+        if item.get_closest_marker(WATCH_MARKER) is not None or \
+                item.stash.get(_WANT_WATCH, False) or \
+                WATCH_FIXTURE in getattr(item, "fixturenames", ()):
+            return ("watch", False)
         return None
 
-    def _enter(self, item, all_threads: bool):
-        """An entered scope, or None where launch_blocking() cannot be had (said
-        once, as a warning; the test then runs as it would without the plugin),
-        or after a test poisoned the context (nothing more to find)."""
+    def _enter(self, item, kind: str, all_threads: bool):
+        """An entered scope, or None where it cannot be had (said once, as a
+        warning; the test then runs as it would without the plugin: the rule of
+        every cuda_debug entry point), or after a test poisoned the context."""
         if self.unavailable is not None or self.poisoner is not None:
             return None
         from . import _scope
         from ._errors import CudaUnavailableError, ToolConflictError
-        scope = _scope.launch_blocking(True, all_threads=all_threads)
+        scope = _scope.watch() if kind == "watch" else \
+            _scope.launch_blocking(True, all_threads=all_threads)
         try:
             scope.__enter__()
         except CudaUnavailableError as e:
             self.unavailable = str(e)
             warnings.warn(pytest.PytestWarning(
-                "cuda_debug: launch_blocking() is unavailable here, tests run without it: %s"
-                % e))
+                "cuda_debug: %s is unavailable here, tests run without it: %s"
+                % (scope._what, e)))
             return None
         except ToolConflictError as e:
             if not self.warned_conflict:
                 self.warned_conflict = True
                 warnings.warn(pytest.PytestWarning(
-                    "cuda_debug: launch_blocking() skipped for %s: %s" % (item.nodeid, e)))
+                    "cuda_debug: %s skipped for %s: %s" % (scope._what, item.nodeid, e)))
             return None
         return scope
 
@@ -282,7 +312,7 @@ class CudaDebugPlugin:
         the scope's __exit__, which may translate it (a framework's error into
         DeviceAssertError...); the translation replaces the phase's outcome."""
         want = self._wanted(item)
-        scope = self._enter(item, want[1]) if want else None
+        scope = self._enter(item, *want) if want else None
         outcome = yield
         if scope is None:
             return
@@ -292,15 +322,23 @@ class CudaDebugPlugin:
             scope.__exit__(type(exc) if exc is not None else None, exc,
                            exc.__traceback__ if exc is not None else None)
         except BaseException as translated:
-            if exc is not None and translated.__cause__ is exc and exc.__traceback__ is not None:
-                # Show the translated error at the test's own frames (where the
-                # launch failed), not at the scope's __exit__.
-                translated = translated.with_traceback(exc.__traceback__)
             _force_exception(outcome, translated)
+
+    def pytest_sessionfinish(self, session):
+        scope, self.session_watch = self.session_watch, None
+        if scope is not None:
+            try:
+                scope.__exit__(None, None, None)
+            except Exception:   # the tests' failures already said it
+                pass
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(self, item):
         item.stash[_SEQ] = _core.fault_seq()
+        if self.watch_session and self.session_watch is None and self.unavailable is None:
+            # Entered at the first test, in the process that runs it (an xdist
+            # controller runs none and never initialises CUDA).
+            self.session_watch = self._enter(item, "watch", False)
         yield from self._phase(item)
 
     @pytest.hookimpl(hookwrapper=True)

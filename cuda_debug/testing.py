@@ -25,16 +25,14 @@ __all__ = ["device_assert", "illegal_address", "trap", "misaligned_address", "ba
 
 
 def _launch(kind: str, device: int, stream: int, arg: int = 0) -> None:
+    from ._scope import watch_epoch
     _libraries.ensure(_libraries.CUDA)
     seq = _core.fault_seq()
     rc = _core.fault_launch(kind, device=device, stream=stream, arg=arg)
     if rc == 0:
         return
-    raw = _report.raw_fault()
-    frame = _report.current_frame(2)
-    if raw is not None and raw.seq > seq and raw.code == rc and _report.claim(raw):
-        raise _report.remember(_report.build(raw, frame=frame))
-    raise _report.remember(_report.build(None, code=rc, frame=frame, found_at="launch call"))
+    raise _report.error_for(None, mark=seq, code=rc, watch_mark=watch_epoch(),
+                            found_at="launch", frame=_report.current_frame(2))
 
 
 def device_assert(device: int = 0, stream: int = 0) -> None:

@@ -138,7 +138,7 @@ def test_run_reports_a_sticky_cuda_debug_error_short(tmp_path):
     p = script(tmp_path, FAKE_ASSERT)
     r = cli("run", str(p))
     assert r.returncode == 3, r.stderr
-    lines = r.stderr.splitlines()
+    lines = [l for l in r.stderr.splitlines() if not l.startswith("cuda_debug run: running without")]
     assert lines[0] == "DeviceAssertError: device-side assert in check_index<int>"
     assert "Traceback" not in r.stderr
     assert "Assertion `idx[i] >= 0 && idx[i] < limit` failed." in r.stderr
@@ -163,7 +163,8 @@ def test_run_recognises_a_framework_sticky_error(tmp_path):
     assert r.returncode == 3
     assert "RuntimeError: CUDA error: an illegal memory access was encountered" in r.stderr
     assert "CUDA_ERROR_ILLEGAL_ADDRESS" in r.stderr
-    assert "python -m cuda_debug run --launch-blocking %s arg1" % p in r.stderr
+    assert "python -m cuda_debug run %s arg1 (watch, the default) or --launch-blocking" % p \
+        in r.stderr
 
 
 def test_run_module(tmp_path):
@@ -191,13 +192,27 @@ def test_run_help():
 
 
 @pytest.mark.skipif(not NO_GPU, reason="a GPU is usable here")
-def test_run_launch_blocking_without_a_gpu_says_why(tmp_path):
+@pytest.mark.parametrize("option,what", [("--launch-blocking", "launch_blocking()"),
+                                          (None, "watch()")])
+def test_run_without_a_gpu_says_why_once_and_runs(tmp_path, option, what):
+    if gpu_unavailable_reason() is None:
+        pytest.skip("a GPU is present here")
     p = script(tmp_path, "print('ran')\n")
-    r = cli("run", "--launch-blocking", str(p))
-    assert r.returncode == 1
-    assert "ran" not in r.stdout
-    assert "cannot run inside launch_blocking(): CudaUnavailableError:" in r.stderr
+    r = cli("run", *([option] if option else []), str(p))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ran"
+    assert r.stderr.count("cuda_debug run: running without %s: no CUDA driver" % what) == 1
     assert "Traceback" not in r.stderr
+
+
+def test_run_options_exclude_each_other(tmp_path):
+    p = script(tmp_path, "print('ran')\n")
+    r = cli("run", "--launch-blocking", "--no-watch", str(p))
+    assert r.returncode == 2 and "exclude each other" in r.stderr
+    r = cli("run", "--all-threads", str(p))
+    assert r.returncode == 2 and "--all-threads goes with --launch-blocking" in r.stderr
+    r = cli("run", "--no-watch", str(p))
+    assert r.returncode == 0 and "running without" not in r.stderr
 
 
 # -- doctor -----------------------------------------------------------------------------

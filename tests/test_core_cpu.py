@@ -69,15 +69,62 @@ def test_opt_out_needs_no_cuda_and_restores_state():
 
 def test_thread_state_is_per_thread():
     seen = {}
-    prev = _core.set_thread_state(1)
-    try:
+    with cuda_debug.launch_blocking(False):
         t = threading.Thread(target=lambda: seen.setdefault("other", _core.thread_state()))
         t.start()
         t.join()
         seen["mine"] = _core.thread_state()
-    finally:
-        _core.set_thread_state(prev)
-    assert seen == {"other": 0, "mine": 1}
+    assert seen == {"other": 0, "mine": -1}
+
+
+def test_interleaved_scopes_close_by_their_own_token():
+    """asyncio tasks on one thread may close scopes out of order: each closes
+    its own, and the thread's state is the innermost scope still open."""
+    a, b = cuda_debug.launch_blocking(False), cuda_debug.launch_blocking(False)
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)          # closed first, though entered first
+    assert _core.thread_state() == -1     # b is still open
+    b.__exit__(None, None, None)
+    assert _core.thread_state() == 0
+
+
+def test_strict_arguments_and_balance():
+    for bad in ("false", 0, 1, None, [True]):
+        with pytest.raises(TypeError, match="must be True or False"):
+            cuda_debug.launch_blocking(bad)
+        with pytest.raises(TypeError, match="must be True or False"):
+            cuda_debug.launch_blocking(True, all_threads=bad)
+    with pytest.raises(RuntimeError, match="without a matching __enter__"):
+        cuda_debug.launch_blocking(False).__exit__(None, None, None)
+    with pytest.raises(TypeError, match="generator function"):
+        @cuda_debug.launch_blocking()
+        def gen():
+            yield 1
+    with pytest.raises(TypeError, match="device ordinal"):
+        cuda_debug.check("0")
+
+
+def test_bare_decorator_and_coroutines_are_covered():
+    import asyncio
+
+    @cuda_debug.launch_blocking
+    def plain(x):
+        return x + 1
+
+    assert plain.__name__ == "plain" and plain.__wrapped__(1) == 2   # wrapped, not replaced
+    seen = []
+
+    @cuda_debug.launch_blocking(False)
+    async def coro():
+        seen.append(_core.thread_state())
+        await asyncio.sleep(0)
+        seen.append(_core.thread_state())
+        return 5
+
+    assert asyncio.run(coro()) == 5
+    assert seen == [-1, -1]               # the whole run, across the await
+    assert _core.thread_state() == 0
 
 
 def test_library_candidates_follow_the_documented_order(tmp_path, monkeypatch):
@@ -174,8 +221,16 @@ def test_report_variants():
     ("cupy_checks", "cupy_checks"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
      "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
-     "vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"),
-    ("void (anonymous namespace)::k<(void (*)(int))&f>(int)", "k<(void (*)(int))&f>"),
+     "vectorized_elementwise_kernel<4, …>"),
+    ("void (anonymous namespace)::k<(void (*)(int))&f>(int)", "k<…>"),
+    ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<"
+     "at::native::index_kernel_impl<at::native::OpaqueType<4> >(at::TensorIteratorBase&)::"
+     "{lambda(char*, char const*, long)#1}>(at::TensorIteratorBase&)::{lambda(int)#1}>"
+     "(long, at::native::gpu_index_kernel<at::native::index_kernel_impl<at::native::"
+     "OpaqueType<4> >(at::TensorIteratorBase&)::{lambda(char*, char const*, long)#1}>"
+     "(at::TensorIteratorBase&)::{lambda(int)#1})", "index_elementwise_kernel<128, 4, …>"),
+    ("_ZN18cuda_debug_testing11check_indexIiEEvPKT_iS1_", "check_index<int>"),
+    ("triton_per_fused_index_mul_sum_0", "triton_per_fused_index_mul_sum_0"),
 ])
 def test_short_kernel_name(demangled, short):
     assert _errors.short_kernel_name(demangled) == short
@@ -217,7 +272,12 @@ def test_user_frames_skip_libraries():
     assert not _report.is_user_file("cupy_backends/cuda/api/driver.pyx")
     assert _report.is_user_file(__file__)
     assert _report.is_user_file("<ipython-input-3-abc>")
-    assert _report.is_user_file("<stdin>") and _report.is_user_file("<string>")
+    assert _report.is_user_file("<stdin>")
+    assert _report.is_user_file("<string>", outermost=True)      # python -c
+    assert not _report.is_user_file("<string>")                  # exec'd code (Inductor)
+    assert not _report.is_user_file("<eval_with_key>.3")         # torch.fx
+    inductor = [p for p in _report.library_prefixes() if "torchinductor_" in p]
+    assert inductor and not _report.is_user_file(os.path.join(inductor[0], "ab", "cab.py"))
 
 
 def test_scope_exit_translation_rules():
@@ -230,8 +290,8 @@ def test_scope_exit_translation_rules():
 
 
 def _translate_none(mark):
-    from cuda_debug._scope import _translate
-    return _translate(mark, None, None) is None and _translate(mark, KeyError(), None) is None
+    return _report.error_for(None, mark=mark) is None and \
+        _report.error_for(KeyError("x"), mark=mark) is None
 
 
 def test_fault_kernels_header_is_up_to_date():
