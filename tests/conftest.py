@@ -81,12 +81,14 @@ class Child:
 _PRELUDE = "import json, sys\ndef report(obj): print('RESULT ' + json.dumps(obj), flush=True)\n"
 
 
-def run_child(code, env=None, timeout=120, args=()):
+def run_child(code, env=None, timeout=120, args=(), prelude=""):
     """Run `code` as a script file (user code, as far as cuda_debug can tell) in
     a fresh Python; it may call ``report(obj)`` to hand a JSON result back
-    (``Child.result``). ``Child.line_of(marker)`` finds a line of the script."""
+    (``Child.result``). ``Child.line_of(marker)`` finds a line of the script.
+    `prelude` is more code put before `code` (fake_cuda.PRELUDE preloads the
+    fake driver)."""
     import tempfile
-    source = _PRELUDE + textwrap.dedent(code)
+    source = _PRELUDE + prelude + textwrap.dedent(code)
     folder = tempfile.mkdtemp(prefix="cuda_debug_child_")
     script = os.path.join(folder, "user_script.py")
     with open(script, "w") as f:
@@ -101,3 +103,8 @@ def run_child(code, env=None, timeout=120, args=()):
 @pytest.fixture
 def child():
     return run_child
+
+
+# The fake CUDA driver + CUPTI for CPU-only runs (tests/fake_cuda): the
+# session-scoped build and the fake_child runner.
+from fake_cuda.fixtures import fake_child, fake_cuda_dir  # noqa: E402,F401
