@@ -95,8 +95,9 @@ def run_child(code, env=None, timeout=120, args=(), prelude=""):
         f.write(source)
     full_env = dict(os.environ)
     full_env.update(env or {})
+    # errors="replace": a driver may print undecodable bytes (hostile assert text)
     proc = subprocess.run([sys.executable, script] + list(args), capture_output=True,
-                          text=True, timeout=timeout, env=full_env, cwd=ROOT)
+                          text=True, errors="replace", timeout=timeout, env=full_env, cwd=ROOT)
     return Child(proc, script, source)
 
 

@@ -328,3 +328,31 @@ def test_fake_stream_write_value_and_pinned_memory(fake_child):
     assert r["after"] == [1, 2, 0, 0]          # the faulting kernel's slot and later stay 0
     assert r["rc"] == 700
     assert r["st"]["writes"] == 2 and r["st"]["dropped"] == 3
+
+
+@pytest.mark.parametrize("text", ["long", "non_utf8", "nul"])
+def test_hostile_assert_text_does_not_crash(fake_child, text):
+    """64 KiB of assert text, undecodable bytes, an embedded NUL (the driver's
+    printf stops there): the report comes, with what could be kept."""
+    c = fake_child('''
+        import cuda_debug
+        kind = sys.argv[1]
+        cond = {"long": b"L" * 65536, "non_utf8": b"bad \\xff\\xfe\\xc3 bytes",
+                "nul": b"before_nul\\0after_nul"}[kind]
+        fake.fake_set_kernel(b"hostile", 710, -1, cond, len(cond), 0)
+        try:
+            with cuda_debug.launch_blocking():
+                fake.fake_launch(b"hostile", 0, 1, 1, 1, 32, 1, 1)
+        except cuda_debug.DeviceAssertError as e:
+            report(dict(kernel=e.kernel, msg=e.device_message, text=str(e)))
+    ''', args=[text])
+    r = c.result
+    assert r is not None, c
+    assert "hostile" in r["kernel"]
+    msg = r["msg"] or ""
+    if text == "long":
+        assert msg.startswith("fake_kernels.cu:42: hostile:") and "LLLL" in msg
+    elif text == "non_utf8":
+        assert "bad " in msg and " bytes" in msg
+    else:
+        assert "before_nul" in msg and "after_nul" not in msg
