@@ -81,23 +81,31 @@ class Child:
 _PRELUDE = "import json, sys\ndef report(obj): print('RESULT ' + json.dumps(obj), flush=True)\n"
 
 
-def run_child(code, env=None, timeout=120, args=()):
+def run_child(code, env=None, timeout=120, args=(), prelude=""):
     """Run `code` as a script file (user code, as far as cuda_debug can tell) in
     a fresh Python; it may call ``report(obj)`` to hand a JSON result back
-    (``Child.result``). ``Child.line_of(marker)`` finds a line of the script."""
+    (``Child.result``). ``Child.line_of(marker)`` finds a line of the script.
+    `prelude` is more code put before `code` (fake_cuda.PRELUDE preloads the
+    fake driver)."""
     import tempfile
-    source = _PRELUDE + textwrap.dedent(code)
+    source = _PRELUDE + prelude + textwrap.dedent(code)
     folder = tempfile.mkdtemp(prefix="cuda_debug_child_")
     script = os.path.join(folder, "user_script.py")
     with open(script, "w") as f:
         f.write(source)
     full_env = dict(os.environ)
     full_env.update(env or {})
+    # errors="replace": a driver may print undecodable bytes (hostile assert text)
     proc = subprocess.run([sys.executable, script] + list(args), capture_output=True,
-                          text=True, timeout=timeout, env=full_env, cwd=ROOT)
+                          text=True, errors="replace", timeout=timeout, env=full_env, cwd=ROOT)
     return Child(proc, script, source)
 
 
 @pytest.fixture
 def child():
     return run_child
+
+
+# The fake CUDA driver + CUPTI for CPU-only runs (tests/fake_cuda): the
+# session-scoped build and the fake_child runner.
+from fake_cuda.fixtures import fake_child, fake_cuda_dir  # noqa: E402,F401

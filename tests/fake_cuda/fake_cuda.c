@@ -1,0 +1,1692 @@
+/*
+ * fake_cuda.c: a fake CUDA driver (libcuda.so.1) for CPU-only CI.
+ *
+ * Built by the test session (tests/fake_cuda/__init__.py) against the REAL
+ * cuda.h / cupti.h, so every function defined here gets the exported name the
+ * real driver has (cuMemAlloc -> cuMemAlloc_v2 ...) and the CUPTI callback data
+ * and launch parameter structs have the real layouts.
+ *
+ * What it emulates (one device, ordinal 0, one primary context):
+ *   - streams: a FIFO of operations each (kernel, stream-write-value, event
+ *     record, graph replay). Operations run when the stream is synchronised
+ *     (on the synchronising thread), or - after fake_set_async(1) - on one
+ *     "device" thread per stream, so host and device really run concurrently;
+ *   - kernels behave by name (fake_set_kernel, defaults below); a faulting
+ *     kernel kills the context with its code: later operations are dropped,
+ *     later API calls return the sticky code, and the synchronising call that
+ *     discovers the fault prints the device's assert text with
+ *     fprintf(stderr, ...) (libc's global `stderr`, read at call time, like
+ *     the real driver) in the real driver's format;
+ *   - the CUPTI callback registry (fake_cupti.c forwards to it): every launch
+ *     API calls the subscribed callback at API enter and exit with a real
+ *     CUpti_CallbackData; the callback may rewrite *functionReturnValue at
+ *     exit and the API returns the rewritten value;
+ *   - stream capture (begin/end, a capturing stream records launches, a sync
+ *     on it invalidates the capture and fails with 900), graphs replayed by
+ *     cuGraphLaunch, pinned host memory (device pointer == host pointer),
+ *     cuStreamWriteValue32, the driver error log callback.
+ * Control API: the fake_* functions at the end (called from Python by ctypes).
+ */
+#define _GNU_SOURCE
+#include "fake_common.h"
+
+#include <errno.h>
+#include <error.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAGIC_CTX 0xC0C0C7A1u
+#define MAGIC_STREAM 0x57AEA4u
+#define MAGIC_FUNC 0xF0BC7u
+#define MAGIC_MOD 0x40D0u
+#define MAGIC_EVENT 0xE7E47u
+#define MAGIC_GRAPH 0x6A4Fu
+
+/* ------------------------------------------------------------ state ---- */
+
+typedef struct kcfg {                /* behaviour of kernels whose name contains `name` */
+    char *name;
+    int code;                        /* 0 = runs fine; else the sticky code it dies with */
+    int lines;                       /* assert lines printed at discovery */
+    char *cond;                      /* the text inside Assertion `...` (may hold NULs) */
+    size_t cond_len;
+    char *file, *func;
+    int line;
+    long long duration_us;
+    struct kcfg *next;
+} kcfg;
+
+typedef struct fake_func {
+    uint32_t magic;
+    char *name;
+    struct fake_func *next;
+} fake_func;
+
+typedef struct fake_graph fake_graph;
+typedef struct fake_event fake_event;
+
+enum { OP_KERNEL = 1, OP_WRITE32, OP_EVENT, OP_GRAPH, OP_MEMSET32 };
+
+typedef struct op {
+    int kind;
+    fake_func *fn;
+    const kcfg *cfg;
+    long long extra_ns;              /* spin kernels: their argument */
+    volatile uint32_t *addr;
+    uint32_t value;
+    size_t count;
+    fake_event *ev;
+    fake_graph *graph;
+    struct op *next;
+} op;
+
+typedef struct fake_stream {
+    uint32_t magic;
+    int id;
+    op *head, *tail;
+    int running;                     /* an op is executing now */
+    int capture;                     /* CUstreamCaptureStatus */
+    op *cap_head, *cap_tail;
+    int has_worker;
+    pthread_t worker;
+    struct fake_stream *next_all;
+} fake_stream;
+
+struct fake_graph {
+    uint32_t magic;
+    op *ops;                         /* captured kernels, in order */
+};
+
+struct fake_event {
+    uint32_t magic;
+    fake_stream *stream;             /* where it was last recorded */
+    int done;
+    double t_ms;
+};
+
+typedef struct pending_print {       /* assert text not yet printed by the driver */
+    const kcfg *cfg;
+    struct pending_print *next;
+} pending_print;
+
+static struct { uint32_t magic; } the_ctx = {MAGIC_CTX};
+static struct { uint32_t magic; } the_module = {MAGIC_MOD};
+#define CTX ((CUcontext)(void *)&the_ctx)
+
+static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t dev_cv = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static fake_stream legacy_stream = {MAGIC_STREAM, 0};
+static fake_stream *all_streams = &legacy_stream;
+static int next_stream_id = 1;
+static int async_on;
+static int sticky;                   /* the context's sticky error, 0 while alive */
+static pending_print *pending_head, **pending_tail = &pending_head;
+static kcfg *configs;                /* newest first; never freed (ops point at them) */
+static fake_func *funcs;
+static int primary_retained;
+
+static _Thread_local CUcontext tls_ctx_stack[32];
+static _Thread_local int tls_ctx_depth;
+
+/* statistics (fake_stats / fake_stat) */
+static atomic_llong st_callbacks, st_launch_calls, st_kernels_run, st_writes, st_dropped,
+    st_syncs, st_lines_printed, st_log_lines, st_captured, st_refused;
+
+/* ----------------------------------------------------- CUPTI registry --- */
+
+static struct {
+    atomic_int in_use;
+    _Atomic(CUpti_CallbackFunc) cb;
+    void *userdata;
+    char name[256];
+    atomic_uchar enabled[CUPTI_DRIVER_TRACE_CBID_SIZE];
+} sub;
+static char external_holder[256];    /* fake_hold_cupti: another tool holds CUPTI */
+static pthread_mutex_t sub_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char refused[CUPTI_DRIVER_TRACE_CBID_SIZE];
+static int cupti_fail_when_dead = 1;
+static atomic_uint next_correlation = 1;
+
+/* ------------------------------------------------------ driver log ----- */
+
+#define MAX_LOG_CBS 8
+static struct {
+    CUlogsCallback fn;
+    void *data;
+} log_cbs[MAX_LOG_CBS];
+static int n_log_cbs;
+
+static const struct {
+    int code;
+    const char *name, *text;
+} errors[] = {
+    {0, "CUDA_SUCCESS", "no error"},
+    {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {4, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {600, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
+    {702, "CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated"},
+    {710, "CUDA_ERROR_ASSERT", "device-side assert triggered"},
+    {714, "CUDA_ERROR_HARDWARE_STACK_ERROR", "hardware stack error"},
+    {715, "CUDA_ERROR_ILLEGAL_INSTRUCTION", "an illegal instruction was encountered"},
+    {716, "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address"},
+    {717, "CUDA_ERROR_INVALID_ADDRESS_SPACE", "operation not supported on global/shared address space"},
+    {718, "CUDA_ERROR_INVALID_PC", "invalid program counter"},
+    {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
+    {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
+    {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static const char *err_name(int code)
+{
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+        if (errors[i].code == code)
+            return errors[i].name;
+    return NULL;
+}
+
+static CUresult logret(const char *api, CUresult rc)
+{
+    if (rc == CUDA_SUCCESS || rc == CUDA_ERROR_NOT_READY || !n_log_cbs)
+        return rc;
+    char msg[256];
+    const char *n = err_name(rc);
+    int len = snprintf(msg, sizeof msg, "Returning %d (%s) from %s", (int)rc, n ? n : "?", api);
+    for (int i = 0; i < n_log_cbs; i++)
+        if (log_cbs[i].fn) {
+            atomic_fetch_add(&st_log_lines, 1);
+            log_cbs[i].fn(log_cbs[i].data, CU_LOG_LEVEL_ERROR, msg, (size_t)len);
+        }
+    return rc;
+}
+#define RET(api, expr) return logret(api, (expr))
+
+/* ----------------------------------------------------- helpers --------- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static void sleep_ns(long long ns)
+{
+    if (ns <= 0)
+        return;
+    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int current_sticky(void)
+{
+    pthread_mutex_lock(&dev_lock);
+    int s = sticky;
+    pthread_mutex_unlock(&dev_lock);
+    return s;
+}
+
+static CUcontext current_ctx(void)
+{
+    return tls_ctx_depth ? tls_ctx_stack[tls_ctx_depth - 1] : NULL;
+}
+
+/* Stream handle -> stream (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: the
+ * one default stream); NULL for a bad handle. */
+static fake_stream *resolve(CUstream h)
+{
+    if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
+        return &legacy_stream;
+    fake_stream *s = (fake_stream *)h;
+    return s->magic == MAGIC_STREAM ? s : NULL;
+}
+
+static kcfg builtin[6];
+
+static void init_builtins(void)
+{
+    static int done;
+    if (done)
+        return;
+    done = 1;
+    static char cond[] = "idx[i] >= 0 && idx[i] < limit";
+    builtin[0] = (kcfg){"check_index", 710, 1, cond, sizeof cond - 1, "fault_kernels.cu",
+                        "check_index", 14, 0, NULL};
+    builtin[1] = (kcfg){"write_wild", 700, 0, NULL, 0, NULL, NULL, 0, 0, NULL};
+    builtin[2] = (kcfg){"trap", 719, 0, NULL, 0, NULL, NULL, 0, 0, NULL};
+    builtin[3] = (kcfg){"write_misaligned", 716, 0, NULL, 0, NULL, NULL, 0, 0, NULL};
+    builtin[4] = (kcfg){"spin", 0, 0, NULL, 0, NULL, NULL, 0, 0, NULL};
+    builtin[5] = (kcfg){"", 0, 0, NULL, 0, NULL, NULL, 0, 0, NULL};   /* anything else */
+}
+
+/* dev_lock held */
+static const kcfg *lookup_cfg(const char *name)
+{
+    init_builtins();
+    for (kcfg *c = configs; c; c = c->next)
+        if (c->name && strstr(name, c->name))
+            return c;
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+        if (strstr(name, builtin[i].name))
+            return &builtin[i];
+    return &builtin[5];
+}
+
+/* ------------------------------------------------------ the device ----- */
+
+static void push_pending(const kcfg *c)   /* dev_lock held */
+{
+    pending_print *p = calloc(1, sizeof *p);
+    p->cfg = c;
+    *pending_tail = p;
+    pending_tail = &p->next;
+}
+
+static void exec_kernel(const op *o)      /* dev_lock NOT held */
+{
+    const kcfg *c = o->cfg;
+    sleep_ns(c->duration_us * 1000 + o->extra_ns);
+    atomic_fetch_add(&st_kernels_run, 1);
+    if (!c->code)
+        return;
+    pthread_mutex_lock(&dev_lock);
+    if (!sticky)
+        sticky = c->code;
+    if (c->lines > 0)
+        push_pending(c);
+    pthread_mutex_unlock(&dev_lock);
+}
+
+static void exec_op(const op *o)          /* dev_lock NOT held; the context was alive */
+{
+    switch (o->kind) {
+    case OP_KERNEL:
+        exec_kernel(o);
+        break;
+    case OP_WRITE32:
+        atomic_store((_Atomic uint32_t *)o->addr, o->value);
+        atomic_fetch_add(&st_writes, 1);
+        break;
+    case OP_MEMSET32:
+        for (size_t i = 0; i < o->count; i++)
+            o->addr[i] = o->value;
+        break;
+    case OP_EVENT:
+        pthread_mutex_lock(&dev_lock);
+        o->ev->done = 1;
+        o->ev->t_ms = now_ms();
+        pthread_mutex_unlock(&dev_lock);
+        break;
+    case OP_GRAPH:
+        for (const op *k = o->graph->ops; k; k = k->next) {
+            if (current_sticky()) {
+                atomic_fetch_add(&st_dropped, 1);
+                continue;
+            }
+            exec_op(k);
+        }
+        break;
+    }
+}
+
+/* Run the head op of `s`. dev_lock held on entry and exit; released while
+ * the op executes. An op whose context is dead when it starts is dropped. */
+static void run_head(fake_stream *s)
+{
+    op *o = s->head;
+    s->head = o->next;
+    if (!s->head)
+        s->tail = NULL;
+    s->running = 1;
+    int dead = sticky;
+    pthread_mutex_unlock(&dev_lock);
+    if (dead)
+        atomic_fetch_add(&st_dropped, 1);
+    else
+        exec_op(o);
+    pthread_mutex_lock(&dev_lock);
+    s->running = 0;
+    free(o);
+    pthread_cond_broadcast(&dev_cv);
+}
+
+static void *stream_worker(void *arg)
+{
+    fake_stream *s = arg;
+    char name[16];
+    snprintf(name, sizeof name, "fake-dev-s%d", s->id);
+    prctl(PR_SET_NAME, name, 0, 0, 0);
+    pthread_mutex_lock(&dev_lock);
+    for (;;) {
+        while (!(async_on && s->head && !s->running))
+            pthread_cond_wait(&dev_cv, &dev_lock);
+        run_head(s);
+    }
+    return NULL;
+}
+
+static void ensure_worker(fake_stream *s)   /* dev_lock held */
+{
+    if (async_on && !s->has_worker) {
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&s->worker, &a, stream_worker, s) == 0)
+            s->has_worker = 1;
+        pthread_attr_destroy(&a);
+    }
+}
+
+static void enqueue(fake_stream *s, op *o)  /* dev_lock held */
+{
+    o->next = NULL;
+    if (s->tail)
+        s->tail->next = o;
+    else
+        s->head = o;
+    s->tail = o;
+    ensure_worker(s);
+    pthread_cond_broadcast(&dev_cv);
+}
+
+/* Wait until `s` has nothing queued or running (executing its ops on this
+ * thread unless the device threads do). dev_lock held. */
+static void drain_locked(fake_stream *s)
+{
+    for (;;) {
+        if (s->head && !s->running && !async_on) {
+            run_head(s);
+            continue;
+        }
+        if (!s->head && !s->running)
+            return;
+        if (sticky && !s->running) {        /* dead: the rest never runs */
+            while (s->head) {
+                op *o = s->head;
+                s->head = o->next;
+                free(o);
+                atomic_fetch_add(&st_dropped, 1);
+            }
+            s->tail = NULL;
+            return;
+        }
+        pthread_cond_wait(&dev_cv, &dev_lock);
+    }
+}
+
+/* The synchronising call discovers the fault: the driver prints the device's
+ * assert text, through stdio, to whatever libc's `stderr` is now. */
+static void print_pending(void)
+{
+    pthread_mutex_lock(&print_lock);
+    pthread_mutex_lock(&dev_lock);
+    pending_print *p = pending_head;
+    pending_head = NULL;
+    pending_tail = &pending_head;
+    pthread_mutex_unlock(&dev_lock);
+    while (p) {
+        const kcfg *c = p->cfg;
+        for (int i = 0; i < c->lines; i++) {
+            int t = 3 + i;
+            fprintf(stderr,
+                    "%s:%d: %s: block: [%d,%d,%d], thread: [%d,%d,%d] Assertion `%s` failed.\n",
+                    c->file ? c->file : "fake_kernels.cu", c->line,
+                    c->func ? c->func : c->name, t / 1024, 0, 0, t % 1024, 0, 0,
+                    c->cond ? c->cond : "false");
+            atomic_fetch_add(&st_lines_printed, 1);
+        }
+        pending_print *n = p->next;
+        free(p);
+        p = n;
+    }
+    pthread_mutex_unlock(&print_lock);
+}
+
+/* After a drain: the call's result; prints pending text when dead. */
+static CUresult sync_result(void)
+{
+    int s = current_sticky();
+    if (s)
+        print_pending();
+    return (CUresult)s;
+}
+
+/* ------------------------------------------------------ CUPTI side ----- */
+
+static void fire(CUpti_CallbackId cbid, CUpti_CallbackData *cb)
+{
+    if (!atomic_load(&sub.in_use) || cbid >= CUPTI_DRIVER_TRACE_CBID_SIZE ||
+        !atomic_load(&sub.enabled[cbid]))
+        return;
+    CUpti_CallbackFunc f = atomic_load(&sub.cb);
+    if (!f)
+        return;
+    atomic_fetch_add(&st_callbacks, 1);
+    f(sub.userdata, CUPTI_CB_DOMAIN_DRIVER_API, cbid, cb);
+}
+
+/* One API call seen by CUPTI: enter callback, body, exit callback (which may
+ * rewrite the result); returns the (possibly rewritten) result. */
+typedef CUresult (*body_fn)(void *arg);
+
+static CUresult traced(CUpti_CallbackId cbid, const char *api, const void *params,
+                       const char *symbol, body_fn body, void *arg)
+{
+    CUresult ret = CUDA_SUCCESS;
+    uint64_t correlation_data = 0;
+    CUpti_CallbackData cb;
+    memset(&cb, 0, sizeof cb);
+    cb.callbackSite = CUPTI_API_ENTER;
+    cb.functionName = api;
+    cb.functionParams = params;
+    cb.functionReturnValue = &ret;
+    cb.symbolName = symbol;
+    cb.context = current_ctx() ? current_ctx() : CTX;
+    cb.contextUid = 1;
+    cb.correlationData = &correlation_data;
+    cb.correlationId = atomic_fetch_add(&next_correlation, 1);
+    fire(cbid, &cb);
+    ret = logret(api, body(arg));
+    cb.callbackSite = CUPTI_API_EXIT;
+    fire(cbid, &cb);
+    return ret;
+}
+
+CUptiResult fakecuda_cupti_subscribe(CUpti_SubscriberHandle *handle, CUpti_CallbackFunc cb,
+                                     void *ud, const char *name, char *old, size_t oldsize)
+{
+    if (!handle)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    pthread_mutex_lock(&sub_lock);
+    const char *holder = external_holder[0] ? external_holder
+                         : atomic_load(&sub.in_use) ? sub.name : NULL;
+    if (holder) {
+        if (old && oldsize) {
+            strncpy(old, holder, oldsize - 1);
+            old[oldsize - 1] = '\0';
+        }
+        pthread_mutex_unlock(&sub_lock);
+        return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    }
+    for (size_t i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
+        atomic_store(&sub.enabled[i], 0);
+    snprintf(sub.name, sizeof sub.name, "%s", name ? name : "unnamed CUPTI subscriber");
+    sub.userdata = ud;
+    atomic_store(&sub.cb, cb);
+    atomic_store(&sub.in_use, 1);
+    *handle = (CUpti_SubscriberHandle)(void *)&sub;
+    pthread_mutex_unlock(&sub_lock);
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult fakecuda_cupti_unsubscribe(CUpti_SubscriberHandle handle)
+{
+    pthread_mutex_lock(&sub_lock);
+    if (handle != (CUpti_SubscriberHandle)(void *)&sub || !atomic_load(&sub.in_use)) {
+        pthread_mutex_unlock(&sub_lock);
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    }
+    atomic_store(&sub.in_use, 0);
+    for (size_t i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
+        atomic_store(&sub.enabled[i], 0);
+    pthread_mutex_unlock(&sub_lock);
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult fakecuda_cupti_enable(uint32_t enable, CUpti_SubscriberHandle handle,
+                                  CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
+{
+    if (handle != (CUpti_SubscriberHandle)(void *)&sub || !atomic_load(&sub.in_use))
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    if (domain != CUPTI_CB_DOMAIN_DRIVER_API)
+        return CUPTI_SUCCESS;               /* other domains: accepted, never fire */
+    if (cbid >= CUPTI_DRIVER_TRACE_CBID_SIZE || refused[cbid])
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    /* Seen on the H200: entering a scope while a kernel had just faulted made
+     * CUPTI refuse with NOT_INITIALIZED. Emulated: a dead context (discovered
+     * or not) makes enabling fail. */
+    if (cupti_fail_when_dead && current_sticky())
+        return CUPTI_ERROR_NOT_INITIALIZED;
+    atomic_store(&sub.enabled[cbid], enable ? 1 : 0);
+    return CUPTI_SUCCESS;
+}
+
+int fakecuda_ctx_valid(CUcontext ctx) { return ctx == CTX; }
+
+/* ------------------------------------------------ driver: basics ------- */
+
+#define ALIVE(api)                                                            \
+    do {                                                                      \
+        int s_ = current_sticky();                                            \
+        if (s_)                                                               \
+            return logret(api, (CUresult)s_);                                 \
+    } while (0)
+
+CUresult CUDAAPI cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
+
+CUresult CUDAAPI cuDriverGetVersion(int *v)
+{
+    if (!v)
+        RET("cuDriverGetVersion", CUDA_ERROR_INVALID_VALUE);
+    *v = CUDA_VERSION;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+{
+    const char *n = err_name((int)error);
+    if (pStr)
+        *pStr = n;
+    return n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+        if (errors[i].code == (int)error) {
+            if (pStr)
+                *pStr = errors[i].text;
+            return CUDA_SUCCESS;
+        }
+    if (pStr)
+        *pStr = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int *count) { *count = 1; return CUDA_SUCCESS; }
+
+CUresult CUDAAPI cuDeviceGet(CUdevice *dev, int ordinal)
+{
+    if (ordinal != 0)
+        RET("cuDeviceGet", CUDA_ERROR_INVALID_DEVICE);
+    *dev = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    if (dev != 0)
+        RET("cuDeviceGetName", CUDA_ERROR_INVALID_DEVICE);
+    snprintf(name, (size_t)len, "%s", "Fake CUDA Device (cuda_debug tests)");
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    if (dev != 0)
+        RET("cuDeviceGetAttribute", CUDA_ERROR_INVALID_DEVICE);
+    switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = 132; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *pi = 1980000; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *pi = 2619000; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *pi = 60 << 20; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = 0x18; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *pi = 32; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *pi = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *pi = 1; break;
+    default: *pi = 0; break;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev)
+{
+    if (dev != 0)
+        RET("cuDeviceTotalMem", CUDA_ERROR_INVALID_DEVICE);
+    *bytes = (size_t)141 << 30;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    if (dev != 0)
+        RET("cuDevicePrimaryCtxRetain", CUDA_ERROR_INVALID_DEVICE);
+    pthread_mutex_lock(&dev_lock);
+    primary_retained++;
+    pthread_mutex_unlock(&dev_lock);
+    *pctx = CTX;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    if (dev != 0)
+        RET("cuDevicePrimaryCtxRelease", CUDA_ERROR_INVALID_DEVICE);
+    pthread_mutex_lock(&dev_lock);
+    if (primary_retained > 0)
+        primary_retained--;
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    if (dev != 0)
+        RET("cuDevicePrimaryCtxGetState", CUDA_ERROR_INVALID_DEVICE);
+    *flags = 0;
+    pthread_mutex_lock(&dev_lock);
+    *active = primary_retained > 0;
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) { *pctx = current_ctx(); return CUDA_SUCCESS; }
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+    if (ctx && ctx != CTX)
+        RET("cuCtxSetCurrent", CUDA_ERROR_INVALID_CONTEXT);
+    if (tls_ctx_depth)
+        tls_ctx_stack[tls_ctx_depth - 1] = ctx;
+    else if (ctx)
+        tls_ctx_stack[tls_ctx_depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
+{
+    if (ctx != CTX || tls_ctx_depth >= 32)
+        RET("cuCtxPushCurrent", CUDA_ERROR_INVALID_CONTEXT);
+    tls_ctx_stack[tls_ctx_depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
+{
+    if (!tls_ctx_depth)
+        RET("cuCtxPopCurrent", CUDA_ERROR_INVALID_CONTEXT);
+    CUcontext c = tls_ctx_stack[--tls_ctx_depth];
+    if (pctx)
+        *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *dev)
+{
+    if (!current_ctx())
+        RET("cuCtxGetDevice", CUDA_ERROR_INVALID_CONTEXT);
+    *dev = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *id)
+{
+    if (!ctx)
+        ctx = current_ctx();
+    if (ctx != CTX)
+        RET("cuCtxGetId", CUDA_ERROR_INVALID_CONTEXT);
+    *id = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void)
+{
+    if (!current_ctx())
+        RET("cuCtxSynchronize", CUDA_ERROR_INVALID_CONTEXT);
+    atomic_fetch_add(&st_syncs, 1);
+    pthread_mutex_lock(&dev_lock);
+    for (fake_stream *s = all_streams; s; s = s->next_all)
+        drain_locked(s);
+    pthread_mutex_unlock(&dev_lock);
+    RET("cuCtxSynchronize", sync_result());
+}
+
+/* ------------------------------------------------ driver: streams ------ */
+
+CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags)
+{
+    (void)flags;
+    ALIVE("cuStreamCreate");
+    fake_stream *s = calloc(1, sizeof *s);
+    s->magic = MAGIC_STREAM;
+    pthread_mutex_lock(&dev_lock);
+    s->id = next_stream_id++;
+    /* append: cuCtxSynchronize drains in creation order */
+    fake_stream **p = &all_streams;
+    while (*p)
+        p = &(*p)->next_all;
+    *p = s;
+    ensure_worker(s);
+    pthread_mutex_unlock(&dev_lock);
+    *ph = (CUstream)(void *)s;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamDestroy(CUstream h)
+{
+    if (!resolve(h) || !h)
+        RET("cuStreamDestroy", CUDA_ERROR_INVALID_HANDLE);
+    return CUDA_SUCCESS;   /* kept: its queued work still runs, like the real one */
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream h)
+{
+    fake_stream *s = resolve(h);
+    if (!s)
+        RET("cuStreamSynchronize", CUDA_ERROR_INVALID_HANDLE);
+    atomic_fetch_add(&st_syncs, 1);
+    pthread_mutex_lock(&dev_lock);
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {   /* invalidates the capture */
+        s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+        pthread_mutex_unlock(&dev_lock);
+        RET("cuStreamSynchronize", CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    drain_locked(s);
+    pthread_mutex_unlock(&dev_lock);
+    RET("cuStreamSynchronize", sync_result());
+}
+
+CUresult CUDAAPI cuStreamQuery(CUstream h)
+{
+    fake_stream *s = resolve(h);
+    if (!s)
+        RET("cuStreamQuery", CUDA_ERROR_INVALID_HANDLE);
+    pthread_mutex_lock(&dev_lock);
+    if (async_on && !sticky && (s->head || s->running)) {
+        pthread_mutex_unlock(&dev_lock);
+        return CUDA_ERROR_NOT_READY;
+    }
+    drain_locked(s);     /* sync mode: the "device" runs what is queued now */
+    pthread_mutex_unlock(&dev_lock);
+    RET("cuStreamQuery", sync_result());
+}
+
+CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *st)
+{
+    fake_stream *s = resolve(h);
+    if (!s)
+        RET("cuStreamIsCapturing", CUDA_ERROR_INVALID_HANDLE);
+    ALIVE("cuStreamIsCapturing");
+    pthread_mutex_lock(&dev_lock);
+    *st = (CUstreamCaptureStatus)s->capture;
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamGetCtx(CUstream h, CUcontext *pctx)
+{
+    if (!resolve(h))
+        RET("cuStreamGetCtx", CUDA_ERROR_INVALID_HANDLE);
+    *pctx = CTX;
+    return CUDA_SUCCESS;
+}
+
+typedef struct {
+    const void *params;
+    fake_stream *s;
+    CUstreamCaptureMode mode;
+} capture_arg;
+
+static CUresult begin_capture_body(void *a)
+{
+    capture_arg *c = a;
+    int st = current_sticky();
+    if (st)
+        return (CUresult)st;
+    pthread_mutex_lock(&dev_lock);
+    CUresult rc = CUDA_SUCCESS;
+    if (c->s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    else {
+        c->s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        c->s->cap_head = c->s->cap_tail = NULL;
+    }
+    pthread_mutex_unlock(&dev_lock);
+    return rc;
+}
+
+static CUresult begin_capture(CUpti_CallbackId cbid, const char *api, CUstream h,
+                              CUstreamCaptureMode mode)
+{
+    fake_stream *s = resolve(h);
+    if (!s || s == &legacy_stream)
+        RET(api, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    cuStreamBeginCapture_v2_params p = {h, mode};
+    capture_arg a = {&p, s, mode};
+    return traced(cbid, api, &p, NULL, begin_capture_body, &a);
+}
+
+CUresult CUDAAPI cuStreamBeginCapture(CUstream h, CUstreamCaptureMode mode)
+{
+    return begin_capture(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2,
+                         "cuStreamBeginCapture_v2", h, mode);
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream h, CUstreamCaptureMode mode)
+{
+    return begin_capture(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz,
+                         "cuStreamBeginCapture_v2_ptsz", h, mode);
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *phGraph)
+{
+    fake_stream *s = resolve(h);
+    if (!s)
+        RET("cuStreamEndCapture", CUDA_ERROR_INVALID_HANDLE);
+    pthread_mutex_lock(&dev_lock);
+    int st = s->capture;
+    op *ops = s->cap_head;
+    s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    s->cap_head = s->cap_tail = NULL;
+    pthread_mutex_unlock(&dev_lock);
+    if (st == CU_STREAM_CAPTURE_STATUS_NONE)
+        RET("cuStreamEndCapture", CUDA_ERROR_ILLEGAL_STATE);
+    if (st == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+        RET("cuStreamEndCapture", CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    fake_graph *g = calloc(1, sizeof *g);
+    g->magic = MAGIC_GRAPH;
+    g->ops = ops;
+    *phGraph = (CUgraph)(void *)g;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phExec, CUgraph g, unsigned long long flags)
+{
+    (void)flags;
+    ALIVE("cuGraphInstantiateWithFlags");
+    if (!g || ((fake_graph *)g)->magic != MAGIC_GRAPH)
+        RET("cuGraphInstantiateWithFlags", CUDA_ERROR_INVALID_VALUE);
+    *phExec = (CUgraphExec)(void *)g;      /* the graph is its own executable */
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph g) { (void)g; return CUDA_SUCCESS; }
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec g) { (void)g; return CUDA_SUCCESS; }
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags);
+
+static CUresult nothing_body(void *a) { (void)a; return CUDA_SUCCESS; }
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags)
+{
+    cuStreamWaitEvent_params p = {h, ev, flags};
+    if (!resolve(h))
+        RET("cuStreamWaitEvent", CUDA_ERROR_INVALID_HANDLE);
+    /* Traced (cuda_debug watches it as a possible capture join); the fake
+     * orders nothing: streams of this device are drained on demand. */
+    return traced(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent, "cuStreamWaitEvent", &p, NULL,
+                  nothing_body, NULL);
+}
+
+/* ------------------------------------------------ driver: launches ----- */
+
+typedef struct {
+    fake_func *fn;
+    fake_stream *s;
+    CUstream h;
+    unsigned grid[3], block[3];
+    void **kernelParams;
+    fake_graph *graph;
+} launch_arg;
+
+static CUresult launch_body(void *a)
+{
+    launch_arg *L = a;
+    atomic_fetch_add(&st_launch_calls, 1);
+    if (!current_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    int st = current_sticky();
+    if (st)
+        return (CUresult)st;
+    if (!L->s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    op *o = calloc(1, sizeof *o);
+    if (L->graph) {
+        if (L->graph->magic != MAGIC_GRAPH) {
+            free(o);
+            return CUDA_ERROR_INVALID_HANDLE;
+        }
+        o->kind = OP_GRAPH;
+        o->graph = L->graph;
+    } else {
+        if (!L->fn || L->fn->magic != MAGIC_FUNC) {
+            free(o);
+            return CUDA_ERROR_INVALID_HANDLE;
+        }
+        unsigned long long threads = (unsigned long long)L->block[0] * L->block[1] * L->block[2];
+        if (threads == 0 || threads > 1024 || !L->grid[0] || !L->grid[1] || !L->grid[2]) {
+            free(o);
+            atomic_fetch_add(&st_refused, 1);
+            return CUDA_ERROR_INVALID_VALUE;   /* refused, not sticky */
+        }
+        o->kind = OP_KERNEL;
+        o->fn = L->fn;
+        pthread_mutex_lock(&dev_lock);
+        o->cfg = lookup_cfg(L->fn->name);
+        pthread_mutex_unlock(&dev_lock);
+        if (L->kernelParams && L->kernelParams[0] && strstr(L->fn->name, "spin") &&
+            o->cfg->code == 0)
+            o->extra_ns = *(long long *)L->kernelParams[0];   /* spin(ns) */
+    }
+    pthread_mutex_lock(&dev_lock);
+    if (L->s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && !L->graph) {
+        o->next = NULL;                    /* recorded into the graph, not run */
+        if (L->s->cap_tail)
+            L->s->cap_tail->next = o;
+        else
+            L->s->cap_head = o;
+        L->s->cap_tail = o;
+        atomic_fetch_add(&st_captured, 1);
+    } else if (L->s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+        free(o);
+        pthread_mutex_unlock(&dev_lock);
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    } else {
+        enqueue(L->s, o);
+    }
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+static void fill_launch(launch_arg *L, CUfunction f, CUstream h, unsigned gx, unsigned gy,
+                        unsigned gz, unsigned bx, unsigned by, unsigned bz, void **kp)
+{
+    memset(L, 0, sizeof *L);
+    L->fn = (fake_func *)f;
+    L->h = h;
+    L->s = resolve(h);
+    L->grid[0] = gx, L->grid[1] = gy, L->grid[2] = gz;
+    L->block[0] = bx, L->block[1] = by, L->block[2] = bz;
+    L->kernelParams = kp;
+}
+
+static const char *fn_name(CUfunction f)
+{
+    fake_func *fn = (fake_func *)f;
+    return fn && fn->magic == MAGIC_FUNC ? fn->name : NULL;
+}
+
+#define LAUNCH_KERNEL_IMPL(NAME, CBID, PTYPE)                                              \
+    CUresult CUDAAPI NAME(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,      \
+                          unsigned int gridDimZ, unsigned int blockDimX,                   \
+                          unsigned int blockDimY, unsigned int blockDimZ,                  \
+                          unsigned int sharedMemBytes, CUstream hStream,                   \
+                          void **kernelParams, void **extra)                               \
+    {                                                                                      \
+        PTYPE p = {f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,       \
+                   sharedMemBytes, hStream, kernelParams, extra};                          \
+        launch_arg L;                                                                      \
+        fill_launch(&L, f, hStream, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,    \
+                    blockDimZ, kernelParams);                                              \
+        return traced(CBID, #NAME, &p, fn_name(f), launch_body, &L);                       \
+    }
+
+LAUNCH_KERNEL_IMPL(cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, cuLaunchKernel_params)
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                     unsigned, unsigned, CUstream, void **, void **);
+LAUNCH_KERNEL_IMPL(cuLaunchKernel_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+                   cuLaunchKernel_ptsz_params)
+
+#define LAUNCH_COOP_IMPL(NAME, CBID, PTYPE)                                                \
+    CUresult CUDAAPI NAME(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,      \
+                          unsigned int gridDimZ, unsigned int blockDimX,                   \
+                          unsigned int blockDimY, unsigned int blockDimZ,                  \
+                          unsigned int sharedMemBytes, CUstream hStream,                   \
+                          void **kernelParams)                                             \
+    {                                                                                      \
+        PTYPE p = {f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,       \
+                   sharedMemBytes, hStream, kernelParams};                                 \
+        launch_arg L;                                                                      \
+        fill_launch(&L, f, hStream, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,    \
+                    blockDimZ, kernelParams);                                              \
+        return traced(CBID, #NAME, &p, fn_name(f), launch_body, &L);                       \
+    }
+
+LAUNCH_COOP_IMPL(cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+                 cuLaunchCooperativeKernel_params)
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned,
+                                                unsigned, unsigned, unsigned, unsigned,
+                                                CUstream, void **);
+LAUNCH_COOP_IMPL(cuLaunchCooperativeKernel_ptsz,
+                 CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+                 cuLaunchCooperativeKernel_ptsz_params)
+
+static CUresult launch_ex(CUpti_CallbackId cbid, const char *api, const CUlaunchConfig *config,
+                          CUfunction f, void **kernelParams, void **extra)
+{
+    cuLaunchKernelEx_params p = {config, f, kernelParams, extra};
+    launch_arg L;
+    if (!config)
+        RET(api, CUDA_ERROR_INVALID_VALUE);
+    fill_launch(&L, f, config->hStream, config->gridDimX, config->gridDimY, config->gridDimZ,
+                config->blockDimX, config->blockDimY, config->blockDimZ, kernelParams);
+    return traced(cbid, api, &p, fn_name(f), launch_body, &L);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                  void **extra)
+{
+    return launch_ex(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, "cuLaunchKernelEx", config, f,
+                     kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+                                       void **kernelParams, void **extra)
+{
+    return launch_ex(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, "cuLaunchKernelEx_ptsz",
+                     config, f, kernelParams, extra);
+}
+
+static CUresult graph_launch(CUpti_CallbackId cbid, const char *api, CUgraphExec g, CUstream h)
+{
+    cuGraphLaunch_params p = {g, h};
+    launch_arg L;
+    memset(&L, 0, sizeof L);
+    L.h = h;
+    L.s = resolve(h);
+    L.graph = (fake_graph *)g;
+    if (!g)
+        RET(api, CUDA_ERROR_INVALID_VALUE);
+    return traced(cbid, api, &p, NULL, launch_body, &L);
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec g, CUstream h)
+{
+    return graph_launch(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, "cuGraphLaunch", g, h);
+}
+
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec g, CUstream h);
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec g, CUstream h)
+{
+    return graph_launch(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, "cuGraphLaunch_ptsz", g, h);
+}
+
+/* ------------------------------------------------ driver: modules ------ */
+
+static fake_func *function_named(const char *name)   /* dev_lock held */
+{
+    for (fake_func *f = funcs; f; f = f->next)
+        if (!strcmp(f->name, name))
+            return f;
+    fake_func *f = calloc(1, sizeof *f);
+    f->magic = MAGIC_FUNC;
+    f->name = strdup(name);
+    f->next = funcs;
+    funcs = f;
+    return f;
+}
+
+CUresult CUDAAPI cuModuleLoadData(CUmodule *mod, const void *image)
+{
+    (void)image;
+    ALIVE("cuModuleLoadData");
+    *mod = (CUmodule)(void *)&the_module;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleUnload(CUmodule mod) { (void)mod; return CUDA_SUCCESS; }
+
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule mod, const char *name)
+{
+    ALIVE("cuModuleGetFunction");
+    if (!mod || !name)
+        RET("cuModuleGetFunction", CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&dev_lock);
+    *hfunc = (CUfunction)(void *)function_named(name);
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------ driver: memory ------- */
+
+CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t size)
+{
+    ALIVE("cuMemAlloc");
+    void *p = calloc(1, size ? size : 1);
+    if (!p)
+        RET("cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
+{
+    ALIVE("cuMemFree");
+    free((void *)(uintptr_t)dptr);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemGetInfo(size_t *free_b, size_t *total)
+{
+    ALIVE("cuMemGetInfo");
+    *free_b = (size_t)140 << 30;
+    *total = (size_t)141 << 30;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
+{
+    ALIVE("cuMemcpyHtoD");
+    memcpy((void *)(uintptr_t)dst, src, n);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+    atomic_fetch_add(&st_syncs, 1);
+    pthread_mutex_lock(&dev_lock);
+    drain_locked(&legacy_stream);         /* synchronous copy on the legacy stream */
+    pthread_mutex_unlock(&dev_lock);
+    CUresult rc = sync_result();
+    if (rc)
+        RET("cuMemcpyDtoH", rc);
+    memcpy(dst, (const void *)(uintptr_t)src, n);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n)
+{
+    ALIVE("cuMemsetD8");
+    memset((void *)(uintptr_t)dst, v, n);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream h)
+{
+    fake_stream *s = resolve(h);
+    if (!s)
+        RET("cuMemsetD32Async", CUDA_ERROR_INVALID_HANDLE);
+    ALIVE("cuMemsetD32Async");
+    op *o = calloc(1, sizeof *o);
+    o->kind = OP_MEMSET32;
+    o->addr = (volatile uint32_t *)(uintptr_t)dst;
+    o->value = v;
+    o->count = n;
+    pthread_mutex_lock(&dev_lock);
+    enqueue(s, o);
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
+{
+    (void)flags;
+    ALIVE("cuMemHostAlloc");
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, size ? size : 1) != 0)
+        RET("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY);
+    memset(p, 0, size);
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int flags)
+{
+    (void)flags;
+    ALIVE("cuMemHostGetDevicePointer");
+    *pdptr = (CUdeviceptr)(uintptr_t)p;   /* UVA: the same address */
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+    ALIVE("cuMemFreeHost");
+    free(p);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamWriteValue32(CUstream h, CUdeviceptr addr, cuuint32_t value,
+                                      unsigned int flags)
+{
+    (void)flags;
+    fake_stream *s = resolve(h);
+    if (!s)
+        RET("cuStreamWriteValue32_v2", CUDA_ERROR_INVALID_HANDLE);
+    ALIVE("cuStreamWriteValue32_v2");
+    op *o = calloc(1, sizeof *o);
+    o->kind = OP_WRITE32;
+    o->addr = (volatile uint32_t *)(uintptr_t)addr;
+    o->value = value;
+    pthread_mutex_lock(&dev_lock);
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        free(o);                            /* would be a graph node: not modelled */
+    } else {
+        enqueue(s, o);
+    }
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------ driver: events ------- */
+
+CUresult CUDAAPI cuEventCreate(CUevent *ph, unsigned int flags)
+{
+    (void)flags;
+    ALIVE("cuEventCreate");
+    fake_event *e = calloc(1, sizeof *e);
+    e->magic = MAGIC_EVENT;
+    *ph = (CUevent)(void *)e;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventDestroy(CUevent h) { (void)h; return CUDA_SUCCESS; }
+
+CUresult CUDAAPI cuEventRecord(CUevent h, CUstream hs)
+{
+    fake_event *e = (fake_event *)h;
+    fake_stream *s = resolve(hs);
+    if (!e || e->magic != MAGIC_EVENT || !s)
+        RET("cuEventRecord", CUDA_ERROR_INVALID_HANDLE);
+    ALIVE("cuEventRecord");
+    op *o = calloc(1, sizeof *o);
+    o->kind = OP_EVENT;
+    o->ev = e;
+    pthread_mutex_lock(&dev_lock);
+    e->stream = s;
+    e->done = 0;
+    enqueue(s, o);
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent h)
+{
+    fake_event *e = (fake_event *)h;
+    if (!e || e->magic != MAGIC_EVENT)
+        RET("cuEventQuery", CUDA_ERROR_INVALID_HANDLE);
+    ALIVE("cuEventQuery");
+    pthread_mutex_lock(&dev_lock);
+    int done = e->done || !e->stream;
+    pthread_mutex_unlock(&dev_lock);
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent h)
+{
+    fake_event *e = (fake_event *)h;
+    if (!e || e->magic != MAGIC_EVENT)
+        RET("cuEventSynchronize", CUDA_ERROR_INVALID_HANDLE);
+    atomic_fetch_add(&st_syncs, 1);
+    pthread_mutex_lock(&dev_lock);
+    if (e->stream)
+        drain_locked(e->stream);
+    pthread_mutex_unlock(&dev_lock);
+    RET("cuEventSynchronize", sync_result());
+}
+
+CUresult CUDAAPI cuEventElapsedTime(float *ms, CUevent a, CUevent b)
+{
+    fake_event *s = (fake_event *)a, *e = (fake_event *)b;
+    if (!s || !e || s->magic != MAGIC_EVENT || e->magic != MAGIC_EVENT)
+        RET("cuEventElapsedTime_v2", CUDA_ERROR_INVALID_HANDLE);
+    ALIVE("cuEventElapsedTime_v2");
+    if (!s->done || !e->done)
+        RET("cuEventElapsedTime_v2", CUDA_ERROR_NOT_READY);
+    *ms = (float)(e->t_ms - s->t_ms);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------ driver: logs --------- */
+
+CUresult CUDAAPI cuLogsRegisterCallback(CUlogsCallback fn, void *data, CUlogsCallbackHandle *out)
+{
+    pthread_mutex_lock(&dev_lock);
+    if (n_log_cbs >= MAX_LOG_CBS) {
+        pthread_mutex_unlock(&dev_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    log_cbs[n_log_cbs].fn = fn;
+    log_cbs[n_log_cbs].data = data;
+    if (out)
+        *out = (CUlogsCallbackHandle)(uintptr_t)(n_log_cbs + 1);
+    n_log_cbs++;
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLogsUnregisterCallback(CUlogsCallbackHandle h)
+{
+    uintptr_t i = (uintptr_t)h;
+    if (i < 1 || i > MAX_LOG_CBS)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&dev_lock);
+    log_cbs[i - 1].fn = NULL;
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+/* ================================================== control API ========= */
+
+/* Alive again, nothing queued, default kernel behaviours, no refused ids.
+ * Waits for the device threads to finish what runs now. Keeps subscriptions,
+ * log callbacks and statistics (fake_reset_stats clears those). */
+FAKE_EXPORT void fake_reset(void)
+{
+    pthread_mutex_lock(&dev_lock);
+    for (fake_stream *s = all_streams; s; s = s->next_all) {
+        while (s->running)
+            pthread_cond_wait(&dev_cv, &dev_lock);
+        while (s->head) {
+            op *o = s->head;
+            s->head = o->next;
+            free(o);
+        }
+        s->tail = NULL;
+        s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+        s->cap_head = s->cap_tail = NULL;
+    }
+    sticky = 0;
+    while (pending_head) {
+        pending_print *p = pending_head;
+        pending_head = p->next;
+        free(p);
+    }
+    pending_tail = &pending_head;
+    configs = NULL;                          /* leaked on purpose: ops may point at them */
+    memset(refused, 0, sizeof refused);
+    cupti_fail_when_dead = 1;
+    pthread_mutex_unlock(&dev_lock);
+}
+
+FAKE_EXPORT void fake_reset_stats(void)
+{
+    atomic_store(&st_callbacks, 0), atomic_store(&st_launch_calls, 0);
+    atomic_store(&st_kernels_run, 0), atomic_store(&st_writes, 0);
+    atomic_store(&st_dropped, 0), atomic_store(&st_syncs, 0);
+    atomic_store(&st_lines_printed, 0), atomic_store(&st_log_lines, 0);
+    atomic_store(&st_captured, 0), atomic_store(&st_refused, 0);
+}
+
+/* Kernels whose (mangled) name contains `name` (newest setting wins):
+ *   code         0 = fine, else the sticky CUresult it kills the context with;
+ *   assert_lines assert lines the driver prints at discovery (-1: 1 for 710,
+ *                else 0); up to 100000;
+ *   assert_text  the text inside Assertion `...` failed. (NULL: a default);
+ *                text_len bytes are kept, NULs included, so printf's %s cuts
+ *                at an embedded NUL like the real driver would;
+ *   duration_us  how long the kernel runs. */
+FAKE_EXPORT void fake_set_kernel(const char *name, int code, int assert_lines,
+                                 const char *assert_text, long text_len, long long duration_us)
+{
+    kcfg *c = calloc(1, sizeof *c);
+    c->name = strdup(name ? name : "");
+    c->code = code;
+    if (assert_lines < 0)
+        assert_lines = code == 710 ? 1 : 0;
+    if (assert_lines > 100000)
+        assert_lines = 100000;
+    c->lines = assert_lines;
+    if (assert_text) {
+        size_t n = text_len < 0 ? strlen(assert_text) : (size_t)text_len;
+        c->cond = malloc(n + 1);
+        memcpy(c->cond, assert_text, n);
+        c->cond[n] = '\0';
+        c->cond_len = n;
+    } else if (code == 710) {
+        c->cond = strdup("false");
+        c->cond_len = 5;
+    }
+    c->file = strdup("fake_kernels.cu");
+    c->line = 42;
+    c->func = strdup(c->name);
+    c->duration_us = duration_us;
+    pthread_mutex_lock(&dev_lock);
+    c->next = configs;
+    configs = c;
+    pthread_mutex_unlock(&dev_lock);
+}
+
+/* Where the assert lines of the newest setting for `name` say they come from. */
+FAKE_EXPORT int fake_set_assert_site(const char *name, const char *file, int line,
+                                     const char *func)
+{
+    pthread_mutex_lock(&dev_lock);
+    kcfg *c = configs;
+    while (c && strcmp(c->name, name))
+        c = c->next;
+    if (c) {
+        c->file = strdup(file);
+        c->line = line;
+        c->func = strdup(func);
+    }
+    pthread_mutex_unlock(&dev_lock);
+    return c ? 0 : -1;
+}
+
+FAKE_EXPORT void fake_set_async(int on)
+{
+    pthread_mutex_lock(&dev_lock);
+    async_on = on != 0;
+    for (fake_stream *s = all_streams; s; s = s->next_all)
+        ensure_worker(s);
+    pthread_cond_broadcast(&dev_cv);
+    pthread_mutex_unlock(&dev_lock);
+}
+
+static fake_func *func_for(const char *name)
+{
+    pthread_mutex_lock(&dev_lock);
+    fake_func *f = function_named(name);
+    pthread_mutex_unlock(&dev_lock);
+    return f;
+}
+
+/* Launch kernel `name` through the public cuLaunchKernel (the callback fires),
+ * with the primary context pushed around it. */
+FAKE_EXPORT int fake_launch(const char *name, uintptr_t stream, unsigned gx, unsigned gy,
+                            unsigned gz, unsigned bx, unsigned by, unsigned bz)
+{
+    fake_func *f = func_for(name);
+    cuCtxPushCurrent(CTX);
+    CUresult rc = cuLaunchKernel((CUfunction)(void *)f, gx, gy, gz, bx, by, bz, 0,
+                                 (CUstream)stream, NULL, NULL);
+    CUcontext c;
+    cuCtxPopCurrent(&c);
+    return (int)rc;
+}
+
+FAKE_EXPORT int fake_launch_ex(const char *name, uintptr_t stream, unsigned gx, unsigned gy,
+                               unsigned gz, unsigned bx, unsigned by, unsigned bz)
+{
+    fake_func *f = func_for(name);
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = gx, cfg.gridDimY = gy, cfg.gridDimZ = gz;
+    cfg.blockDimX = bx, cfg.blockDimY = by, cfg.blockDimZ = bz;
+    cfg.hStream = (CUstream)stream;
+    cuCtxPushCurrent(CTX);
+    CUresult rc = cuLaunchKernelEx(&cfg, (CUfunction)(void *)f, NULL, NULL);
+    CUcontext c;
+    cuCtxPopCurrent(&c);
+    return (int)rc;
+}
+
+FAKE_EXPORT int fake_launch_cooperative(const char *name, uintptr_t stream, unsigned gx,
+                                        unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                        unsigned bz)
+{
+    fake_func *f = func_for(name);
+    cuCtxPushCurrent(CTX);
+    CUresult rc = cuLaunchCooperativeKernel((CUfunction)(void *)f, gx, gy, gz, bx, by, bz, 0,
+                                            (CUstream)stream, NULL);
+    CUcontext c;
+    cuCtxPopCurrent(&c);
+    return (int)rc;
+}
+
+/* A new stream (0 on failure). */
+FAKE_EXPORT uintptr_t fake_stream_create(void)
+{
+    CUstream s = NULL;
+    if (cuStreamCreate(&s, 0) != CUDA_SUCCESS)
+        return 0;
+    return (uintptr_t)s;
+}
+
+FAKE_EXPORT int fake_stream_sync(uintptr_t stream) { return (int)cuStreamSynchronize((CUstream)stream); }
+
+FAKE_EXPORT int fake_ctx_sync(void)
+{
+    cuCtxPushCurrent(CTX);
+    CUresult rc = cuCtxSynchronize();
+    CUcontext c;
+    cuCtxPopCurrent(&c);
+    return (int)rc;
+}
+
+FAKE_EXPORT int fake_begin_capture(uintptr_t stream)
+{
+    return (int)cuStreamBeginCapture((CUstream)stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+}
+
+/* End the capture and instantiate: *exec_out is the graph to fake_graph_launch. */
+FAKE_EXPORT int fake_end_capture(uintptr_t stream, uintptr_t *exec_out)
+{
+    CUgraph g = NULL;
+    CUresult rc = cuStreamEndCapture((CUstream)stream, &g);
+    if (rc)
+        return (int)rc;
+    CUgraphExec e = NULL;
+    rc = cuGraphInstantiate(&e, g, 0);
+    if (!rc && exec_out)
+        *exec_out = (uintptr_t)e;
+    return (int)rc;
+}
+
+FAKE_EXPORT int fake_graph_launch(uintptr_t exec, uintptr_t stream)
+{
+    cuCtxPushCurrent(CTX);
+    CUresult rc = cuGraphLaunch((CUgraphExec)exec, (CUstream)stream);
+    CUcontext c;
+    cuCtxPopCurrent(&c);
+    return (int)rc;
+}
+
+/* The capture status of `stream` (CUstreamCaptureStatus), or -CUresult. */
+FAKE_EXPORT int fake_capture_status(uintptr_t stream)
+{
+    fake_stream *s = resolve((CUstream)stream);
+    if (!s)
+        return -CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&dev_lock);
+    int st = s->capture;
+    pthread_mutex_unlock(&dev_lock);
+    return st;
+}
+
+/* CUPTI: make cuptiEnableCallback refuse these driver callback ids with
+ * CUPTI_ERROR_INVALID_PARAMETER, as an older CUPTI that does not know them
+ * (n == 0 clears the list). */
+FAKE_EXPORT void fake_refuse_cbids(const int *ids, int n)
+{
+    pthread_mutex_lock(&dev_lock);
+    if (n <= 0)
+        memset(refused, 0, sizeof refused);
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < CUPTI_DRIVER_TRACE_CBID_SIZE)
+            refused[ids[i]] = 1;
+    pthread_mutex_unlock(&dev_lock);
+}
+
+/* CUPTI: another tool holds CUPTI (name reported by cuptiSubscribe_v2);
+ * NULL or "" releases it. */
+FAKE_EXPORT void fake_hold_cupti(const char *name)
+{
+    pthread_mutex_lock(&sub_lock);
+    snprintf(external_holder, sizeof external_holder, "%s", name ? name : "");
+    pthread_mutex_unlock(&sub_lock);
+}
+
+/* CUPTI: whether cuptiEnableCallback fails with NOT_INITIALIZED while the
+ * context is dead (default 1, as measured on the H200). */
+FAKE_EXPORT void fake_cupti_fail_when_dead(int on) { cupti_fail_when_dead = on != 0; }
+
+/* Subscribed and enabled right now? (cbid < 0: subscribed at all) */
+FAKE_EXPORT int fake_cupti_enabled(int cbid)
+{
+    if (!atomic_load(&sub.in_use))
+        return 0;
+    if (cbid < 0)
+        return 1;
+    return cbid < CUPTI_DRIVER_TRACE_CBID_SIZE && atomic_load(&sub.enabled[cbid]);
+}
+
+/* The context's sticky error (0 alive), as the device sees it (the host may
+ * not have discovered it yet). */
+FAKE_EXPORT int fake_sticky(void) { return current_sticky(); }
+
+/* Name this OS thread with raw bytes (cut at 15 bytes, like the kernel does). */
+FAKE_EXPORT int fake_set_thread_name(const char *bytes, int len)
+{
+    char buf[16];
+    memset(buf, 0, sizeof buf);
+    if (len > 15)
+        len = 15;
+    if (len > 0)
+        memcpy(buf, bytes, (size_t)len);
+    return prctl(PR_SET_NAME, buf, 0, 0, 0);
+}
+
+static pthread_t error_thread;
+static int error_thread_started;
+static atomic_int error_thread_done;
+
+static void *error_loop(void *arg)
+{
+    long n = (long)(intptr_t)arg;
+    prctl(PR_SET_NAME, "fake-glibc-err", 0, 0, 0);
+    for (long i = 0; i < n; i++)
+        error(0, 0, "fake glibc error %ld of %ld", i + 1, n);   /* locks/unlocks stderr */
+    atomic_store(&error_thread_done, 1);
+    return NULL;
+}
+
+/* Start a thread that calls glibc's error(0, 0, ...) n times (it takes and
+ * releases the lock of whatever `stderr` is at each step). */
+FAKE_EXPORT int fake_glibc_error_from_thread(long n)
+{
+    atomic_store(&error_thread_done, 0);
+    error_thread_started = 1;
+    return pthread_create(&error_thread, NULL, error_loop, (void *)(intptr_t)n);
+}
+
+/* 1 when the error() thread has finished (join it), 0 while it runs. */
+FAKE_EXPORT int fake_glibc_error_done(int join)
+{
+    int done = atomic_load(&error_thread_done);
+    if (join && error_thread_started) {
+        pthread_join(error_thread, NULL);
+        error_thread_started = 0;
+        done = 1;
+    }
+    return done;
+}
+
+/* Statistics: fills out[0..n) with callbacks, launch_calls, kernels_run,
+ * writes, dropped, syncs, lines_printed, log_lines, captured, refused. */
+FAKE_EXPORT int fake_stats(long long *out, int n)
+{
+    long long v[] = {atomic_load(&st_callbacks), atomic_load(&st_launch_calls),
+                     atomic_load(&st_kernels_run), atomic_load(&st_writes),
+                     atomic_load(&st_dropped), atomic_load(&st_syncs),
+                     atomic_load(&st_lines_printed), atomic_load(&st_log_lines),
+                     atomic_load(&st_captured), atomic_load(&st_refused)};
+    int m = (int)(sizeof v / sizeof v[0]);
+    for (int i = 0; i < n && i < m; i++)
+        out[i] = v[i];
+    return m;
+}

@@ -1,0 +1,31 @@
+"""pytest fixtures for the fake CUDA driver (re-exported by tests/conftest.py).
+
+    fake_cuda_dir   session: build the fakes once (skip, with the reason, when
+                    no C compiler or no CUDA headers), return their folder;
+    fake_child      run_child(code, ...) with the fakes preloaded in the child:
+                    fake_child(code, env=None, timeout=60, args=(), preload=True,
+                               ld_library_path=False) -> conftest.Child
+"""
+import pytest
+
+from . import PRELUDE, Unavailable, build, child_env
+
+
+@pytest.fixture(scope="session")
+def fake_cuda_dir():
+    try:
+        return build()
+    except Unavailable as e:
+        pytest.skip("fake CUDA driver not buildable here: %s" % e)
+
+
+@pytest.fixture
+def fake_child(fake_cuda_dir):
+    from conftest import run_child
+
+    def run(code, env=None, timeout=60, args=(), preload=True, ld_library_path=False):
+        full = child_env(fake_cuda_dir, preload=preload, ld_library_path=ld_library_path)
+        full.update(env or {})
+        return run_child(code, env=full, timeout=timeout, args=args, prelude=PRELUDE)
+
+    return run
