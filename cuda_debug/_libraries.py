@@ -104,6 +104,9 @@ def _open(name: str) -> Library:
 def load(name: str) -> Library:
     """Open `name` once (first success is kept); never raises. The driver is
     opened first: its version decides which CUDA major to look for."""
+    lib = _cache.get(name)
+    if lib is not None and lib.loaded:
+        return lib          # no lock once loaded: scope entry must not wait on one
     with _lock:
         if name != CUDA:
             _open(CUDA)

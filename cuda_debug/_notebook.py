@@ -2,6 +2,9 @@
 
 - ``%%launch_blocking`` runs one cell inside ``cuda_debug.launch_blocking()``
   (``%%launch_blocking --all-threads`` blocks launches from every thread).
+- ``%cuda_watch on`` / ``off``: ``cuda_debug.watch()`` across cells: kernels
+  stay asynchronous, and a fault that surfaces later names its launching cell
+  and line.
 - ``%launch_blocking on`` / ``off`` runs every cell from here on (the rest of
   this one included) inside a scope, entered before the cell and left after it,
   so CUPTI is free for profilers between cells; ``%launch_blocking`` says which.
@@ -34,6 +37,7 @@ class _State:
         self.cell_scope = None         # the scope of the running cell (every_cell mode)
         self.seq_seen = _core.fault_seq()
         self.custom_exc = False        # our handler is IPython's custom exception handler
+        self.watch = None              # the watch() of %cuda_watch on
 
 
 _state: Optional[_State] = None
@@ -116,16 +120,13 @@ def framework_report(value, tb, shell=None) -> Optional[List[str]]:
     """Short-report lines for a framework's exception, or None to leave it to
     IPython: cuda_debug's report when it recorded a new sticky fault; a short
     explanation when the exception names a sticky error cuda_debug did not see."""
+    from ._scope import watch_epoch
     st = _state
-    raw = _report.raw_fault()
     seen = st.seq_seen if st else 0
-    if raw is not None and raw.seq > seen and _cuda_errors.is_sticky(raw.code):
-        if _report.claim(raw):
-            err = _report.remember(_report.build(raw, tb=tb, found_at="launch"))
-        else:
-            err = _report.last_error()
+    err = _report.error_for(value, mark=seen, watch_mark=watch_epoch(), found_at="cell")
+    if err is not None and err.sticky:
         if st:
-            st.seq_seen = raw.seq
+            st.seq_seen = _core.fault_seq()
         return render(err, shell) + ["  (raised as %s)" % _sticky.first_line(value)]
     code = _sticky.sticky_code(value)
     if code is None:
@@ -142,8 +143,8 @@ def framework_report(value, tb, shell=None) -> Optional[List[str]]:
     out += [
         "  %s: a sticky CUDA error. Kernels run asynchronously: the faulting kernel was "
         "launched earlier, not necessarily on this line." % _sticky.describe(code),
-        "  To name the kernel, the line and the assert text: restart the kernel, then run the "
-        "cell under %%launch_blocking (or %launch_blocking on).",
+        "  To name the kernel, the line and the assert text: restart the kernel, then "
+        "%cuda_watch on (kernels stay asynchronous), or run the cell under %%launch_blocking.",
         "  " + _errors_restart(),
     ]
     if _color(shell):
@@ -288,6 +289,31 @@ def _post_run_cell(*args):
         _state.shell.showtraceback((type(e), e, e.__traceback__))
 
 
+def _cuda_watch_magic(line: str):
+    """%cuda_watch on|off: keep cuda_debug.watch() open across cells (kernels
+    stay asynchronous; a fault that surfaces in any later cell names its
+    launching cell and line). %cuda_watch alone says whether it is on."""
+    from IPython.core.error import UsageError
+    words = line.split()
+    if not words:
+        print("cuda_watch: %s" % ("on" if _state.watch is not None else "off"))
+        return None
+    if len(words) != 1 or words[0].lower() not in ("on", "off"):
+        raise UsageError("usage: %cuda_watch [on|off]")
+    if words[0].lower() == "on":
+        if _state.watch is None:
+            from ._scope import watch
+            scope = watch()
+            scope.__enter__()          # raises (no GPU, CUPTI held): the cell shows why
+            _state.watch = scope
+    else:
+        scope, _state.watch = _state.watch, None
+        if scope is not None:
+            scope.__exit__(None, None, None)
+    print("cuda_watch: %s" % ("on" if _state.watch is not None else "off"))
+    return None
+
+
 # -- load / unload --------------------------------------------------------------------
 
 def load(ipython) -> None:
@@ -296,6 +322,7 @@ def load(ipython) -> None:
         return
     _state = _State(ipython)
     ipython.register_magic_function(_launch_blocking_magic, "line_cell", "launch_blocking")
+    ipython.register_magic_function(_cuda_watch_magic, "line", "cuda_watch")
     CudaError._render_traceback_ = _render_traceback_
     if not ipython.custom_exceptions:
         ipython.set_custom_exc((RuntimeError,), _custom_exc)
@@ -310,6 +337,8 @@ def unload(ipython) -> None:
         return
     try:
         _exit_cell_scope()
+        if _state.watch is not None:
+            _state.watch.__exit__(None, None, None)
     finally:
         for event, fn in (("pre_run_cell", _pre_run_cell), ("post_run_cell", _post_run_cell)):
             try:
@@ -322,5 +351,6 @@ def unload(ipython) -> None:
             del CudaError._render_traceback_
         magics = ipython.magics_manager.magics
         magics["line"].pop("launch_blocking", None)
+        magics["line"].pop("cuda_watch", None)
         magics["cell"].pop("launch_blocking", None)
         _state = None

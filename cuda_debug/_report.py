@@ -344,7 +344,9 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             kernel_mangled=mangled or None,
             grid=raw.grid, block=raw.block, shared_mem=raw.shared_mem,
             stream=raw.stream, device=raw.device if raw.device >= 0 else None,
-            device_message=_text(raw.device_message) or None,
+            device_message=(_text(raw.device_message) + (
+                "\n[... %d more bytes of device output cut here; all of it went to stderr]"
+                % raw.device_message_cut if raw.device_message_cut else "")) or None,
             device_message_cut=raw.device_message_cut,
             thread="%s (tid %d)" % (_text(raw.thread_name), raw.thread_id),
             launch_api=_core.CALLBACK_IDS.get(raw.cbid),

@@ -322,6 +322,10 @@ class CudaDebugPlugin:
             scope.__exit__(type(exc) if exc is not None else None, exc,
                            exc.__traceback__ if exc is not None else None)
         except BaseException as translated:
+            if exc is not None and translated.__cause__ is exc and exc.__traceback__ is not None:
+                # Show the translated error at the test's own frames (where the
+                # launch failed), not at the scope's __exit__.
+                translated = translated.with_traceback(exc.__traceback__)
             _force_exception(outcome, translated)
 
     def pytest_sessionfinish(self, session):

@@ -233,8 +233,8 @@ def test_launch_apis_ex_cooperative_and_graph_replay(fake_child):
                 out["replay"] = fake.fake_graph_launch(g.value, s)
         except cuda_debug.DeviceAssertError as e:     # raised at scope exit: sticky
             out["at_exit"] = e.launch_api
-        raw = _core.fault()
-        out["fault_cbid"] = raw[3] if raw else None
+        raws = _core.faults(0)
+        out["fault_cbid"] = raws[-1][4] if raws else None
         out["sticky"] = fake.fake_sticky()
         report(out)
     ''')

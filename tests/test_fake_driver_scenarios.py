@@ -166,9 +166,13 @@ def test_assert_flood_is_cut_visibly_and_reaches_fd2_in_order(fake_child):
     tail = msg[-300:].lower()
     assert any(w in tail for w in ("truncat", "cut", "more", "omitted", "dropped", "...",
                                    "\u2026")), "the report's cut is not visible: %r" % tail
-    # fd 2: every line, in order (thread index t -> block t // 1024, thread t % 1024)
+    # fd 2: every line the driver printed, in order (thread index t -> block t // 1024,
+    # thread t % 1024); cuda_debug's own fault-time report quotes the first one
+    # on its "device:" line, which is not the driver's.
+    driver_lines = "\n".join(l for l in c.stderr.splitlines() if "device: " not in l)
     seen = [int(b) * 1024 + int(t) for b, t in re.findall(
-        r"block: \[(\d+),0,0\], thread: \[(\d+),0,0\] Assertion `flood_cond` failed\.", c.stderr)]
+        r"block: \[(\d+),0,0\], thread: \[(\d+),0,0\] Assertion `flood_cond` failed\.",
+        driver_lines)]
     assert len(seen) == n, "fd 2 got %d of %d assert lines" % (len(seen), n)
     assert seen == list(range(3, 3 + n))
 
@@ -356,9 +360,7 @@ def test_keyboard_interrupt_during_scope_entry_never_leaks_cupti(fake_child, whe
             active, state = _core.stats()["active"], _core.thread_state()
             if active or state:
                 leaks.append(dict(k=k, active=active, thread_state=state))
-                _core.set_thread_state(0)
-                while _core.stats()["active"]:
-                    _core.scope_release(False)
+                break                       # no way to repair it from here: report
             if not interrupted:
                 break
             k += 1

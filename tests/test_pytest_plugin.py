@@ -356,7 +356,8 @@ def test_framework_words_stop_the_session(inner, message, name):
         "*- cuda_debug -*",
         "RuntimeError: %s" % message.split("\\n")[0].replace("[", "[[]"),
         "  %s (*): a sticky CUDA error." % name,
-        "*run the test inside cuda_debug.launch_blocking() (--cuda-launch-blocking, "
+        "*run with --cuda-watch (kernels stay asynchronous) or the test inside "
+        "cuda_debug.launch_blocking() (--cuda-launch-blocking, "
         "@pytest.mark.cuda_launch_blocking or the cuda_launch_blocking fixture).",
         "The CUDA context of this process died during this test*the previous one was "
         "test_five.py::test_1.)",

@@ -45,7 +45,7 @@ LIBCUDA = "libcuda.so.1"
 LIBCUPTI = "libcupti.so.13"
 
 #: Paste at the top of a child script (after ``import sys``): preloads the
-#: fakes from $CUDA_DEBUG_FAKE_DIR and defines ``fake``, ``fake_stats``, ``cbid``.
+#: fakes from $CD_TEST_FAKE_DIR and defines ``fake``, ``fake_stats``, ``cbid``.
 PRELUDE = ("import sys as _fk_sys; _fk_sys.path.insert(0, %r)\n"
            "from fake_cuda.child import fake, fake_stats, cbid, refuse_cbids, FAKE_DIR  # preloads the fakes\n"
            % TESTS)
@@ -163,10 +163,10 @@ def cbids():
 
 
 def child_env(folder, preload=True, ld_library_path=False):
-    """Environment for a child: $CUDA_DEBUG_FAKE_DIR (the prelude preloads from
+    """Environment for a child: $CD_TEST_FAKE_DIR (the prelude preloads from
     there unless preload is False) and, if asked, LD_LIBRARY_PATH so that
     cuda_debug's loader finds the fakes by soname through the system loader."""
-    env = {"CUDA_DEBUG_FAKE_DIR": folder, "CUDA_DEBUG_FAKE_PRELOAD": "1" if preload else "0"}
+    env = {"CD_TEST_FAKE_DIR": folder, "CD_TEST_FAKE_PRELOAD": "1" if preload else "0"}
     if ld_library_path:
         old = os.environ.get("LD_LIBRARY_PATH")
         env["LD_LIBRARY_PATH"] = folder + (os.pathsep + old if old else "")

@@ -1,5 +1,5 @@
 """Imported by a child script (fake_cuda.PRELUDE) BEFORE cuda_debug: preloads
-the fake libcuda.so.1 and libcupti.so.13 from $CUDA_DEBUG_FAKE_DIR, globally,
+the fake libcuda.so.1 and libcupti.so.13 from $CD_TEST_FAKE_DIR, globally,
 so that cuda_debug's loader (dlopen(soname, RTLD_NOLOAD) first) binds them.
 
 ``fake`` is the ctypes handle of the fake driver with the control API typed
@@ -7,7 +7,7 @@ so that cuda_debug's loader (dlopen(soname, RTLD_NOLOAD) first) binds them.
 Call ``fake.fake_launch(...)`` directly from the script: a Python wrapper here
 would become the innermost "user" frame of a report.
 
-With CUDA_DEBUG_FAKE_PRELOAD=0 nothing is loaded here (LD_LIBRARY_PATH mode):
+With CD_TEST_FAKE_PRELOAD=0 nothing is loaded here (LD_LIBRARY_PATH mode):
 ``fake`` then binds, on first use, to the copy cuda_debug's loader opened.
 """
 import ctypes
@@ -16,8 +16,8 @@ import sys
 
 from . import LIBCUDA, LIBCUPTI, cbids
 
-FAKE_DIR = os.environ["CUDA_DEBUG_FAKE_DIR"]
-_PRELOAD = os.environ.get("CUDA_DEBUG_FAKE_PRELOAD", "1") != "0"
+FAKE_DIR = os.environ["CD_TEST_FAKE_DIR"]
+_PRELOAD = os.environ.get("CD_TEST_FAKE_PRELOAD", "1") != "0"
 
 if _PRELOAD and "cuda_debug._core" in sys.modules:
     raise RuntimeError("fake_cuda must be loaded before cuda_debug is imported")
