@@ -13,6 +13,8 @@ reported. Configurations:
     imported   cuda_debug imported, no scope ever entered
     outside    cuda_debug imported, one scope entered and left, work done outside
     scope      the whole workload inside launch_blocking()
+    watch      the whole workload inside watch()
+    watch_outside  a watch() entered and left once, work done outside
     scope_loss (resnet50 only) only the loss computation inside a scope
     sync_loss  (resnet50 only) no cuda_debug; torch.cuda.synchronize() after the
                loss: the price of any one synchronisation at that point
@@ -24,7 +26,8 @@ CUDA_DEBUG_CAPTURE_CHECK=0 (no cuStreamIsCapturing: unsafe with graphs),
 CUDA_DEBUG_WAIT=none (CUPTI subscribed, nothing synchronised: the cost of the
 subscription alone), CUDA_DEBUG_PROFILE=1 (time spent inside the callback).
 
-Workloads: tiny (x.add_(1), one launch each), resnet50 (torchvision ResNet-50
+Workloads: tiny (x.add_(1), one launch each), transformer (4-layer
+nn.TransformerEncoder, d=512, batch 16x256, AdamW), resnet50 (torchvision ResNet-50
 training step, batch 32, fp32, SGD), gemm (torch.matmul(a, b, out=c), bf16 1024^3).
 The table gives time per unit (us per launch, ms per step, us per matmul) and
 the ratios the targets are about: scope/env (<= 1.00), outside/never (<= 1.01),
@@ -44,14 +47,17 @@ config, workloads = sys.argv[1], sys.argv[2].split(",")
 import torch
 if config not in ("never", "env", "sync_loss"):
     import cuda_debug
-    from cuda_debug import launch_blocking
+    from cuda_debug import launch_blocking, watch
     if config != "imported":
-        with launch_blocking():      # CUPTI loaded and released once, like a real user
+        warm = watch if config.startswith("watch") else launch_blocking
+        with warm():                 # CUPTI loaded and released once, like a real user
             torch.zeros(1, device="cuda").add_(1)
 else:
     import contextlib
-    launch_blocking = contextlib.nullcontext
+    launch_blocking = watch = contextlib.nullcontext
 whole = launch_blocking if config.startswith("scope") and config != "scope_loss" else None
+if config == "watch" or config.startswith("watch_"):
+    whole = watch if config != "watch_outside" else None
 import contextlib
 region = whole or contextlib.nullcontext
 out = {"config": config, "env": os.environ.get("CUDA_LAUNCH_BLOCKING"),
@@ -85,6 +91,20 @@ if "gemm" in workloads:
     timed(lambda: torch.matmul(a, b, out=c), 200)
     out["gemm_us"] = timed(lambda: torch.matmul(a, b, out=c), 3000) * 1e6
 
+if "transformer" in workloads:
+    layer = torch.nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048,
+                                             batch_first=True)
+    tmodel = torch.nn.TransformerEncoder(layer, num_layers=4).cuda()
+    topt = torch.optim.AdamW(tmodel.parameters(), lr=1e-4)
+    tx = torch.randn(16, 256, 512, device="cuda")
+    def tstep():
+        topt.zero_grad(set_to_none=True)
+        loss = tmodel(tx).float().pow(2).mean()
+        loss.backward()
+        topt.step()
+    timed(tstep, 5)
+    out["transformer_ms"] = timed(tstep, 30) * 1e3
+
 if "resnet50" in workloads:
     import torchvision
     model = torchvision.models.resnet50().cuda()
@@ -108,12 +128,15 @@ if "resnet50" in workloads:
     timed(step, 8)
     out["resnet50_ms"] = timed(step, 25) * 1e3
 if config not in ("never", "env", "sync_loss"):
-    out["stats"] = cuda_debug._core.stats()
+    st = cuda_debug._core.stats()
+    out["stats"] = {k: st[k] for k in ("synced", "watched", "unmarked", "subscribes", "ns_wait",
+                                       "ns_callback") if k in st}
 print("RESULT " + json.dumps(out))
 """)
 
-BASE = ["never", "imported", "outside", "scope", "env"]
+BASE = ["never", "imported", "outside", "scope", "env", "watch", "watch_outside"]
 VARIANTS = {
+    "watch_barrier": {"CUDA_DEBUG_WATCH_BARRIER": "1"},     # markers with a memory barrier
     "scope_spin": {"CUDA_DEBUG_WAIT": "spin"},
     "scope_nocapture": {"CUDA_DEBUG_CAPTURE": "off"},
     "scope_nocheck": {"CUDA_DEBUG_CAPTURE_CHECK": "0"},      # unsafe with graphs: measuring only
@@ -125,7 +148,7 @@ VARIANTS = {
 def run_child(config, workloads):
     env = dict(os.environ)
     for k in ("CUDA_LAUNCH_BLOCKING", "CUDA_DEBUG_WAIT", "CUDA_DEBUG_CAPTURE",
-              "CUDA_DEBUG_CAPTURE_CHECK", "CUDA_DEBUG_PROFILE"):
+              "CUDA_DEBUG_CAPTURE_CHECK", "CUDA_DEBUG_PROFILE", "CUDA_DEBUG_WATCH_BARRIER"):
         env.pop(k, None)
     if config == "env":
         env["CUDA_LAUNCH_BLOCKING"] = "1"
@@ -155,7 +178,7 @@ def versions():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--workloads", default="tiny,resnet50,gemm")
+    ap.add_argument("--workloads", default="tiny,transformer,resnet50,gemm")
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--extra", default="", help="comma-separated variants to add, e.g. scope_profile")
     ap.add_argument("--configs", help="run only these (comma-separated)")
@@ -178,7 +201,7 @@ def main():
             print("rep %d %-20s %s %s" % (rep, c, {k: round(v, 2) for k, v in r.items()
                                                     if isinstance(v, float)},
                                           r.get("stats") or ""), flush=True)
-    metrics = [m for m in ("tiny_us", "resnet50_ms", "gemm_us")
+    metrics = [m for m in ("tiny_us", "transformer_ms", "resnet50_ms", "gemm_us")
                if any(m in r for rs in runs.values() for r in rs)]
     med = {c: {m: statistics.median(r[m] for r in rs) for m in metrics if m in rs[0]}
            for c, rs in runs.items()}
@@ -193,11 +216,15 @@ def main():
     lines += ["", "| ratio | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
     ratios = {}
     for name, num, den in [("scope / env (target <= 1.00)", "scope", "env"),
+                           ("watch / never (target <= 1.05 steps, 1.35 tiny)", "watch", "never"),
+                           ("env / never", "env", "never"),
+                           ("watch_outside / never (target <= 1.01)", "watch_outside", "never"),
                            ("outside / never (target <= 1.01)", "outside", "never"),
                            ("imported / never", "imported", "never"),
                            ("scope_loss / never (target <= 1.031)", "scope_loss", "never"),
                            ("sync_loss / never", "sync_loss", "never")] + \
-            [("%s / env" % c, c, "env") for c in configs if c in VARIANTS]:
+            [("%s / %s" % (c, "never" if c.startswith("watch") else "env"), c,
+              "never" if c.startswith("watch") else "env") for c in configs if c in VARIANTS]:
         if num not in med:
             continue
         row = []

@@ -1,0 +1,191 @@
+"""Reports you can trust (SPEC 6), on a real GPU, in child processes: the
+traceback ends at the launching line, swallowed faults keep their line, two
+threads each get their own report, hostile thread names, faults before a
+scope, the report written at fault time, generated code is library code."""
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+CATCH = """
+import cuda_debug, traceback
+def describe(e):
+    tb = traceback.extract_tb(e.__traceback__)
+    return dict(cls=type(e).__name__, code=e.code, kernel=e.kernel, filename=e.filename,
+                lineno=e.lineno, text=str(e), before=e.before_scope,
+                tb_last=[tb[-1].filename, tb[-1].lineno] if tb else None,
+                tb_lines=[f.lineno for f in tb if f.filename == __file__],
+                device_message=e.device_message, consequences=e.consequences)
+"""
+
+
+@pytest.mark.parametrize("form", ["with", "decorator"])
+def test_traceback_ends_at_the_launching_line(child, form):
+    pytest.importorskip("torch")
+    body = """
+import torch, torch.nn.functional as F
+logits = torch.randn(4, 3, device="cuda")
+target = torch.tensor([0, 1, 7, 2], device="cuda")
+torch.cuda.synchronize()
+def step():
+    return F.cross_entropy(logits, target)  # LAUNCH
+"""
+    if form == "with":
+        body += """
+try:
+    with cuda_debug.launch_blocking():
+        step()
+except cuda_debug.CudaError as e:
+    report(describe(e))
+"""
+    else:
+        body += """
+step = cuda_debug.launch_blocking()(step)
+try:
+    step()
+except cuda_debug.CudaError as e:
+    report(describe(e))
+"""
+    c = child(CATCH + body)
+    r = c.result
+    assert r is not None, c
+    assert r["cls"] == "DeviceAssertError" and r["lineno"] == c.line_of("# LAUNCH"), r
+    assert c.line_of("# LAUNCH") == r["tb_lines"][-1], r      # the printed traceback ends there
+
+
+def test_swallowed_fault_names_its_line(child):
+    pytest.importorskip("torch")
+    c = child(CATCH + """
+import torch
+x = torch.zeros(4, device="cuda")
+i = torch.tensor([9], device="cuda")
+torch.cuda.synchronize()
+try:
+    with cuda_debug.launch_blocking():
+        try:
+            y = x[i]  # LAUNCH
+        except Exception:
+            pass
+except cuda_debug.CudaError as e:
+    report(describe(e))
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["lineno"] == c.line_of("# LAUNCH"), r
+
+
+def test_two_threads_in_scopes_each_get_their_report(child):
+    pytest.importorskip("torch")
+    c = child(CATCH + """
+import threading, time, torch
+import cuda_debug.testing as t
+out = {}
+go = threading.Event()
+def faulty():
+    try:
+        with cuda_debug.launch_blocking():
+            go.wait()
+            t.device_assert()  # LAUNCH
+    except BaseException as e:
+        out["faulty"] = describe(e) if isinstance(e, cuda_debug.CudaError) else repr(e)
+def healthy():
+    x = torch.ones(1 << 20, device="cuda")
+    try:
+        with cuda_debug.launch_blocking():
+            go.set()
+            for _ in range(2000):
+                x.add_(1)
+    except BaseException as e:
+        out["healthy"] = describe(e) if isinstance(e, cuda_debug.CudaError) else repr(e)
+a, b = threading.Thread(target=faulty), threading.Thread(target=healthy)
+a.start(); b.start(); a.join(); b.join()
+report(out)
+""")
+    r = c.result
+    assert r is not None, c
+    f = r["faulty"]
+    assert isinstance(f, dict) and f["cls"] == "DeviceAssertError", r
+    assert "check_index" in f["kernel"] and f["lineno"] == c.line_of("# LAUNCH"), f
+    assert "Assertion" in (f["device_message"] or ""), f
+    h = r.get("healthy")
+    assert isinstance(h, dict) and h["cls"] == "DeviceAssertError", r   # the cause, named
+    assert "check_index" in (h["kernel"] or ""), h
+
+
+def test_thread_name_cut_inside_utf8(child):
+    c = child(CATCH + """
+import ctypes, threading
+import cuda_debug.testing as t
+libc = ctypes.CDLL(None)
+out = {}
+def work():
+    libc.prctl(15, "ééééééé€".encode()[:15])    # PR_SET_NAME, cut inside a character
+    try:
+        with cuda_debug.launch_blocking():
+            t.device_assert()  # LAUNCH
+    except cuda_debug.CudaError as e:
+        out.update(describe(e)); out["thread"] = "\\ufffd" in e.thread or "é" in e.thread
+th = threading.Thread(target=work); th.start(); th.join()
+report(out)
+""")
+    r = c.result
+    assert r is not None and r["cls"] == "DeviceAssertError", c
+    assert r["lineno"] == c.line_of("# LAUNCH") and r["thread"], r
+
+
+def test_fault_before_a_scope_is_not_blamed_on_it(child):
+    c = child(CATCH + """
+import cuda_debug.testing as t
+t.spin(0.2)
+t.device_assert()  # EARLIER
+try:
+    with cuda_debug.launch_blocking():  # ENTER
+        t.empty()
+except cuda_debug.CudaError as e:
+    report(describe(e))
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["cls"] == "DeviceAssertError" and r["before"] is True, r
+    assert "before this scope" in r["text"], r["text"]
+    assert "CUPTI" not in r["text"]
+
+
+def test_report_written_at_fault_time_survives_os_exit(child):
+    c = child("""
+import os, cuda_debug, cuda_debug.testing as t
+with cuda_debug.launch_blocking():
+    try:
+        t.device_assert()  # LAUNCH
+    except Exception:
+        os._exit(7)
+""")
+    assert c.returncode == 7, c
+    assert "cuda_debug: device-side assert (CUDA_ERROR_ASSERT) in check_index<int>" in c.stderr, c
+    assert "launched at %s:%d" % (c.script, c.line_of("# LAUNCH")) in c.stderr, c.stderr
+    assert "Assertion `idx[i] >= 0 && idx[i] < limit` failed." in c.stderr
+    silenced = child(c.source.split("\n", 2)[2], env={"CUDA_DEBUG_REPORT": "0"})
+    assert "cuda_debug: device-side assert" not in silenced.stderr, silenced
+
+
+def test_torch_compile_generated_code_is_library_code(child):
+    pytest.importorskip("torch")
+    c = child(CATCH + """
+import torch
+@torch.compile
+def f(x, i):
+    return (x[i] * 2).sum()
+x = torch.randn(100, device="cuda")
+i = torch.tensor([5], device="cuda")
+f(x, i)
+torch.cuda.synchronize()
+i.fill_(500)
+try:
+    with cuda_debug.launch_blocking():
+        f(x, i)  # LAUNCH
+except cuda_debug.CudaError as e:
+    report(describe(e))
+""", timeout=300)
+    r = c.result
+    assert r is not None, c
+    assert r["filename"] == c.script, r                   # not <string>, not the cache dir
+    assert r["lineno"] in (c.line_of("# LAUNCH"), c.line_of("return (x[i]")), r

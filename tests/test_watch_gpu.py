@@ -1,0 +1,239 @@
+"""watch() on a real GPU: the faulting launch named while kernels run asynchronously.
+
+Each faulting program runs in its own Python (a sticky fault kills the CUDA
+context of its process) and reports what it caught as JSON.
+"""
+import pytest
+
+pytestmark = pytest.mark.gpu
+pytest_plugins = ("pytester",)
+
+CATCH = """
+import cuda_debug, traceback
+def describe(e):
+    return dict(cls=type(e).__name__, code=e.code, kernel=e.kernel, filename=e.filename,
+                lineno=e.lineno, exact=e.exact, mechanism=e.mechanism, text=str(e),
+                surfaced_at=e.surfaced_at, candidates=len(e.candidates or ()),
+                recent=len(e.recent_launches or ()), device_message=e.device_message)
+"""
+
+TORCH = CATCH + """
+import torch
+emb = torch.nn.Embedding(10, 4).cuda()
+bad = torch.tensor([12], device="cuda")
+x = torch.ones(1000, device="cuda")
+torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.parametrize("after", [1, 3, 50])
+def test_fault_surfacing_later_names_the_launch(child, after):
+    pytest.importorskip("torch")
+    c = child(TORCH + """
+try:
+    with cuda_debug.watch():
+        y = emb(bad)  # CULPRIT
+        for _ in range(%d):
+            x = x + 1
+        y.sum().item()  # SURFACES
+except cuda_debug.CudaError as e:
+    report(describe(e))
+""" % after)
+    r = c.result
+    assert r is not None, c
+    assert r["cls"] == "DeviceAssertError", r
+    assert r["mechanism"] == "watch"
+    assert r["lineno"] == c.line_of("# CULPRIT") and r["filename"] == c.script, r
+    assert "index" in r["kernel"].lower(), r
+    assert r["exact"] is True, r
+    assert ":%d" % c.line_of("# SURFACES") in (r["surfaced_at"] or ""), r
+    assert "launched at %s:%d" % (c.script, c.line_of("# CULPRIT")) in r["text"], r["text"]
+    # the C block written at the fault, before Python saw anything
+    assert "cuda_debug (watch): device-side assert" in c.stderr, c.stderr[-2000:]
+
+
+def test_side_stream_fault_while_main_stream_is_busy(child):
+    pytest.importorskip("torch")
+    c = child(TORCH + """
+import cuda_debug.testing as t
+side = torch.cuda.Stream()
+try:
+    with cuda_debug.watch():
+        t.spin(0.3)                       # the main (legacy) stream is busy
+        with torch.cuda.stream(side):
+            y = emb(bad)  # CULPRIT
+        torch.cuda.synchronize()
+except cuda_debug.CudaError as e:
+    report(describe(e))
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["lineno"] == c.line_of("# CULPRIT"), r      # the assert text names the kernel
+    assert "index" in r["kernel"].lower(), r
+
+
+def test_worker_thread_launch_surfacing_in_main_thread(child):
+    pytest.importorskip("torch")
+    c = child(TORCH + """
+import threading
+import cuda_debug.testing as t
+def work():
+    t.device_assert()  # CULPRIT
+with cuda_debug.watch():
+    th = threading.Thread(target=work)
+    th.start(); th.join()
+    try:
+        cuda_debug.check()
+    except cuda_debug.CudaError as e:
+        report(describe(e))
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["lineno"] == c.line_of("# CULPRIT"), r
+    assert "check_index" in r["kernel"], r
+
+
+def test_graph_replay_is_one_record(child):
+    pytest.importorskip("torch")
+    c = child(TORCH + """
+idx = torch.tensor([1], device="cuda")
+g = torch.cuda.CUDAGraph()
+s = torch.cuda.Stream()
+with torch.cuda.stream(s):
+    emb(idx)                                   # warm-up outside the capture
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        out = emb(idx)
+idx.fill_(12)
+torch.cuda.synchronize()
+try:
+    with cuda_debug.watch():
+        g.replay()  # CULPRIT
+        out.sum().item()
+except cuda_debug.CudaError as e:
+    report(describe(e))
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["lineno"] == c.line_of("# CULPRIT"), r
+    assert "graph replay" in r["text"], r["text"]
+
+
+def test_swallowed_exception_then_check(child):
+    pytest.importorskip("torch")
+    c = child(TORCH + """
+with cuda_debug.watch():
+    y = emb(bad)  # CULPRIT
+    try:
+        y.sum().item()
+    except Exception:
+        pass
+try:
+    cuda_debug.check()
+except cuda_debug.CudaError as e:
+    r = describe(e)
+    r["last"] = cuda_debug.last_error() is not None
+    report(r)
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["lineno"] == c.line_of("# CULPRIT"), r
+
+
+def test_triton_launcher_is_named(child):
+    pytest.importorskip("triton")
+    c = child(CATCH + """
+import torch, triton, triton.language as tl
+@triton.jit
+def wild(p):
+    tl.store(p + (1 << 40), 1.0)
+x = torch.zeros(4, device="cuda")
+torch.cuda.synchronize()
+try:
+    with cuda_debug.watch():
+        wild[(1,)](x)  # CULPRIT
+        x.sum().item()
+except cuda_debug.CudaError as e:
+    report(describe(e))
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["lineno"] == c.line_of("# CULPRIT"), r
+    assert "wild" in r["kernel"], r
+
+
+def test_cupy_launcher_is_named(child):
+    pytest.importorskip("cupy")
+    c = child(CATCH + """
+import cupy
+k = cupy.RawKernel(r'''
+extern "C" __device__ void __assertfail(const char*, const char*, unsigned, const char*, size_t);
+extern "C" __global__ void cupy_checks(int n) {
+    if (threadIdx.x == 1 && n > 0) __assertfail("n <= 0", "cupy.cu", 7, "cupy_checks", 1);
+}''', "cupy_checks")
+try:
+    with cuda_debug.watch():
+        k((1,), (32,), (cupy.int32(1),))  # CULPRIT
+        cupy.cuda.Device().synchronize()
+except cuda_debug.CudaError as e:
+    report(describe(e))
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["lineno"] == c.line_of("# CULPRIT"), r
+    assert "cupy_checks" in r["kernel"], r
+
+
+def test_run_watches_by_default(tmp_path):
+    pytest.importorskip("torch")
+    import subprocess, sys
+    p = tmp_path / "train.py"
+    p.write_text("import torch\nemb = torch.nn.Embedding(10, 4).cuda()\n"
+                 "bad = torch.tensor([12], device='cuda')\n"
+                 "y = emb(bad)\n"                  # line 4: the culprit
+                 "z = y * 2\n"
+                 "print(z.sum().item())\n")
+    r = subprocess.run([sys.executable, "-m", "cuda_debug", "run", str(p)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert "launched at %s:4" % p in r.stderr, r.stderr
+    assert "surfaced at %s:6" % p in r.stderr, r.stderr
+
+
+def test_pytest_cuda_watch_names_kernel_and_line(pytester):
+    pytest.importorskip("torch")
+    pytester.makepyfile(test_w='''
+import torch
+def test_1():
+    emb = torch.nn.Embedding(10, 4).cuda()
+    y = emb(torch.tensor([12], device="cuda"))  # line 5
+    assert y.sum().item() > -1
+def test_2():
+    pass
+''')
+    result = pytester.runpytest_subprocess("--cuda-watch", "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    assert "DeviceAssertError" in out, out
+    assert "test_w.py:5" in out, out
+    assert "1 test not run" in out, out
+
+
+def test_no_false_culprit_after_10000_launches(child):
+    pytest.importorskip("torch")
+    c = child(CATCH + """
+import torch
+from cuda_debug import _core
+x = torch.zeros(16, device="cuda")
+with cuda_debug.watch():
+    for _ in range(10000):
+        x.add_(1)
+    torch.cuda.synchronize()
+    st = _core.stats()
+    report(dict(incomplete=_core.watch_incomplete(0), watched=st["watched"],
+                unmarked=st["unmarked"], value=float(x[0].item())))
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["incomplete"] == [], r
+    assert r["watched"] >= 10000 and r["unmarked"] == 0, r
+    assert r["value"] == 10000.0
