@@ -214,6 +214,11 @@ void cd_tee_close(void);
 /* The most recent device-assert lines written by any thread (watch mode,
  * where the text comes out at whichever call finds the fault). */
 size_t cd_tee_recent_asserts(char *out, size_t cap);
+/* The ring's byte count now; then the assert lines kept since that naming
+ * `kernel` (any when kernel is NULL or ""), up to cap, the rest counted in *cut. */
+uint64_t cd_tee_assert_mark(void);
+size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t cap,
+                            size_t *cut);
 int cd_tee_installed(void);
 
 /* ---------------------------------------------------- fault_records.c ----- */
@@ -296,6 +301,8 @@ typedef struct {
 
 enum { CD_WATCH_MARKED = 1, CD_WATCH_GRAPH = 2, CD_WATCH_USER_LAST = 4 };
 
+/* Completion slots for the contexts that exist now (watch entry, no GIL). */
+void cd_watch_prepare(void);
 /* Hot path, at a launch's API exit, while watching. */
 void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s);
 uint64_t cd_watch_seq(void);
@@ -353,6 +360,9 @@ typedef struct {
     atomic_uint_fast64_t n_watched;      /* launches put in the watch ring */
     atomic_uint_fast64_t n_unmarked;     /* of which without a completion marker */
     atomic_uint_fast64_t n_capture_ids_refused;
+    atomic_uint_fast64_t ns_watch;       /* with profile: time in cd_watch_launch */
+    atomic_int watch_alloc_rc;           /* last failed completion-slot allocation */
+    atomic_int watch_write_rc;           /* last failed cuStreamWriteValue32 */
 } cd_state_t;
 
 extern cd_state_t cd_state;
@@ -373,10 +383,11 @@ enum { CD_SCOPE_BLOCK = 1, CD_SCOPE_OPT_OUT = 2, CD_SCOPE_WATCH = 3 };
 int cd_thread_state(void);
 int cd_thread_wants_blocking(void);
 /* Open a scope: drain (blocking/watch), take CUPTI, push the thread state.
+ * may_drain: 0 while this thread captures a CUDA graph.
  * Returns 0 and a token, or: 1 = the drain found a sticky error (*code),
  * 2 = CUPTI refused (*code = CUptiResult, holder filled). Call without the GIL. */
-int cd_scope_open(int kind, int all_threads, uint32_t *token, int *code, char *holder,
-                  size_t holder_len);
+int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int *code,
+                  char *holder, size_t holder_len);
 void cd_scope_close(int kind, int all_threads, uint32_t token);
 
 /* demangle.c */

@@ -164,16 +164,28 @@ static inline int capturing(CUstream s)
 /* The fault path: cold. */
 static __attribute__((noinline, cold)) void
 fault_found(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult code,
-            int at_launch, const cd_window *w)
+            int at_launch, const cd_window *w, uint64_t assert_mark)
 {
     cd_fault f;
     cd_fault_fill(&f, cb, cbid);
     f.code = (int)code;
     f.at_launch = at_launch;
-    if (w) {
+    if (w && w->len) {
         memcpy(f.device_message, w->buf, w->len);
         f.device_message_len = w->len;
         f.device_message_cut = w->cut;
+    } else if (w && cd_is_sticky((int)code)) {
+        /* The driver printed the assert from another thread: take the lines
+         * written since the wait began that name this kernel (for an assert,
+         * give that thread up to 2 ms to print them). */
+        for (int i = 0; code == CUDA_ERROR_ASSERT && i < 20 &&
+                        cd_tee_assert_mark() == assert_mark; i++) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+        f.device_message_len = cd_tee_asserts_since(assert_mark, f.kernel, f.device_message,
+                                                    sizeof f.device_message,
+                                                    &f.device_message_cut);
     }
     cd_fault_record(&f);
     cd_report_fault(&f);
@@ -189,7 +201,7 @@ launch_refused(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult cod
             cd_report_watch_culprit((int)code, "a launch refused by the dead context", 0);
     }
     if (block)
-        fault_found(cb, cbid, code, 1, NULL);
+        fault_found(cb, cbid, code, 1, NULL, 0);
 }
 
 static __attribute__((noinline)) void
@@ -199,14 +211,17 @@ wait_and_check(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s)
     uint64_t t1 = profile ? now_ns() : 0;
     char msg[CD_DEVICE_MESSAGE];
     cd_window w = {0};
-    if (cd_state.capture_on)
+    uint64_t assert_mark = 0;
+    if (cd_state.capture_on) {
+        assert_mark = cd_tee_assert_mark();
         cd_tee_open(&w, msg, sizeof msg);
+    }
     CUresult rc = wait_stream(s);
     if (cd_state.capture_on)
         cd_tee_close();
     atomic_fetch_add_explicit(&cd_state.n_synced, 1, memory_order_relaxed);
     if (rc != CUDA_SUCCESS) {              /* the kernel faulted (or the query did) */
-        fault_found(cb, cbid, rc, 0, &w);
+        fault_found(cb, cbid, rc, 0, cd_state.capture_on ? &w : NULL, assert_mark);
         *(CUresult *)cb->functionReturnValue = rc;
     }
     if (profile) {
@@ -248,8 +263,12 @@ static void CUPTIAPI on_launch(void *userdata, CUpti_CallbackDomain domain,
     if (profile)
         atomic_fetch_add_explicit(&cd_state.ns_capture_check, now_ns() - t0,
                                   memory_order_relaxed);
-    if (watching)
+    if (watching) {
+        uint64_t tw = profile ? now_ns() : 0;
         cd_watch_launch(cb, cbid, s);
+        if (profile)
+            atomic_fetch_add_explicit(&cd_state.ns_watch, now_ns() - tw, memory_order_relaxed);
+    }
     if (block) {
         if (cd_thread_state() <= 0)
             atomic_fetch_add_explicit(&cd_state.n_follower, 1, memory_order_relaxed);

@@ -280,12 +280,12 @@ typedef struct {
     PyTypeObject *scope_type;
 } core_state;
 
-/* scope_open(kind, all_threads) -> (0, Scope) | (1, sticky CUresult found by
- * the drain) | (2, CUptiResult, holder) | (3, max depth). */
+/* scope_open(kind, all_threads, may_drain) -> (0, Scope) | (1, sticky CUresult
+ * found by the drain) | (2, CUptiResult, holder) | (3, max depth). */
 static PyObject *py_scope_open(PyObject *self, PyObject *args)
 {
-    int kind, all;
-    if (!PyArg_ParseTuple(args, "ip", &kind, &all))
+    int kind, all, may_drain;
+    if (!PyArg_ParseTuple(args, "ipp", &kind, &all, &may_drain))
         return NULL;
     if (kind < CD_SCOPE_BLOCK || kind > CD_SCOPE_WATCH) {
         PyErr_SetString(PyExc_ValueError, "unknown scope kind");
@@ -306,7 +306,7 @@ static PyObject *py_scope_open(PyObject *self, PyObject *args)
     uint32_t token;
     int code, status;
     Py_BEGIN_ALLOW_THREADS
-    status = cd_scope_open(kind, all, &token, &code, holder, sizeof holder);
+    status = cd_scope_open(kind, all, may_drain, &token, &code, holder, sizeof holder);
     Py_END_ALLOW_THREADS
     holder[sizeof holder - 1] = '\0';
     if (status != 0) {
@@ -515,6 +515,18 @@ static PyObject *py_recent_asserts(PyObject *self, PyObject *noargs)
     return PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
 }
 
+/* asserts_for(kernel) -> bytes: the device-assert lines kept that name `kernel`. */
+static PyObject *py_asserts_for(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const char *k = PyUnicode_AsUTF8(arg);
+    if (!k)
+        return NULL;
+    char buf[8192];
+    size_t cut = 0, n = cd_tee_asserts_since(0, k, buf, sizeof buf, &cut);
+    return PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
+}
+
 static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -536,13 +548,15 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     (void)noargs;
 #define U(x) (unsigned long long)atomic_load(&cd_state.x)
     return Py_BuildValue(
-        "{sKsKsKsKsisisisKsKsKsKsKsKsKsisnsi}", "synced", U(n_synced), "follower",
+        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsisisisnsi}", "synced", U(n_synced), "follower",
         U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes", U(n_subscribes),
         "active", atomic_load(&cd_state.active), "watching", atomic_load(&cd_state.watching),
         "all_threads", atomic_load(&cd_state.all_threads), "ns_capture_check",
         U(ns_capture_check), "ns_wait", U(ns_wait), "ns_callback", U(ns_callback), "refused",
         U(n_refused), "watched", U(n_watched), "unmarked", U(n_unmarked),
-        "capture_ids_refused", U(n_capture_ids_refused), "subscribed",
+        "capture_ids_refused", U(n_capture_ids_refused), "ns_watch", U(ns_watch),
+        "watch_alloc_rc", atomic_load(&cd_state.watch_alloc_rc), "watch_write_rc",
+        atomic_load(&cd_state.watch_write_rc), "subscribed",
         cd_state.subscriber != NULL, "interned_bytes", (Py_ssize_t)cd_intern_used(),
         "stderr_tee", cd_tee_installed());
 #undef U
@@ -576,6 +590,7 @@ static PyMethodDef core_methods[] = {
     METH(watch_record, METH_O, "watch_record(seq) -> record tuple or None"),
     METH(watch_incomplete, METH_O, "watch_incomplete(since) -> [seq]: first unfinished launch per stream"),
     METH(recent_asserts, METH_NOARGS, "the latest device-assert lines written to stderr"),
+    METH(asserts_for, METH_O, "the device-assert lines kept that name a kernel"),
     METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
     METH(stats, METH_NOARGS, "launch-hook counters"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,

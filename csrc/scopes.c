@@ -99,31 +99,20 @@ int cd_sync_current_or_active(void)
     return rc;
 }
 
-/* The drain before a scope: 0, or the sticky error found. Skipped while a
- * graph capture runs in global mode (a synchronisation would invalidate it:
- * the legacy stream then answers CAPTURE_IMPLICIT), and before anyone
- * initialised CUDA (nothing can be queued). */
+/* The drain before a scope: 0, or the sticky error found. The caller skips
+ * it while this thread captures a CUDA graph (a synchronisation would
+ * invalidate the capture; Python asks the frameworks, which know their
+ * current stream). Nothing to drain before anyone initialised CUDA. */
 static int drain(void)
 {
     if (cd_driver_ready() != 0)
         return 0;
-    CUcontext ctx = NULL;
-    if (cd_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS)
-        return 0;
-    if (ctx) {
-        CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
-        CUresult q = cd_drv.cuStreamIsCapturing(CU_STREAM_LEGACY, &cap);
-        if (cd_is_sticky((int)q))
-            return (int)q;
-        if (q != CUDA_SUCCESS || cap != CU_STREAM_CAPTURE_STATUS_NONE)
-            return 0;
-    }
     int rc = cd_sync_current_or_active();
     return cd_is_sticky(rc) ? rc : 0;
 }
 
-int cd_scope_open(int kind, int all_threads, uint32_t *token, int *code, char *holder,
-                  size_t holder_len)
+int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int *code,
+                  char *holder, size_t holder_len)
 {
     *code = 0;
     *token = 0;
@@ -133,8 +122,8 @@ int cd_scope_open(int kind, int all_threads, uint32_t *token, int *code, char *h
         *code = MAX_DEPTH;
         return 3;
     }
-    int need_drain = (kind == CD_SCOPE_BLOCK && tls_state <= 0) ||
-                     (kind == CD_SCOPE_WATCH && atomic_load(&cd_state.watching) == 0);
+    int need_drain = may_drain && ((kind == CD_SCOPE_BLOCK && tls_state <= 0) ||
+                                   (kind == CD_SCOPE_WATCH && atomic_load(&cd_state.watching) == 0));
     if (need_drain && (*code = drain()) != 0)
         return 1;
     if (kind != CD_SCOPE_OPT_OUT) {
@@ -144,7 +133,7 @@ int cd_scope_open(int kind, int all_threads, uint32_t *token, int *code, char *h
             pthread_mutex_unlock(&cd_state.sub_lock);
             /* A dead context makes CUPTI refuse too (NOT_INITIALIZED): say
              * what really happened. */
-            int dead = drain();
+            int dead = may_drain ? drain() : 0;
             *code = dead ? dead : rc;
             return dead ? 1 : 2;
         }
@@ -156,6 +145,8 @@ int cd_scope_open(int kind, int all_threads, uint32_t *token, int *code, char *h
             atomic_fetch_add(&cd_state.all_threads, 1);
         pthread_mutex_unlock(&cd_state.sub_lock);
     }
+    if (kind == CD_SCOPE_WATCH)
+        cd_watch_prepare();
     *token = atomic_fetch_add(&next_token, 1);
     if (kind != CD_SCOPE_WATCH) {
         tls_stack[tls_depth].token = *token;

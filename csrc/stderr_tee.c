@@ -10,8 +10,12 @@
  *   - a thread with an open window (the launch callback, around its wait)
  *     also gets a copy of its own text, up to its buffer, the rest counted as
  *     cut (the report says so; all of it still reached fd 2);
- *   - lines that look like device asserts are also kept in a small ring, for
- *     watch mode, where the text comes out at whichever call finds the fault.
+ *   - lines that look like device asserts are also kept in a small ring,
+ *     numbered by the bytes ever kept: the driver may print them from another
+ *     thread than the one whose wait found the fault (seen on the H200), and
+ *     in watch mode they come out at whichever call finds the fault. A fault
+ *     takes, from the ring, the assert lines written since its wait began
+ *     that name its own kernel (cd_tee_asserts_since).
  * Other threads' text never lands in a window; writes through this FILE are
  * serialised by its stdio lock. The global pointer is swapped once, not per
  * launch: a per-launch swap could leave `stderr` locked forever (glibc's
@@ -33,6 +37,7 @@ static _Thread_local cd_window *tls_window;
 #define RECENT 16384
 static char recent[RECENT];
 static size_t recent_len;
+static _Atomic uint64_t recent_total;   /* bytes ever kept: recent[] ends at this count */
 static atomic_flag recent_lock = ATOMIC_FLAG_INIT;
 
 static void write_all(int fd, const char *buf, size_t n)
@@ -68,6 +73,7 @@ static void remember_asserts(const char *buf, size_t n)
             }
             memcpy(recent + recent_len, line, len);
             recent_len += len;
+            atomic_store_explicit(&recent_total, recent_total + len, memory_order_release);
             atomic_flag_clear_explicit(&recent_lock, memory_order_release);
         }
         line += len;
@@ -139,4 +145,73 @@ size_t cd_tee_recent_asserts(char *out, size_t cap)
     memcpy(out, recent + recent_len - n, n);
     atomic_flag_clear_explicit(&recent_lock, memory_order_release);
     return n;
+}
+
+uint64_t cd_tee_assert_mark(void)
+{
+    return atomic_load_explicit(&recent_total, memory_order_acquire);   /* hot path: no lock */
+}
+
+/* Does an assert line ("file:line: FUNC: block: [..]...") name `kernel`?
+ * FUNC is the device function as the compiler printed it: a plain name
+ * (`nll_loss_forward_reduce_cuda_kernel_2d`) or a pretty signature (`void
+ * ns::check_index(const T *, int, T) [with T = int]`). Its identifier (before
+ * the parameters and template arguments, after the last "::" or space) is
+ * found verbatim in the mangled or plain kernel name. */
+static int names_kernel(const char *line, size_t len, const char *kernel)
+{
+    if (!kernel || !kernel[0])
+        return 1;
+    const char *b = memmem(line, len, ": block: [", 10);
+    if (!b)
+        return 0;
+    const char *f = line;          /* FUNC starts after the second ": " (file:line: ) */
+    const char *c1 = memmem(line, (size_t)(b - line), ": ", 2);
+    if (!c1)
+        return 0;
+    f = c1 + 2;
+    const char *end = b;
+    for (const char *p = f; p < b; p++)
+        if (*p == '(' || *p == '<' || *p == '[') {
+            end = p;
+            break;
+        }
+    while (end > f && end[-1] == ' ')
+        end--;
+    const char *start = end;
+    while (start > f && start[-1] != ' ' && start[-1] != ':')
+        start--;
+    size_t n = (size_t)(end - start);
+    if (n == 0 || n > 200)
+        return 0;
+    char ident[201];
+    memcpy(ident, start, n);
+    ident[n] = '\0';
+    return strstr(kernel, ident) != NULL;
+}
+
+size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t cap,
+                            size_t *cut)
+{
+    size_t o = 0;
+    *cut = 0;
+    while (atomic_flag_test_and_set_explicit(&recent_lock, memory_order_acquire))
+        ;
+    uint64_t first = recent_total - recent_len;
+    const char *p = recent + (mark > first ? mark - first : 0), *end = recent + recent_len;
+    if (mark <= recent_total) {
+        while (p < end) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            size_t len = (size_t)((nl ? nl + 1 : end) - p);
+            if (names_kernel(p, len, kernel)) {
+                size_t c = len < cap - o ? len : cap - o;
+                memcpy(out + o, p, c);
+                o += c;
+                *cut += len - c;
+            }
+            p += len;
+        }
+    }
+    atomic_flag_clear_explicit(&recent_lock, memory_order_release);
+    return o;
 }

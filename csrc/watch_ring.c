@@ -46,11 +46,12 @@ static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local uintptr_t tls_ctx;
 static _Thread_local int tls_ctx_index = -1;
 
-/* Cold: the first launch in a context. Its context is current on this
- * thread (the launch just used it). */
-static __attribute__((noinline, cold)) int new_context(const CUpti_CallbackData *cb)
+/* Cold: a context seen for the first time; it is current on this thread.
+ * From the launch callback (its first launch), or from watch entry for the
+ * contexts that exist then. Returns its index, or -1 when the table is full. */
+static __attribute__((noinline, cold)) int register_context(CUcontext context)
 {
-    uintptr_t key = (uintptr_t)cb->context;
+    uintptr_t key = (uintptr_t)context;
     pthread_mutex_lock(&ctx_lock);
     int n = atomic_load(&n_ctxs);
     for (int i = 0; i < n; i++)
@@ -71,16 +72,41 @@ static __attribute__((noinline, cold)) int new_context(const CUpti_CallbackData 
         host = NULL;               /* kept (freeing it here is not worth the risk) */
     if (rc == 0)
         memset(host, 0, CD_WATCH_SLOTS * sizeof(uint32_t));
+    else
+        atomic_store(&cd_state.watch_alloc_rc, rc);
     ctxs[n].host = rc == 0 ? host : NULL;
     ctxs[n].dev = dev;
     ctxs[n].device = -1;
     uint32_t d;
-    if (cd_cupti.cuptiGetDeviceId && cd_cupti.cuptiGetDeviceId(cb->context, &d) == CUPTI_SUCCESS)
+    if (cd_cupti.cuptiGetDeviceId && cd_cupti.cuptiGetDeviceId(context, &d) == CUPTI_SUCCESS)
         ctxs[n].device = (int)d;
     atomic_store(&ctxs[n].ctx, key);
     atomic_store(&n_ctxs, n + 1);
     pthread_mutex_unlock(&ctx_lock);
     return n;
+}
+
+void cd_watch_prepare(void)
+{
+    if (cd_driver_ready() != 0)
+        return;
+    CUcontext ctx = NULL;
+    if (cd_drv.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
+        register_context(ctx);
+    int n = 0;
+    if (cd_drv.cuDeviceGetCount(&n) != CUDA_SUCCESS)
+        return;
+    for (int i = 0; i < n && i < CD_MAX_DEVICES; i++) {
+        CUdevice dev;
+        unsigned flags;
+        int active = 0;
+        CUcontext c, popped;
+        if (cd_drv.cuDeviceGet(&dev, i) || cd_drv.cuDevicePrimaryCtxGetState(dev, &flags, &active) ||
+            !active || cd_device_context(i, &c) || cd_drv.cuCtxPushCurrent(c))
+            continue;
+        register_context(c);
+        cd_drv.cuCtxPopCurrent(&popped);
+    }
 }
 
 static inline int context_index(const CUpti_CallbackData *cb)
@@ -93,7 +119,7 @@ static inline int context_index(const CUpti_CallbackData *cb)
         if (atomic_load_explicit(&ctxs[i].ctx, memory_order_relaxed) == key)
             break;
     if (i == n)
-        i = new_context(cb);
+        i = register_context(cb->context);
     tls_ctx = key;
     tls_ctx_index = i;
     return i;
@@ -153,8 +179,11 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
         CUdeviceptr slot = ctxs[ci].dev + (seq & (CD_WATCH_SLOTS - 1)) * sizeof(uint32_t);
         unsigned wflags = cd_state.watch_barrier ? CU_STREAM_WRITE_VALUE_DEFAULT
                                                  : CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
-        if (cd_drv.cuStreamWriteValue32(s, slot, (cuuint32_t)seq, wflags) == CUDA_SUCCESS)
+        CUresult wrc = cd_drv.cuStreamWriteValue32(s, slot, (cuuint32_t)seq, wflags);
+        if (wrc == CUDA_SUCCESS)
             flags |= CD_WATCH_MARKED;
+        else
+            atomic_store_explicit(&cd_state.watch_write_rc, (int)wrc, memory_order_relaxed);
     }
     if (!(flags & CD_WATCH_MARKED))
         atomic_fetch_add_explicit(&cd_state.n_unmarked, 1, memory_order_relaxed);

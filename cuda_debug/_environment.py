@@ -137,13 +137,14 @@ def cupti_free() -> dict:
     """Subscribe to CUPTI and let go at once: {"free": True} or why not."""
     from . import _scope
     from ._errors import CudaUnavailableError, ToolConflictError
+    scope = _scope.launch_blocking()
     try:
-        _scope._acquire(False)
+        scope.__enter__()
     except ToolConflictError as e:
         return {"free": False, "holder": e.holder, "error": str(e)}
     except CudaUnavailableError as e:
         return {"free": None, "error": str(e)}
-    _core.scope_release(False)
+    scope.__exit__(None, None, None)
     return {"free": True}
 
 

@@ -339,12 +339,15 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
         fields.update(_location_fields(stack, complete))
     if raw is not None:
         mangled = _text(raw.kernel)
+        message = raw.device_message
+        if not message and _cuda_errors.is_sticky(raw.code) and not raw.consequence:
+            message = _core.asserts_for(mangled)     # printed by another thread, or late
         fields.update(
             kernel=(_core.demangle(mangled) or mangled) if mangled else None,
             kernel_mangled=mangled or None,
             grid=raw.grid, block=raw.block, shared_mem=raw.shared_mem,
             stream=raw.stream, device=raw.device if raw.device >= 0 else None,
-            device_message=(_text(raw.device_message) + (
+            device_message=(_text(message) + (
                 "\n[... %d more bytes of device output cut here; all of it went to stderr]"
                 % raw.device_message_cut if raw.device_message_cut else "")) or None,
             device_message_cut=raw.device_message_cut,

@@ -17,6 +17,7 @@ never unblock each other early.
 import contextlib
 import functools
 import inspect
+import sys
 
 from . import _core, _libraries, _options, _report
 from ._errors import CudaError, CudaUnavailableError, ToolConflictError
@@ -37,13 +38,34 @@ def watch_epoch():
     return _watch_epoch
 
 
+def _capturing() -> bool:
+    """Is this thread capturing a CUDA graph (by the frameworks that know their
+    current stream)? Then entering must not drain: a synchronisation would
+    invalidate the capture."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized() and \
+                torch.cuda.is_current_stream_capturing():
+            return True
+    except Exception:
+        pass
+    cupy = sys.modules.get("cupy")
+    try:
+        if cupy is not None and cupy.cuda.get_current_stream().is_capturing():
+            return True
+    except Exception:
+        pass
+    return False
+
+
 def _open(kind: int, all_threads: bool, what: str, caller):
     """Open a scope in C; raise the cuda_debug error for what prevents it."""
     if kind != _core.SCOPE_OPT_OUT:
         _libraries.ensure(_libraries.CUPTI)
         _options.apply()
         _report.configure_core()
-    status, *rest = _core.scope_open(kind, all_threads)
+    status, *rest = _core.scope_open(kind, all_threads, kind != _core.SCOPE_OPT_OUT and
+                                     not _capturing())
     if status == 0:
         return rest[0]
     if status == 1:

@@ -419,3 +419,31 @@ def test_fault_time_report_can_be_silenced(fake_child):
     assert "report_probe_kernel" not in c.stderr
     assert "user_script.py:%d" % c.line_of("# LAUNCH") not in c.stderr
     assert "probe_cond" in c.stderr
+
+
+def test_assert_text_printed_by_a_driver_thread_reaches_the_report(fake_child):
+    """The real driver (H200, CUDA 13) prints the assert text from a thread of
+    its own during the wait, not from the waiting thread: the report still
+    carries it, taken by the kernel name it gives, and a pretty signature
+    (``void ns::check_index(const T *, int, T) [with T = int]``) still names it."""
+    c = run(fake_child, '''
+        import cuda_debug, cuda_debug.testing as t
+        fake.fake_set_print_thread(1)
+        fake.fake_set_kernel(b"check_index", 710, -1, b"idx[i] >= 0 && idx[i] < limit", -1, 0)
+        fake.fake_set_assert_site(b"check_index", b"fault_kernels.cu", 14,
+                                  b"void cuda_debug_testing::check_index(const T *, int, T) "
+                                  b"[with T = int]")
+        try:
+            with cuda_debug.launch_blocking():
+                t.device_assert()  # LAUNCH
+        except cuda_debug.DeviceAssertError as e:
+            report(dict(msg=e.device_message, text=str(e), lineno=e.lineno))
+    ''')
+    r = c.result
+    assert r is not None, c
+    assert "Assertion `idx[i] >= 0 && idx[i] < limit` failed." in (r["msg"] or ""), r
+    assert "device: fault_kernels.cu:14 block [0,0,0] thread [3,0,0]" in r["text"], r["text"]
+    assert r["lineno"] == c.line_of("# LAUNCH")
+    # the C block written at the fault has it too
+    block = c.stderr[c.stderr.index("cuda_debug: device-side assert"):]
+    assert "device: fault_kernels.cu:14: void cuda_debug_testing::check_index" in block, block

@@ -261,7 +261,7 @@ try:
 except cuda_debug.CudaError as e:
     r = describe(e); r["s"] = time.perf_counter() - t0
 th.join()
-r["fault_time"] = _report.faults(0)[-1].wall_time
+r["fault_time"] = _report.faults(0)[0].wall_time
 r.update(hold)
 report(r)
 """, timeout=60)

@@ -462,12 +462,31 @@ static void print_pending(void)
     pthread_mutex_unlock(&print_lock);
 }
 
+/* fake_set_print_thread(1): the text is printed by a thread of the driver's
+ * own, not by the synchronising one (what the real driver was seen doing on
+ * an H200); the synchronising call waits for it, as the real one does. */
+static int print_from_thread;
+
+static void *print_thread_main(void *arg)
+{
+    (void)arg;
+    print_pending();
+    return NULL;
+}
+
+FAKE_EXPORT void fake_set_print_thread(int on) { print_from_thread = on; }
+
 /* After a drain: the call's result; prints pending text when dead. */
 static CUresult sync_result(void)
 {
     int s = current_sticky();
-    if (s)
-        print_pending();
+    if (s) {
+        pthread_t t;
+        if (print_from_thread && pthread_create(&t, NULL, print_thread_main, NULL) == 0)
+            pthread_join(t, NULL);
+        else
+            print_pending();
+    }
     return (CUresult)s;
 }
 
