@@ -136,7 +136,6 @@ print("RESULT " + json.dumps(out))
 
 BASE = ["never", "imported", "outside", "scope", "env", "watch", "watch_outside"]
 VARIANTS = {
-    "watch_barrier": {"CUDA_DEBUG_WATCH_BARRIER": "1"},     # markers with a memory barrier
     "scope_spin": {"CUDA_DEBUG_WAIT": "spin"},
     "scope_nocapture": {"CUDA_DEBUG_CAPTURE": "off"},
     "scope_nocheck": {"CUDA_DEBUG_CAPTURE_CHECK": "0"},      # unsafe with graphs: measuring only
@@ -148,7 +147,7 @@ VARIANTS = {
 def run_child(config, workloads):
     env = dict(os.environ)
     for k in ("CUDA_LAUNCH_BLOCKING", "CUDA_DEBUG_WAIT", "CUDA_DEBUG_CAPTURE",
-              "CUDA_DEBUG_CAPTURE_CHECK", "CUDA_DEBUG_PROFILE", "CUDA_DEBUG_WATCH_BARRIER"):
+              "CUDA_DEBUG_CAPTURE_CHECK", "CUDA_DEBUG_PROFILE"):
         env.pop(k, None)
     if config == "env":
         env["CUDA_LAUNCH_BLOCKING"] = "1"

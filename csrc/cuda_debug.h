@@ -333,7 +333,7 @@ enum cd_wait_mode { CD_WAIT_SYNC = 0, CD_WAIT_SPIN = 1, CD_WAIT_NONE = 2 };
  *                follower threads (PyTorch autograd workers) block.
  *   watching     open watch() blocks; read lock-free by the callback.
  *   all_threads  open scopes that asked for every thread; read lock-free.
- *   wait_mode, capture_on, watch_barrier, profile, capture_check: set at
+ *   wait_mode, capture_on, profile, capture_check: set at
  *                import from the environment (Python validates them).
  *   capture_cache: 0 when CUPTI refused a capture-begin id (ask every launch).
  *   counters     relaxed atomics, statistics only.
@@ -346,7 +346,6 @@ typedef struct {
     atomic_int all_threads;
     int wait_mode;
     int capture_on;
-    int watch_barrier;
     int profile;                         /* CUDA_DEBUG_PROFILE=1: time the callback */
     int capture_check;                   /* 0 only to measure: skip cuStreamIsCapturing */
     int capture_cache;

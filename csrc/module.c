@@ -160,16 +160,15 @@ static PyObject *py_last_call(PyObject *self, PyObject *noargs)
 
 /* ------------------------------------------------------------- options -- */
 
-/* set_options(wait, capture, profile, capture_check, watch_barrier): the debug
+/* set_options(wait, capture, profile, capture_check): the debug
  * switches, validated by Python (cuda_debug/_options.py) from CUDA_DEBUG_*. */
 static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"wait", "capture", "profile", "capture_check", "watch_barrier",
-                             NULL};
-    int wait, capture, profile, capture_check, barrier;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "$ippii", kwlist, &wait, &capture, &profile,
-                                     &capture_check, &barrier))
+    static char *kwlist[] = {"wait", "capture", "profile", "capture_check", NULL};
+    int wait, capture, profile, capture_check;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "$ippi", kwlist, &wait, &capture, &profile,
+                                     &capture_check))
         return NULL;
     if (wait < CD_WAIT_SYNC || wait > CD_WAIT_NONE) {
         PyErr_SetString(PyExc_ValueError, "wait must be 0 (sync), 1 (spin) or 2 (none)");
@@ -182,7 +181,6 @@ static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
         cd_state.capture_on = capture;
         cd_state.profile = profile;
         cd_state.capture_check = capture_check;
-        cd_state.watch_barrier = barrier;
     }
     pthread_mutex_unlock(&cd_state.sub_lock);
     if (busy) {

@@ -82,6 +82,31 @@ static void remember_asserts(const char *buf, size_t n)
     }
 }
 
+/* The driver writes one line in several pieces (seen on the H200): each
+ * thread's pieces are joined into whole lines before they are looked at. */
+#define LINE_MAX_KEPT 1024
+static _Thread_local char tls_line[LINE_MAX_KEPT];
+static _Thread_local size_t tls_line_len;
+
+static void collect_lines(const char *buf, size_t n)
+{
+    while (n > 0) {
+        const char *nl = memchr(buf, '\n', n);
+        size_t piece = nl ? (size_t)(nl - buf) + 1 : n;
+        size_t room = LINE_MAX_KEPT - tls_line_len, c = piece < room ? piece : room;
+        memcpy(tls_line + tls_line_len, buf, c);
+        tls_line_len += c;
+        if (nl) {
+            if (tls_line[tls_line_len - 1] != '\n')      /* cut: keep the line whole-ish */
+                tls_line[tls_line_len - 1] = '\n';
+            remember_asserts(tls_line, tls_line_len);
+            tls_line_len = 0;
+        }
+        buf += piece;
+        n -= piece;
+    }
+}
+
 static ssize_t tee_write(void *cookie, const char *buf, size_t n)
 {
     (void)cookie;
@@ -92,7 +117,7 @@ static ssize_t tee_write(void *cookie, const char *buf, size_t n)
         w->len += c;
         w->cut += n - c;
     }
-    remember_asserts(buf, n);
+    collect_lines(buf, n);
     write_all(2, buf, n);
     return (ssize_t)n;             /* never stall stdio on an fd-2 error */
 }
@@ -100,6 +125,7 @@ static ssize_t tee_write(void *cookie, const char *buf, size_t n)
 static void atfork_child(void)
 {
     tls_window = NULL;
+    tls_line_len = 0;
     atomic_flag_clear(&recent_lock);
 }
 

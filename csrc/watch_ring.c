@@ -177,9 +177,9 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
     r->ctx = (uint16_t)(ci < 0 ? 0xFFFF : ci);
     if (ci >= 0 && ctxs[ci].host) {
         CUdeviceptr slot = ctxs[ci].dev + (seq & (CD_WATCH_SLOTS - 1)) * sizeof(uint32_t);
-        unsigned wflags = cd_state.watch_barrier ? CU_STREAM_WRITE_VALUE_DEFAULT
-                                                 : CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
-        CUresult wrc = cd_drv.cuStreamWriteValue32(s, slot, (cuuint32_t)seq, wflags);
+        /* Default flags: the _v2 API refuses NO_MEMORY_BARRIER (seen: 1, INVALID_VALUE). */
+        CUresult wrc = cd_drv.cuStreamWriteValue32(s, slot, (cuuint32_t)seq,
+                                                   CU_STREAM_WRITE_VALUE_DEFAULT);
         if (wrc == CUDA_SUCCESS)
             flags |= CD_WATCH_MARKED;
         else

@@ -7,7 +7,6 @@ and handed to the C core before the first scope or watch opens.
     CUDA_DEBUG_WAIT=sync|spin|none how a scope waits for a launch (none: measurements only)
     CUDA_DEBUG_PROFILE=0|1         time the launch callback (_core.stats())
     CUDA_DEBUG_CAPTURE_CHECK=1|0   0 skips the graph-capture check (measurements only)
-    CUDA_DEBUG_WATCH_BARRIER=0|1   1: completion markers with a memory barrier
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
 
 An unknown name or value is warned about at import, naming the valid ones, and
@@ -25,7 +24,6 @@ _CHOICES = {
     "CUDA_DEBUG_WAIT": ({"sync": 0, "spin": 1, "none": 2}, 0),
     "CUDA_DEBUG_PROFILE": (_BOOL, False),
     "CUDA_DEBUG_CAPTURE_CHECK": (_BOOL, True),
-    "CUDA_DEBUG_WATCH_BARRIER": (_BOOL, False),
 }
 _FREE = ("CUDA_DEBUG_COMMIT",)
 
@@ -36,7 +34,6 @@ class Options(NamedTuple):
     wait: int
     profile: bool
     capture_check: bool
-    watch_barrier: bool
 
 
 def read(environ=os.environ) -> Options:
@@ -61,8 +58,7 @@ def read(environ=os.environ) -> Options:
                           % (name, ", ".join(sorted(known))), RuntimeWarning, stacklevel=3)
     return Options(report=values["CUDA_DEBUG_REPORT"], capture=values["CUDA_DEBUG_CAPTURE"],
                    wait=values["CUDA_DEBUG_WAIT"], profile=values["CUDA_DEBUG_PROFILE"],
-                   capture_check=values["CUDA_DEBUG_CAPTURE_CHECK"],
-                   watch_barrier=values["CUDA_DEBUG_WATCH_BARRIER"])
+                   capture_check=values["CUDA_DEBUG_CAPTURE_CHECK"])
 
 
 def _default_name(table, default) -> str:
@@ -83,5 +79,5 @@ def apply() -> None:
         return
     from . import _core
     _core.set_options(wait=OPTIONS.wait, capture=OPTIONS.capture, profile=OPTIONS.profile,
-                      capture_check=OPTIONS.capture_check, watch_barrier=OPTIONS.watch_barrier)
+                      capture_check=OPTIONS.capture_check)
     _applied = True

@@ -109,3 +109,13 @@ def child():
 # The fake CUDA driver + CUPTI for CPU-only runs (tests/fake_cuda): the
 # session-scoped build and the fake_child runner.
 from fake_cuda.fixtures import fake_child, fake_cuda_dir  # noqa: E402,F401
+
+
+def needs(*modules):
+    """Skip unless `modules` are installed; without importing them here (a
+    framework imported, or half-imported, in the pytest process breaks later
+    imports of it; the tests use them in child processes)."""
+    import importlib.util
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip("needs %s" % ", ".join(missing))

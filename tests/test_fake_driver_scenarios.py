@@ -423,7 +423,8 @@ def test_fault_time_report_can_be_silenced(fake_child):
 
 def test_assert_text_printed_by_a_driver_thread_reaches_the_report(fake_child):
     """The real driver (H200, CUDA 13) prints the assert text from a thread of
-    its own during the wait, not from the waiting thread: the report still
+    its own during the wait, not from the waiting thread, one line in several
+    writes: the report still
     carries it, taken by the kernel name it gives, and a pretty signature
     (``void ns::check_index(const T *, int, T) [with T = int]``) still names it."""
     c = run(fake_child, '''

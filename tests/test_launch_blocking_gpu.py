@@ -253,10 +253,11 @@ with cuda_debug.launch_blocking():  # CUPTI loaded: entering the next scope is q
     t.empty()
 th = threading.Thread(target=hog); th.start()
 t0 = time.perf_counter()
-t.spin(0.5)                         # asynchronous: queued ahead of the assert
-go.set()
 try:
     with cuda_debug.launch_blocking():
+        with cuda_debug.launch_blocking(False):
+            t.spin(0.5)             # asynchronous: queued ahead of the assert
+        go.set()
         t.device_assert()  # LAUNCH
 except cuda_debug.CudaError as e:
     r = describe(e); r["s"] = time.perf_counter() - t0

@@ -4,6 +4,8 @@ threads each get their own report, hostile thread names, faults before a
 scope, the report written at fault time, generated code is library code."""
 import pytest
 
+from conftest import needs
+
 pytestmark = pytest.mark.gpu
 
 CATCH = """
@@ -20,7 +22,7 @@ def describe(e):
 
 @pytest.mark.parametrize("form", ["with", "decorator"])
 def test_traceback_ends_at_the_launching_line(child, form):
-    pytest.importorskip("torch")
+    needs("torch")
     body = """
 import torch, torch.nn.functional as F
 logits = torch.randn(4, 3, device="cuda")
@@ -53,7 +55,7 @@ except cuda_debug.CudaError as e:
 
 
 def test_swallowed_fault_names_its_line(child):
-    pytest.importorskip("torch")
+    needs("torch")
     c = child(CATCH + """
 import torch
 x = torch.zeros(4, device="cuda")
@@ -74,7 +76,7 @@ except cuda_debug.CudaError as e:
 
 
 def test_two_threads_in_scopes_each_get_their_report(child):
-    pytest.importorskip("torch")
+    needs("torch")
     c = child(CATCH + """
 import threading, time, torch
 import cuda_debug.testing as t
@@ -168,7 +170,7 @@ with cuda_debug.launch_blocking():
 
 
 def test_torch_compile_generated_code_is_library_code(child):
-    pytest.importorskip("torch")
+    needs("torch")
     c = child(CATCH + """
 import torch
 @torch.compile

@@ -5,6 +5,8 @@ context of its process) and reports what it caught as JSON.
 """
 import pytest
 
+from conftest import needs
+
 pytestmark = pytest.mark.gpu
 pytest_plugins = ("pytester",)
 
@@ -28,7 +30,7 @@ torch.cuda.synchronize()
 
 @pytest.mark.parametrize("after", [1, 3, 50])
 def test_fault_surfacing_later_names_the_launch(child, after):
-    pytest.importorskip("torch")
+    needs("torch")
     c = child(TORCH + """
 try:
     with cuda_debug.watch():
@@ -53,7 +55,7 @@ except cuda_debug.CudaError as e:
 
 
 def test_side_stream_fault_while_main_stream_is_busy(child):
-    pytest.importorskip("torch")
+    needs("torch")
     c = child(TORCH + """
 import cuda_debug.testing as t
 side = torch.cuda.Stream()
@@ -73,7 +75,7 @@ except cuda_debug.CudaError as e:
 
 
 def test_worker_thread_launch_surfacing_in_main_thread(child):
-    pytest.importorskip("torch")
+    needs("torch")
     c = child(TORCH + """
 import threading
 import cuda_debug.testing as t
@@ -94,7 +96,7 @@ with cuda_debug.watch():
 
 
 def test_graph_replay_is_one_record(child):
-    pytest.importorskip("torch")
+    needs("torch")
     c = child(TORCH + """
 idx = torch.tensor([1], device="cuda")
 g = torch.cuda.CUDAGraph()
@@ -120,7 +122,7 @@ except cuda_debug.CudaError as e:
 
 
 def test_swallowed_exception_then_check(child):
-    pytest.importorskip("torch")
+    needs("torch")
     c = child(TORCH + """
 with cuda_debug.watch():
     y = emb(bad)  # CULPRIT
@@ -141,7 +143,7 @@ except cuda_debug.CudaError as e:
 
 
 def test_triton_launcher_is_named(child):
-    pytest.importorskip("triton")
+    needs("triton")
     c = child(CATCH + """
 import torch, triton, triton.language as tl
 @triton.jit
@@ -163,7 +165,7 @@ except cuda_debug.CudaError as e:
 
 
 def test_cupy_launcher_is_named(child):
-    pytest.importorskip("cupy")
+    needs("cupy")
     c = child(CATCH + """
 import cupy
 k = cupy.RawKernel(r'''
@@ -185,7 +187,7 @@ except cuda_debug.CudaError as e:
 
 
 def test_run_watches_by_default(tmp_path):
-    pytest.importorskip("torch")
+    needs("torch")
     import subprocess, sys
     p = tmp_path / "train.py"
     p.write_text("import torch\nemb = torch.nn.Embedding(10, 4).cuda()\n"
@@ -201,7 +203,7 @@ def test_run_watches_by_default(tmp_path):
 
 
 def test_pytest_cuda_watch_names_kernel_and_line(pytester):
-    pytest.importorskip("torch")
+    needs("torch")
     pytester.makepyfile(test_w='''
 import torch
 def test_1():
@@ -219,7 +221,7 @@ def test_2():
 
 
 def test_no_false_culprit_after_10000_launches(child):
-    pytest.importorskip("torch")
+    needs("torch")
     c = child(CATCH + """
 import torch
 from cuda_debug import _core

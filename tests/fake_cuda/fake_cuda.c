@@ -434,6 +434,9 @@ static void drain_locked(fake_stream *s)
     }
 }
 
+/* fake_set_print_thread(1): printed by a thread of the driver's own, in pieces. */
+static int print_from_thread;
+
 /* The synchronising call discovers the fault: the driver prints the device's
  * assert text, through stdio, to whatever libc's `stderr` is now. */
 static void print_pending(void)
@@ -448,11 +451,18 @@ static void print_pending(void)
         const kcfg *c = p->cfg;
         for (int i = 0; i < c->lines; i++) {
             int t = 3 + i;
-            fprintf(stderr,
-                    "%s:%d: %s: block: [%d,%d,%d], thread: [%d,%d,%d] Assertion `%s` failed.\n",
-                    c->file ? c->file : "fake_kernels.cu", c->line,
-                    c->func ? c->func : c->name, t / 1024, 0, 0, t % 1024, 0, 0,
-                    c->cond ? c->cond : "false");
+            if (print_from_thread) {        /* in pieces, as the real driver writes */
+                fprintf(stderr, "%s:%d: ", c->file ? c->file : "fake_kernels.cu", c->line);
+                fprintf(stderr, "%s: block: [%d,%d,%d], thread: [%d,%d,%d] ",
+                        c->func ? c->func : c->name, t / 1024, 0, 0, t % 1024, 0, 0);
+                fprintf(stderr, "Assertion `%s` failed.\n", c->cond ? c->cond : "false");
+            } else {
+                fprintf(stderr,
+                        "%s:%d: %s: block: [%d,%d,%d], thread: [%d,%d,%d] Assertion `%s` failed.\n",
+                        c->file ? c->file : "fake_kernels.cu", c->line,
+                        c->func ? c->func : c->name, t / 1024, 0, 0, t % 1024, 0, 0,
+                        c->cond ? c->cond : "false");
+            }
             atomic_fetch_add(&st_lines_printed, 1);
         }
         pending_print *n = p->next;
@@ -465,8 +475,6 @@ static void print_pending(void)
 /* fake_set_print_thread(1): the text is printed by a thread of the driver's
  * own, not by the synchronising one (what the real driver was seen doing on
  * an H200); the synchronising call waits for it, as the real one does. */
-static int print_from_thread;
-
 static void *print_thread_main(void *arg)
 {
     (void)arg;
