@@ -34,7 +34,7 @@ static int n_dead;
 
 void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
 {
-    memset(f, 0, offsetof(cd_fault, device_message));
+    memset(f, 0, offsetof(cd_fault, device_message));   /* consequence = 0 */
     f->device_message_len = 0;
     f->device_message_cut = 0;
     f->cbid = (int)cbid;
@@ -68,7 +68,7 @@ uint64_t cd_fault_record(cd_fault *f)
 {
     pthread_mutex_lock(&fault_lock);
     if (cd_is_sticky(f->code)) {
-        int dead = f->at_launch;
+        int dead = f->at_launch || f->consequence;     /* refused, or named elsewhere */
         for (int i = 0; i < n_dead; i++)
             if (dead_contexts[i] == f->context)
                 dead = 1;

@@ -186,6 +186,13 @@ fault_found(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult code,
         f.device_message_len = cd_tee_asserts_since(assert_mark, f.kernel, f.device_message,
                                                     sizeof f.device_message,
                                                     &f.device_message_cut);
+        /* Assert lines that name another kernel: that kernel faulted, this
+         * wait only found the dead context (another thread's fault). */
+        char other[256];
+        size_t cut;
+        if (!f.device_message_len && code == CUDA_ERROR_ASSERT &&
+            cd_tee_asserts_since(assert_mark, NULL, other, sizeof other, &cut))
+            f.consequence = 1;
     }
     cd_fault_record(&f);
     cd_report_fault(&f);

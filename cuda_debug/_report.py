@@ -310,12 +310,19 @@ def pick_cause(records: Sequence[RawFault], thread_id: Optional[int] = None):
         return rs[0] if rs else None
     sticky = [r for r in records if _cuda_errors.is_sticky(r.code)]
     causes = [r for r in sticky if not r.consequence]
+    # A device assert names its kernel: the records whose kernel the assert
+    # lines name are the causes (another thread's wait may have found the
+    # fault first and been recorded first).
+    named = [r for r in sticky if r.code == 710 and not r.at_launch and
+             _core.asserts_for(_text(r.kernel))]
+    if named and len(named) < len(sticky):
+        causes = named
     own = [r for r in causes if thread_id is not None and r.thread_id == thread_id]
     cause = first(own) or first(causes)
     if cause is None:
         own_any = [r for r in records if thread_id is not None and r.thread_id == thread_id]
         cause = first(own_any) or records[0]
-    consequences = sum(1 for r in sticky if r.consequence)
+    consequences = sum(1 for r in sticky if r is not cause and r not in causes)
     return cause, consequences
 
 
@@ -380,7 +387,8 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
 def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
               watch_mark: Optional[int] = None, code: Optional[int] = None,
               found_at: str = "launch", frame=None, thread_id: Optional[int] = None,
-              require_sticky_or_mentioned: bool = True) -> Optional[CudaError]:
+              require_sticky_or_mentioned: bool = True,
+              include_claimed: bool = False) -> Optional[CudaError]:
     """The cuda_debug exception for what happened since `mark` (a fault_seq()),
     or None to let `exc` go on as it is.
 
@@ -396,7 +404,7 @@ def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
     tb = exc.__traceback__ if exc is not None else None
     if thread_id is None:
         thread_id = threading.get_native_id()
-    records = [r for r in faults(mark) if r.seq not in _claimed]
+    records = [r for r in faults(mark) if include_claimed or r.seq not in _claimed]
     cause, consequences = pick_cause(records, thread_id)
     if cause is not None:
         sticky = _cuda_errors.is_sticky(cause.code)

@@ -168,7 +168,8 @@ def _new_report(item, exc):
     from ._scope import watch_epoch
     if exc is None and _core.fault_seq() <= seq0:
         return None
-    err = _report.error_for(exc, mark=seq0, watch_mark=watch_epoch(), found_at="test")
+    err = _report.error_for(exc, mark=seq0, watch_mark=watch_epoch(), found_at="test",
+                            include_claimed=True)
     return err if err is not None and err.sticky else None
 
 

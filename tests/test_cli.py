@@ -274,9 +274,12 @@ def test_gpu_run_without_blocking_reports_the_sticky_error(tmp_path):
     ''')
     r = cli("run", str(p))
     assert r.returncode == 3, r.stdout + r.stderr
-    # (the device's own assert line may come first: no scope captured it)
+    # (the device's own assert line and the fault-time block come first)
     i = report_start(r.stderr.splitlines(), "DeviceAssertError: device-side assert")
-    assert "launch_blocking()" in "\n".join(r.stderr.splitlines()[i:])  # how to name the kernel
+    report = "\n".join(r.stderr.splitlines()[i:])
+    # run watches by default: the launch is named, not only where it surfaced
+    assert "launched at %s:3" % p in report, report
+    assert "check_index" in report.splitlines()[0]
 
 
 @pytest.mark.gpu
