@@ -74,6 +74,7 @@ def main():
     out["ratio"] = {k: out[k]["watch"] / out[k]["plain"] for k in ("tiny", "step")}
     out["ns_watch_per_launch"] = (st["ns_watch"] - st0["ns_watch"]) / max(1, watched)
     out["ns_callback_per_launch"] = (st["ns_callback"] - st0["ns_callback"]) / max(1, watched)
+    out["ns_marker_per_launch"] = (st["ns_marker"] - st0["ns_marker"]) / max(1, watched)
     out["watched"] = watched
     out["unmarked"] = st["unmarked"] - st0["unmarked"]
     out["watch_alloc_rc"], out["watch_write_rc"] = st["watch_alloc_rc"], st["watch_write_rc"]
@@ -82,9 +83,10 @@ def main():
     print("tiny us: plain %.2f watch %.2f (x%.3f);  step ms: plain %.2f watch %.2f (x%.3f)" % (
         out["tiny"]["plain"], out["tiny"]["watch"], out["ratio"]["tiny"],
         out["step"]["plain"], out["step"]["watch"], out["ratio"]["step"]))
-    print("callback ns/launch %.0f (watch part %.0f); watched %d unmarked %d alloc_rc %d "
-          "write_rc %d capture_ids_refused %d" % (
-              out["ns_callback_per_launch"], out["ns_watch_per_launch"], watched,
+    print("callback ns/launch %.0f (watch part %.0f, of which the marker write %.0f); watched %d "
+          "unmarked %d alloc_rc %d write_rc %d capture_ids_refused %d" % (
+              out["ns_callback_per_launch"], out["ns_watch_per_launch"],
+              out["ns_marker_per_launch"], watched,
               out["unmarked"], out["watch_alloc_rc"], out["watch_write_rc"],
               out["capture_ids_refused"]))
     if a.json:

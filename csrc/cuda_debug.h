@@ -183,7 +183,8 @@ enum { CD_LOC_LIBRARY = 0, CD_LOC_USER = 1, CD_LOC_PSEUDO = 2 /* <string>, <stdi
 /* The calling thread's Python frames, innermost first, as location ids, read
  * without the GIL (the thread is blocked in a C call made from Python, so its
  * frames cannot change). `max` ids at most; with `to_user`, stop at the first
- * user frame (the last id is then that frame even when deeper than max-1).
+ * user frame (the last id is then that frame even when deeper than max-1;
+ * the frames between are only classified, not interned).
  * *complete = 1 when the walk reached the outermost frame, -1 when frames
  * were left out before the last id (the user frame). Returns the count
  * (0: the thread runs no Python, or this Python version has no reader). */
@@ -360,6 +361,7 @@ typedef struct {
     atomic_uint_fast64_t n_unmarked;     /* of which without a completion marker */
     atomic_uint_fast64_t n_capture_ids_refused;
     atomic_uint_fast64_t ns_watch;       /* with profile: time in cd_watch_launch */
+    atomic_uint_fast64_t ns_marker;      /* with profile: of which in cuStreamWriteValue32 */
     atomic_int watch_alloc_rc;           /* last failed completion-slot allocation */
     atomic_int watch_write_rc;           /* last failed cuStreamWriteValue32 */
 } cd_state_t;

@@ -258,6 +258,40 @@ static uint32_t intern_location(PyCodeObject *code, int offset)
     return found;                  /* 0 when the neighbourhood is full */
 }
 
+/* Code objects' kinds (user or library), by code object: a walk that looks
+ * for the first user frame classifies the frames above the innermost ones
+ * without interning their locations. Same key check as the locations. */
+#define CODE_TABLE 16384
+static struct {
+    _Atomic uintptr_t code;        /* written last */
+    uintptr_t check;
+    int kind;
+} codes[CODE_TABLE];
+
+static int code_kind(PyCodeObject *code)
+{
+    uintptr_t key = (uintptr_t)code;
+    uintptr_t check = (uintptr_t)code->co_filename ^ (uintptr_t)code->co_firstlineno;
+    uint32_t i = (uint32_t)((key >> 4) * 0x9E3779B1u) & (CODE_TABLE - 1);
+    for (int probes = 0; probes < 16; probes++, i = (i + 1) & (CODE_TABLE - 1)) {
+        uintptr_t k = atomic_load_explicit(&codes[i].code, memory_order_acquire);
+        if (k == key && codes[i].check == check)
+            return codes[i].kind;
+        if (k == 0) {
+            char file[1024];
+            size_t fn = copy_unicode(code->co_filename, file, sizeof file);
+            int kind = classify(file, fn);
+            uintptr_t expected = 0;
+            codes[i].check = check;          /* a racing reader sees key 0 until below */
+            codes[i].kind = kind;
+            atomic_compare_exchange_strong(&codes[i].code, &expected, key);
+            return kind;
+        }
+    }
+    char file[1024];
+    return classify(file, copy_unicode(code->co_filename, file, sizeof file));
+}
+
 /* ----------------------------------------------------------- the walk -- */
 
 #if PY_VERSION_HEX >= 0x030B0000
@@ -314,24 +348,25 @@ int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
     if (!ts || max <= 0)
         return 0;
     frame_t *f = first_frame(ts);
-    int n = 0, depth = 0;
+    int n = 0, depth = 0, skipped = 0;
     while (f && depth < 256) {
         int offset = 0;
         PyCodeObject *code = frame_code(f, &offset);
         if (code) {
-            uint32_t id = intern_location(code, offset);
-            int user = id && locs[id].kind == CD_LOC_USER;
-            if (n < max) {
+            if (n < max - (to_user ? 1 : 0)) {
+                uint32_t id = intern_location(code, offset);
                 ids[n++] = id;
-            } else if (to_user && user) {
-                ids[max - 1] = id;     /* the user frame, after a gap */
-                *complete = -1;
-                return max;
+                if (to_user && id && locs[id].kind == CD_LOC_USER)
+                    break;
+                if (!to_user && n == max)
+                    break;
+            } else if (to_user && code_kind(code) == CD_LOC_USER) {
+                ids[n++] = intern_location(code, offset);   /* the user frame */
+                *complete = skipped ? -1 : 0;
+                return n;
+            } else {
+                skipped++;
             }
-            if (to_user && user)
-                break;
-            if (!to_user && n == max)
-                break;
             depth++;
             if (to_user && depth >= 64)
                 break;

@@ -546,13 +546,13 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     (void)noargs;
 #define U(x) (unsigned long long)atomic_load(&cd_state.x)
     return Py_BuildValue(
-        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsisisisnsi}", "synced", U(n_synced), "follower",
+        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsi}", "synced", U(n_synced), "follower",
         U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes", U(n_subscribes),
         "active", atomic_load(&cd_state.active), "watching", atomic_load(&cd_state.watching),
         "all_threads", atomic_load(&cd_state.all_threads), "ns_capture_check",
         U(ns_capture_check), "ns_wait", U(ns_wait), "ns_callback", U(ns_callback), "refused",
         U(n_refused), "watched", U(n_watched), "unmarked", U(n_unmarked),
-        "capture_ids_refused", U(n_capture_ids_refused), "ns_watch", U(ns_watch),
+        "capture_ids_refused", U(n_capture_ids_refused), "ns_watch", U(ns_watch), "ns_marker", U(ns_marker),
         "watch_alloc_rc", atomic_load(&cd_state.watch_alloc_rc), "watch_write_rc",
         atomic_load(&cd_state.watch_write_rc), "subscribed",
         cd_state.subscriber != NULL, "interned_bytes", (Py_ssize_t)cd_intern_used(),

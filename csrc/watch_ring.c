@@ -26,6 +26,7 @@
 
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 static cd_watch_record ring[CD_WATCH_RING];
@@ -178,8 +179,18 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
     if (ci >= 0 && ctxs[ci].host) {
         CUdeviceptr slot = ctxs[ci].dev + (seq & (CD_WATCH_SLOTS - 1)) * sizeof(uint32_t);
         /* Default flags: the _v2 API refuses NO_MEMORY_BARRIER (seen: 1, INVALID_VALUE). */
+        struct timespec t0, t1;
+        if (cd_state.profile)
+            clock_gettime(CLOCK_MONOTONIC, &t0);
         CUresult wrc = cd_drv.cuStreamWriteValue32(s, slot, (cuuint32_t)seq,
                                                    CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (cd_state.profile) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            atomic_fetch_add_explicit(&cd_state.ns_marker,
+                                      (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
+                                                 (t1.tv_nsec - t0.tv_nsec)),
+                                      memory_order_relaxed);
+        }
         if (wrc == CUDA_SUCCESS)
             flags |= CD_WATCH_MARKED;
         else

@@ -448,3 +448,38 @@ def test_assert_text_printed_by_a_driver_thread_reaches_the_report(fake_child):
     # the C block written at the fault has it too
     block = c.stderr[c.stderr.index("cuda_debug: device-side assert"):]
     assert "device: fault_kernels.cu:14: void cuda_debug_testing::check_index" in block, block
+
+
+def test_frames_read_without_the_gil_name_the_launching_line(fake_child):
+    """The fault record carries the launching thread's frames, read in C
+    without the GIL (csrc/frames.c, one reader per Python version): innermost
+    first, the user's function and line, through library frames."""
+    c = run(fake_child, '''
+        import cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core
+        def inner():
+            t.device_assert()  # LAUNCH
+        def outer():
+            inner()  # CALL
+        try:
+            with cuda_debug.launch_blocking():
+                outer()
+        except cuda_debug.DeviceAssertError:
+            pass
+        rec = _core.faults(0)[-1]
+        frames = [_core.location(i) for i in rec[17]]
+        report(dict(supported=_core.FRAMES_SUPPORTED, frames=frames, complete=rec[18]))
+    ''')
+    r = c.result
+    assert r is not None, c
+    assert r["supported"] == 1
+    frames = [tuple(f) for f in r["frames"]]
+    # innermost first: cuda_debug.testing (library), then inner, outer, <module>
+    lib = frames[0]
+    assert lib[0].endswith("testing.py") and lib[3] == 0, frames          # LOC_LIBRARY
+    user = [f for f in frames if f[0] == c.script]
+    assert [(f[1], f[2]) for f in user][:2] == [
+        ("inner", c.line_of("# LAUNCH")), ("outer", c.line_of("# CALL"))], frames
+    assert user[2][1] == "<module>" and user[2][2] > c.line_of("# CALL"), frames
+    assert all(f[3] == 1 for f in user)                                    # LOC_USER
+    assert r["complete"] == 1
