@@ -10,14 +10,14 @@ import textwrap
 import pytest
 
 import conftest
-from conftest import ROOT, gpu_unavailable_reason
+from conftest import PKG_PARENT, gpu_unavailable_reason
 
 NO_GPU = gpu_unavailable_reason() is not None
 
 
 def cli(*args, cwd=None, env=None, timeout=120):
     full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [PKG_PARENT, os.environ.get("PYTHONPATH")]))
     full_env.pop("CUDA_LAUNCH_BLOCKING", None)
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "cuda_debug"] + list(args), cwd=cwd,
