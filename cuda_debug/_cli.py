@@ -318,6 +318,8 @@ def _doctor_text(d: dict) -> str:
     else:
         rows.append(("GPU", "none found"))
     rows.append(("CUDA toolkit", ", ".join(d["toolkits"]) or "none found (CUDA_HOME, /usr/local/cuda)"))
+    rows.append(("cuda.pathfinder", d.get("pathfinder") or
+                 "not installed: CUPTI and cuBLAS cannot be looked for (pip install cuda-pathfinder)"))
     cupti = _lib_line(d["cupti"])
     if d.get("cupti_version"):
         cupti = "%s: %s" % (d["cupti_version"], cupti)
