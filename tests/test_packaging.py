@@ -148,7 +148,8 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
     (sdist,) = tmp_path.glob("cuda_debug-*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    wanted = {"setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", ".ci/run"}
+    wanted = {"setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", ".ci/run",
+              ".ci/check_aarch64.sh", ".ci/aarch64_known_errors"}
     for folder, exts in (("csrc", (".c", ".h", ".cu", ".py")), ("cuda_debug", (".py",)),
                          ("tests", (".py",))):
         wanted |= {"%s/%s" % (folder, f) for f in os.listdir(os.path.join(root, folder))
