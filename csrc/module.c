@@ -612,7 +612,7 @@ static int add_callback_ids(PyObject *m)
 #define CD_ADD_ID(id, ptsz)                                                           \
     {                                                                                 \
         PyObject *k = PyLong_FromLong(id);                                            \
-        PyObject *v = PyUnicode_FromString(#id + sizeof "CUPTI_DRIVER_TRACE_CBID_" - 1); \
+        PyObject *v = PyUnicode_FromString(&(#id)[sizeof "CUPTI_DRIVER_TRACE_CBID_" - 1]); \
         int bad = !k || !v || PyDict_SetItem(ids, k, v) < 0;                          \
         if (!bad && IS_LAUNCH)                                                        \
             bad = PyList_Append(launch, k) < 0;                                       \

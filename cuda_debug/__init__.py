@@ -10,6 +10,7 @@ Errors: CudaError and its subclasses (DeviceAssertError, IllegalAddressError, ..
 carry the kernel, the launching line and the device's assert text.
 """
 import importlib
+import importlib.util
 
 from . import _options as _options      # reads and checks CUDA_DEBUG_* now (warns at import)
 
@@ -38,6 +39,13 @@ def __getattr__(name):
         value = getattr(importlib.import_module(_WHERE[name], __name__), name)
     elif name in _SUBMODULES:          # cuda_debug.bench brings NumPy
         value = importlib.import_module("." + name, __name__)
+    elif name == "_core" and importlib.util.find_spec(__name__ + "._core") is None:
+        # `from . import _core` with no built extension: say why, not just "cannot import".
+        raise ImportError(
+            "cuda_debug's C extension (cuda_debug._core) is not built in %s. If cuda_debug "
+            "is installed, this source checkout shadows it (`python -m` puts the current "
+            "folder first on sys.path): run from another folder, or build the checkout "
+            "with `python3 -m pip install -e .`" % __path__[0], name=__name__ + "._core")
     else:
         raise AttributeError("module 'cuda_debug' has no attribute %r" % name)
     globals()[name] = value

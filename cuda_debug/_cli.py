@@ -61,6 +61,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0 if argv else EXIT_USAGE
     cmd, rest = argv[0], argv[1:]
     if cmd in ("-V", "--version"):
+        if rest:
+            sys.stderr.write("cuda_debug: %s takes no arguments, not %s\n" % (cmd, " ".join(rest)))
+            return EXIT_USAGE
         from . import __version__
         print("cuda_debug %s" % __version__)
         return 0
@@ -114,12 +117,26 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
+_RUN_FLAGS = {"--launch-blocking": "launch_blocking", "--no-watch": "no_watch",
+              "--all-threads": "all_threads", "--traceback": "traceback"}
+
+
+def _is_module_name(name: str) -> bool:
+    return bool(name) and all(part.isidentifier() for part in name.split("."))
+
+
+def _usage_error(parser: argparse.ArgumentParser, message: str) -> int:
+    parser.print_usage(sys.stderr)
+    sys.stderr.write("cuda_debug run: %s\n" % message)
+    return EXIT_USAGE
+
+
 def run_main(argv: List[str]) -> int:
     # Parsed by hand, like `python` does: our options come before the script (or
-    # -m module); everything after it is the script's, --help included.
+    # -m module); everything after it is the script's, --help included. Our
+    # options are spelled out in full (no abbreviations, no --opt=value).
     parser = _run_parser()
-    opts = {"launch_blocking": False, "no_watch": False, "all_threads": False,
-            "traceback": False}
+    opts = dict.fromkeys(_RUN_FLAGS.values(), False)
     target, module, args = None, False, []
     i = 0
     while i < len(argv):
@@ -127,8 +144,8 @@ def run_main(argv: List[str]) -> int:
         if a in ("-h", "--help"):
             parser.print_help()
             return 0
-        if a.startswith("--") and a[2:].replace("-", "_") in opts:
-            opts[a[2:].replace("-", "_")] = True
+        if a in _RUN_FLAGS:
+            opts[_RUN_FLAGS[a]] = True
         elif a == "-m" or (a.startswith("-m") and len(a) > 2):
             target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
             module, args = True, argv[i + (1 if a[2:] else 2):]
@@ -138,25 +155,24 @@ def run_main(argv: List[str]) -> int:
             target, args = (argv[j], argv[j + 1:]) if j < len(argv) else (None, [])
             break
         else:
-            parser.print_usage(sys.stderr)
-            sys.stderr.write("cuda_debug run: unknown option %s (options go before the "
-                             "script; the script's own after it)\n" % a)
-            return EXIT_USAGE
+            return _usage_error(parser, "unknown option %s (options go before the script; the "
+                                        "script's own after it)" % a)
         i += 1
     if not target:
-        parser.print_usage(sys.stderr)
-        sys.stderr.write("cuda_debug run: a script (or -m module) is required\n")
-        return EXIT_USAGE
-    if not module and not os.path.exists(target):
-        parser.print_usage(sys.stderr)
-        sys.stderr.write("cuda_debug run: no such file: %s\n" % target)
-        return EXIT_USAGE
+        return _usage_error(parser, "-m needs a module name" if module else
+                            "a script (or -m module) is required")
     if opts["launch_blocking"] and opts["no_watch"]:
-        sys.stderr.write("cuda_debug run: --launch-blocking and --no-watch exclude each other\n")
-        return EXIT_USAGE
+        return _usage_error(parser, "--launch-blocking and --no-watch exclude each other")
     if opts["all_threads"] and not opts["launch_blocking"]:
-        sys.stderr.write("cuda_debug run: --all-threads goes with --launch-blocking\n")
-        return EXIT_USAGE
+        return _usage_error(parser, "--all-threads goes with --launch-blocking")
+    if module and not _is_module_name(target):
+        return _usage_error(parser, "-m %s: not a module name (dotted Python identifiers, like "
+                                    "python -m; for a file: run %s)" % (target, target))
+    if not module:
+        if not os.path.exists(target):
+            return _usage_error(parser, "no such file: %s" % target)
+        if os.path.isdir(target) and not os.path.exists(os.path.join(target, "__main__.py")):
+            return _usage_error(parser, "%s is a folder without __main__.py" % target)
     mode = "block" if opts["launch_blocking"] else "none" if opts["no_watch"] else "watch"
     return _run(target, args, module=module, mode=mode, all_threads=opts["all_threads"],
                 full_traceback=opts["traceback"])
@@ -270,13 +286,16 @@ def _report(e: BaseException, full_traceback: bool) -> int:
 
 def doctor_main(argv: List[str]) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m cuda_debug doctor",
+        prog="python -m cuda_debug doctor", allow_abbrev=False,
         description="What cuda_debug finds here: driver, GPUs, libcuda / CUPTI / cuBLAS and "
                     "where from, CUDA_LAUNCH_BLOCKING, whether CUPTI is free. Exit status 0 "
                     "when launch_blocking() works here or there is no GPU; 1 when there is a "
                     "GPU but launch_blocking() cannot work.")
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
-    ns = p.parse_args(argv)
+    try:
+        ns = p.parse_args(argv)
+    except SystemExit as e:       # --help (0) or a usage error (2): a status, not an exit
+        return _exit_status(e.code)
     from . import _environment
     facts = _environment.full(probe_cupti=True)
     status, verdict = _verdict(facts)
@@ -342,6 +361,8 @@ def _doctor_text(d: dict) -> str:
     else:
         rows.append(("GPU", "none found"))
     rows.append(("CUDA toolkit", ", ".join(d["toolkits"]) or "none found (CUDA_HOME, /usr/local/cuda)"))
+    rows.append(("cuda.pathfinder", d.get("pathfinder") or
+                 "not installed: CUPTI and cuBLAS cannot be looked for (pip install cuda-pathfinder)"))
     cupti = _lib_line(d["cupti"])
     if d.get("cupti_version"):
         cupti = "%s: %s" % (d["cupti_version"], cupti)

@@ -109,7 +109,9 @@ def driver() -> dict:
 
 
 def _lib_dict(lib) -> dict:
-    return {"found": lib.loaded, "path": lib.path or None, "how": lib.how or None,
+    return {"found": lib.loaded, "path": lib.path or None,
+            "how": _libraries.how_found(lib) if lib.loaded else None,
+            "found_via": lib.found_via or None,
             "error": None if lib.loaded else (lib.error or "no candidate"),
             "tried": [] if lib.loaded else list(lib.tried)}
 
@@ -169,7 +171,8 @@ def full(probe_cupti: bool = True) -> dict:
     d = driver()
     d.update(cuda_debug=__version__, python=platform.python_version(),
              executable=sys.executable, platform=platform.platform(),
-             toolkits=_libraries._cuda_roots(), frameworks=frameworks())
+             toolkits=_libraries._cuda_roots(), frameworks=frameworks(),
+             pathfinder=_libraries.pathfinder_version())
     d["init"] = None
     d["devices"] = []
     d["cupti"] = d["cublas"] = None

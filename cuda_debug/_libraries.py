@@ -1,22 +1,30 @@
 """Where libcuda, CUPTI and cuBLAS come from: the search policy.
 
-The C loader (csrc/loader.c) opens what this module tells it to, in order:
+The C loader (csrc/loader.c) opens what this module tells it to:
 
-1. a copy already loaded in the process (PyTorch and CuPy bring CUPTI and
-   cuBLAS with them: sharing their copy avoids two CUPTIs fighting);
-2. the system loader (``ldconfig``, ``LD_LIBRARY_PATH``) by soname;
-3. NVIDIA's pip wheels in every site-packages folder: CUDA 13 layout
-   ``nvidia/cu13/lib``, CUDA 12 layout ``nvidia/cuda_cupti/lib``, ``nvidia/cublas/lib``;
-4. ``$CUDA_HOME`` / ``$CUDA_PATH`` / ``/usr/local/cuda``: ``lib64``,
-   ``targets/*/lib`` (toolkit 13 keeps CUPTI there) and ``extras/CUPTI/lib64`` (toolkit 12).
+- the driver, ``libcuda.so.1``: through the system loader only (``ldconfig``,
+  ``LD_LIBRARY_PATH``). It comes with the NVIDIA driver, never with a toolkit
+  or a wheel (a toolkit's ``lib64/stubs/libcuda.so`` loads and then fails
+  every call). cuda.pathfinder does the same for the driver (system search
+  only), so it is not asked: the pytest header opens libcuda, and importing
+  pathfinder there would cost more than the rest of the plugin.
+- CUPTI and cuBLAS:
+
+  1. a copy already loaded in the process wins (PyTorch and CuPy bring CUPTI
+     and cuBLAS with them: sharing their copy avoids two CUPTIs fighting);
+     the C loader checks each soname with ``dlopen(RTLD_NOLOAD)``;
+  2. otherwise NVIDIA's ``cuda.pathfinder`` (the ``cuda-pathfinder``
+     package, imported only here, when a library is first needed) finds and
+     loads it: NVIDIA's pip wheels, conda, the system loader, ``$CUDA_PATH``
+     / ``$CUDA_HOME``, the toolkit next to a system-loadable CUDA library;
+     then the C loader opens the very file pathfinder loaded, so its
+     function tables bind to that copy. ``Library.found_via`` says which
+     of pathfinder's steps found it.
 
 Nothing is linked at build time, so ``import cuda_debug`` works on a machine
 with no driver; what is missing is said when it is needed.
 """
-import glob
 import os
-import site
-import sysconfig
 import threading
 from typing import List, NamedTuple, Optional
 
@@ -25,85 +33,110 @@ from . import _core
 CUDA, CUPTI, CUBLAS = "cuda", "cupti", "cublas"
 _IDS = {CUDA: _core.LIB_CUDA, CUPTI: _core.LIB_CUPTI, CUBLAS: _core.LIB_CUBLAS}
 
+# The sonames looked for among the libraries already loaded (and, for the
+# driver, given to the system loader), newest CUDA major first.
+SONAMES = {
+    CUDA: ["libcuda.so.1"],
+    CUPTI: ["libcupti.so.13", "libcupti.so.12", "libcupti.so"],
+    CUBLAS: ["libcublas.so.13", "libcublas.so.12", "libcublas.so"],
+}
+# libcuda.so (unversioned) only as a last resort: some containers ship just that link.
+_DRIVER_PATHS = ["libcuda.so.1", "libcuda.so"]
+
+ALREADY_LOADED = "already loaded"
+SYSTEM_LOADER = "system loader"
+PATHFINDER = "cuda.pathfinder"
+
 
 class Library(NamedTuple):
     name: str             # "cuda", "cupti", "cublas"
     loaded: bool
     path: str             # the file that was opened, "" if none
-    how: str              # "already loaded", "system loader", "path", ""
-    error: str            # why the last candidate failed
-    tried: List[str]      # candidates in the order tried
+    how: str              # "already loaded", "system loader", "cuda.pathfinder", ""
+    error: str            # why it could not be opened
+    tried: List[str]      # what was looked at, in order
+    found_via: str = ""   # pathfinder's own word for where it found it ("site-packages",
+    #                       "conda", "system-search", "CUDA_PATH", "system-ctk-root", ...)
 
 
 _lock = threading.Lock()
 _cache = {}
 
 
-def _site_dirs() -> List[str]:
-    dirs = []
-    for key in ("purelib", "platlib"):
-        dirs.append(sysconfig.get_paths().get(key))
-    try:
-        dirs += site.getsitepackages()
-        dirs.append(site.getusersitepackages())
-    except AttributeError:  # virtualenv's old site.py
-        pass
-    return [d for d in dict.fromkeys(dirs) if d and os.path.isdir(d)]
-
-
 def _cuda_roots() -> List[str]:
+    """Toolkit folders named by the environment (doctor reports them)."""
     roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
     return [r for r in dict.fromkeys(roots) if r and os.path.isdir(r)]
 
 
-def _majors() -> List[str]:
-    """CUDA major versions to try, the driver's own first."""
-    majors = ["13", "12"]
-    drv = _cache.get(CUDA)
-    if drv is not None and drv.loaded:
-        v = _core.driver_version()
-        if v and str(v // 1000) in majors:
-            majors.remove(str(v // 1000))
-            majors.insert(0, str(v // 1000))
-    return majors
+def pathfinder():
+    """The cuda.pathfinder module, imported on first use (it costs ~0.1 s); None if absent."""
+    try:
+        import cuda.pathfinder as pf
+    except ImportError:
+        return None
+    return pf
 
 
-def candidates(name: str) -> (List[str], List[str]):
-    """(sonames, paths) for `name`, in the order they are tried."""
-    if name == CUDA:
-        # Never a toolkit's lib64/stubs/libcuda.so: it loads and then fails every call.
-        return ["libcuda.so.1"], ["libcuda.so.1", "libcuda.so"]
-    base = {CUPTI: "libcupti", CUBLAS: "libcublas"}[name]
-    wheel_dir = {CUPTI: "cuda_cupti", CUBLAS: "cublas"}[name]
-    sonames = ["%s.so.%s" % (base, m) for m in _majors()] + [base + ".so"]
-    paths = list(sonames)
-    for sp in _site_dirs():
-        for m in _majors():
-            sub = "cu%s" % m if m != "12" else wheel_dir
-            paths.append(os.path.join(sp, "nvidia", sub, "lib", "%s.so.%s" % (base, m)))
-    for root in _cuda_roots():
-        for d in ([os.path.join(root, "lib64")] + glob.glob(os.path.join(root, "targets", "*", "lib"))
-                  + [os.path.join(root, "extras", "CUPTI", "lib64")]):
-            for so in sonames:
-                paths.append(os.path.join(d, so))
-    seen = set()
-    paths = [p for p in paths if not (p in seen or seen.add(p))]
-    return sonames, [p for p in paths if "/" not in p or os.path.exists(p)]
+def pathfinder_version() -> Optional[str]:
+    try:
+        from importlib import metadata
+        return metadata.version("cuda-pathfinder")
+    except Exception:
+        return None
+
+
+def _open_driver() -> Library:
+    ok, path, how, error = _core.load_library(_IDS[CUDA], SONAMES[CUDA], _DRIVER_PATHS)
+    how = {"path": SYSTEM_LOADER}.get(how, how)
+    return Library(CUDA, bool(ok), path, how if ok else "", error, list(_DRIVER_PATHS),
+                   ALREADY_LOADED if how == ALREADY_LOADED else SYSTEM_LOADER if ok else "")
+
+
+def _open_toolkit_lib(name: str) -> Library:
+    sonames = SONAMES[name]
+    tried = ["%s: %s" % (ALREADY_LOADED, ", ".join(sonames)),
+             "%s.load_nvidia_dynamic_lib(%r)" % (PATHFINDER, name)]
+    # 1. A copy already in the process wins (no pathfinder import needed).
+    ok, path, how, error = _core.load_library(_IDS[name], sonames, [])
+    if ok:
+        return Library(name, True, path, ALREADY_LOADED, "", tried[:1], ALREADY_LOADED)
+    # 2. cuda.pathfinder finds and loads it; the C loader opens that same file.
+    pf = pathfinder()
+    if pf is None:
+        return Library(name, False, "", "", "cuda-pathfinder is not installed (it is a "
+                       "dependency of cuda_debug: pip install cuda-pathfinder)", tried)
+    try:
+        dl = pf.load_nvidia_dynamic_lib(name)
+    except pf.DynamicLibNotFoundError as e:     # also: unknown to this pathfinder version
+        return Library(name, False, "", "", "cuda.pathfinder %s: %s"
+                       % (pathfinder_version() or "?", " ".join(str(e).split())), tried)
+    except (RuntimeError, OSError) as e:        # found, but dlopen failed
+        return Library(name, False, "", "", "cuda.pathfinder: %s" % e, tried)
+    if not dl.abs_path:
+        return Library(name, False, "", "", "cuda.pathfinder loaded %s but cannot say from "
+                       "which file" % name, tried)
+    ok, path, how, error = _core.load_library(_IDS[name], [], [dl.abs_path])
+    found_via = getattr(dl, "found_via", None) or "?"
+    if not ok:
+        return Library(name, False, "", "", "%s (found by cuda.pathfinder via %s): %s"
+                       % (dl.abs_path, found_via, error), tried, found_via)
+    return Library(name, True, path, PATHFINDER, "", tried, found_via)
 
 
 def _open(name: str) -> Library:
     """Open `name` unless already open; the caller holds _lock."""
     lib = _cache.get(name)
     if lib is None or not lib.loaded:
-        sonames, paths = candidates(name)
-        ok, path, how, error = _core.load_library(_IDS[name], sonames, paths)
-        lib = _cache[name] = Library(name, bool(ok), path, how, error, paths)
+        lib = _cache[name] = _open_driver() if name == CUDA else _open_toolkit_lib(name)
     return lib
 
 
 def load(name: str) -> Library:
     """Open `name` once (first success is kept); never raises. The driver is
-    opened first: its version decides which CUDA major to look for."""
+    opened first."""
+    if name not in _IDS:
+        raise ValueError("unknown library %r: one of %s" % (name, ", ".join(_IDS)))
     lib = _cache.get(name)
     if lib is not None and lib.loaded:
         return lib          # no lock once loaded: scope entry must not wait on one
@@ -115,8 +148,15 @@ def load(name: str) -> Library:
 
 def describe(lib: Library) -> str:
     if lib.loaded:
-        return "%s (%s)" % (lib.path, lib.how)
+        return "%s (%s)" % (lib.path, how_found(lib))
     return "not found (%s); looked for: %s" % (lib.error or "no candidate", ", ".join(lib.tried))
+
+
+def how_found(lib: Library) -> str:
+    """"cuda.pathfinder, via site-packages", "already loaded", "system loader"."""
+    if lib.how == PATHFINDER:
+        return "%s, via %s" % (PATHFINDER, lib.found_via)
+    return lib.how
 
 
 def ensure(name: str) -> Library:
@@ -146,8 +186,8 @@ def ensure(name: str) -> Library:
                 CUBLAS: "cuBLAS (libcublas), needed for cuda_debug.bench.gemm"}[name]
         raise CudaUnavailableError(
             "%s was not found (%s). Install it with the CUDA toolkit, or `pip install "
-            "nvidia-cuda-cupti nvidia-cublas` (CUDA 12) / the cu13 wheels; or set CUDA_HOME. "
-            "Looked for: %s" % (what, lib.error or "no candidate", ", ".join(lib.tried)),
+            "nvidia-cuda-cupti nvidia-cublas` (CUDA 13 wheels; -cu12 for CUDA 12); or set "
+            "CUDA_HOME. Looked for: %s" % (what, lib.error or "no candidate", "; ".join(lib.tried)),
             missing="lib" + name, tried=lib.tried)
     return lib
 

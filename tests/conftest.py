@@ -14,6 +14,24 @@ import textwrap
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The tests run against whichever cuda_debug is imported: this checkout (an
+# editable install, or PYTHONPATH), or an installed copy when tests/ runs from
+# elsewhere. Subprocesses get PKG_PARENT, the folder that copy was imported from,
+# on PYTHONPATH (never ROOT: a checkout shadows an installed copy).
+import cuda_debug  # noqa: E402  (cheap: the package imports lazily)
+
+PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(cuda_debug.__file__)))
+# The source tree (csrc/: generators, headers), or None when tests/ runs without it.
+SOURCE_TREE = ROOT if os.path.isfile(os.path.join(ROOT, "csrc", "cuda_debug.h")) else None
+
+
+def need_source_tree(what):
+    """Skip, saying why, where the tests run without the source tree."""
+    if SOURCE_TREE is None:
+        pytest.skip("%s needs the source tree (csrc/), absent next to %s: the tests run "
+                    "against an installed cuda_debug (%s)" % (what, os.path.dirname(__file__),
+                                                             cuda_debug.__file__))
+    return SOURCE_TREE
 
 
 def gpu_unavailable_reason():

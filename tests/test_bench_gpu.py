@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import PKG_PARENT
 
 pytestmark = pytest.mark.gpu
 
@@ -143,7 +143,7 @@ def test_cli_writes_table_json_csv(tmp_path, capsys):
 def test_python_m_cuda_debug_bench_latency():
     p = subprocess.run([sys.executable, "-m", "cuda_debug", "bench", "latency", "--modes",
                         "async,sync", "--launches", "100", "--repeats", "3", "--samples", "100",
-                        "-q"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+                        "-q"], capture_output=True, text=True, cwd=PKG_PARENT, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "us/launch" in p.stdout and "sync" in p.stdout
 

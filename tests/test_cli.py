@@ -10,14 +10,14 @@ import textwrap
 import pytest
 
 import conftest
-from conftest import ROOT, gpu_unavailable_reason
+from conftest import PKG_PARENT, gpu_unavailable_reason
 
 NO_GPU = gpu_unavailable_reason() is not None
 
 
 def cli(*args, cwd=None, env=None, timeout=120):
     full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [PKG_PARENT, os.environ.get("PYTHONPATH")]))
     full_env.pop("CUDA_LAUNCH_BLOCKING", None)
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "cuda_debug"] + list(args), cwd=cwd,
@@ -179,11 +179,46 @@ def test_run_module(tmp_path):
     ((), "a script (or -m module) is required"),
     (("--bogus", "x.py"), "unknown option --bogus"),
     (("no_such_script.py",), "no such file: no_such_script.py"),
+    # Options are spelled in full: no underscores, abbreviations or values.
+    (("--launch_blocking", "x.py"), "unknown option --launch_blocking"),
+    (("--launch", "x.py"), "unknown option --launch"),
+    (("--traceback=1", "x.py"), "unknown option --traceback=1"),
+    (("--all-threads", "x.py"), "--all-threads goes with --launch-blocking"),
+    (("-m",), "-m needs a module name"),
+    (("-m", "pkg/mod.py"), "-m pkg/mod.py: not a module name"),
+    (("-m", "1abc"), "-m 1abc: not a module name"),
+    ((".",), ". is a folder without __main__.py"),
 ])
 def test_run_usage_errors(tmp_path, args, message):
+    (tmp_path / "x.py").write_text("print('ran')\n")
     r = cli("run", *args, cwd=str(tmp_path))
-    assert r.returncode == 2
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
     assert message in r.stderr
+
+
+def test_run_a_folder_with_main(tmp_path):
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text("import sys; print('app', sys.argv[1:])\n")
+    r = cli("run", "app", "a", cwd=str(tmp_path))
+    assert (r.returncode, r.stdout) == (0, "app ['a']\n"), r.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (("doctor", "--js"), "unrecognized arguments: --js"),      # no abbreviations
+    (("doctor", "now"), "unrecognized arguments: now"),
+    (("--version", "x"), "--version takes no arguments"),
+])
+def test_other_usage_errors(args, message):
+    r = cli(*args)
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert message in r.stderr
+
+
+def test_usage_errors_are_returned_not_raised(capsys):
+    from cuda_debug import _cli
+    assert _cli.main(["doctor", "--bogus"]) == 2
+    assert _cli.main(["run", "--bogus"]) == 2
+    assert "--bogus" in capsys.readouterr().err
 
 
 def test_run_help():

@@ -14,7 +14,7 @@ import pytest
 import cuda_debug
 from cuda_debug import _core, _cuda_errors, _errors, _libraries, _report
 
-from conftest import ROOT, gpu_unavailable_reason
+from conftest import PKG_PARENT, gpu_unavailable_reason, need_source_tree
 
 
 def test_extension_is_built_against_cuda_headers():
@@ -38,7 +38,7 @@ def test_import_needs_no_driver():
         "    print('ENTERED')\n")
     env = dict(os.environ, LD_LIBRARY_PATH="/nonexistent", CUDA_HOME="/nonexistent")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       cwd=ROOT)
+                       cwd=PKG_PARENT)
     assert p.returncode == 0, p.stderr
     if gpu_unavailable_reason() is None:
         pytest.skip("this machine has a driver: the no-driver path is not reachable here")
@@ -127,19 +127,10 @@ def test_bare_decorator_and_coroutines_are_covered():
     assert _core.thread_state() == 0
 
 
-def test_library_candidates_follow_the_documented_order(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
-    lib = tmp_path / "targets" / "x86_64-linux" / "lib"
-    lib.mkdir(parents=True)
-    (lib / "libcupti.so.13").write_bytes(b"")
-    sonames, paths = _libraries.candidates("cupti")
-    assert sonames[0] == "libcupti.so.13" and "libcupti.so.12" in sonames
-    assert paths[0] == "libcupti.so.13"                          # system loader first
-    assert str(lib / "libcupti.so.13") in paths                  # then CUDA_HOME
-    assert all("/" not in p or os.path.exists(p) for p in paths)
-    cuda_sonames, cuda_paths = _libraries.candidates("cuda")
-    assert cuda_sonames == ["libcuda.so.1"]
-    assert not any("stubs" in p for p in cuda_paths)
+def test_the_driver_is_never_a_toolkit_stub():
+    assert _libraries.SONAMES["cuda"] == ["libcuda.so.1"]
+    assert not any("/" in p for p in _libraries._DRIVER_PATHS)   # the system loader only
+    assert _libraries.SONAMES["cupti"][0] == "libcupti.so.13"
 
 
 def test_loading_a_missing_library_reports_where_it_looked(tmp_path, monkeypatch):
@@ -299,7 +290,8 @@ def test_fault_kernels_header_is_up_to_date():
                                     if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
     if nvcc is None:
         pytest.skip("no nvcc here to rebuild the PTX")
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "csrc", "gen_fault_kernels.py"),
+    root = need_source_tree("regenerating the fault kernels' PTX")
+    p = subprocess.run([sys.executable, os.path.join(root, "csrc", "gen_fault_kernels.py"),
                         "--check", "--nvcc", nvcc], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
 
@@ -312,6 +304,6 @@ def test_import_is_lazy():
             "                      'cuda_debug._core') if m in sys.modules]\n"
             "cuda_debug.DeviceAssertError\n"
             "print(before, 'cuda_debug._errors' in sys.modules, 'numpy' in sys.modules)\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PKG_PARENT)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["[]", "True", "False"], p.stdout

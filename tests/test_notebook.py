@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, gpu_unavailable_reason
+from conftest import PKG_PARENT, gpu_unavailable_reason
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -43,7 +43,7 @@ class Cell:
 def notebook(tmp_path, monkeypatch):
     """execute([cell sources]) -> [Cell]: one fresh kernel per call."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+        filter(None, [PKG_PARENT, os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
 
     def execute(sources, timeout=120):

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, gpu_unavailable_reason
+from conftest import PKG_PARENT, gpu_unavailable_reason
 
 pytest_plugins = ("pytester",)
 
@@ -35,7 +35,7 @@ PLUGIN_ARGS = () if INSTALLED else ("-p", "cuda_debug.pytest_plugin")
 def inner(pytester, monkeypatch):
     """pytester whose subprocesses import this checkout's cuda_debug."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+        filter(None, [PKG_PARENT, os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
     return pytester
 

@@ -1,0 +1,163 @@
+"""What a user installs: the sdist's contents, where CUPTI and cuBLAS come from
+(cuda.pathfinder; an already-loaded copy first), and that pathfinder is
+imported only when a library is needed. CPU only; library loading happens in
+child processes (a library, once loaded, stays loaded)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+
+import pytest
+
+from conftest import PKG_PARENT, need_source_tree
+
+
+def py(code, env=None, timeout=120):
+    """Run `code` in a fresh Python; the JSON it prints last."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [PKG_PARENT, os.environ.get("PYTHONPATH")]))
+    full_env.update(env or {})
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, env=full_env, cwd=PKG_PARENT, timeout=timeout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def pathfinder_finds(name):
+    """(abs_path, found_via) of `name` as cuda.pathfinder alone finds it, or skip."""
+    r = py("""
+        import json
+        try:
+            import cuda.pathfinder as pf
+        except ImportError as e:
+            print(json.dumps({"skip": "cuda-pathfinder is not installed: %%s" %% e})); raise SystemExit
+        try:
+            dl = pf.load_nvidia_dynamic_lib(%r)
+        except pf.DynamicLibNotFoundError as e:
+            print(json.dumps({"skip": "cuda.pathfinder finds no %s here: %%s" %% e})); raise SystemExit
+        print(json.dumps({"path": dl.abs_path, "via": dl.found_via}))
+    """ % (name, name))
+    if "skip" in r:
+        pytest.skip(r["skip"])
+    return r["path"], r["via"]
+
+
+def test_import_and_plugin_do_not_import_pathfinder():
+    r = py("""
+        import json, sys
+        import cuda_debug, cuda_debug.pytest_plugin, cuda_debug._libraries, cuda_debug._environment
+        cuda_debug._environment.header_line("off", depth="driver")   # opens libcuda, if any
+        print(json.dumps("cuda.pathfinder" in sys.modules))
+    """)
+    assert r is False
+
+
+@pytest.mark.parametrize("name", ["cupti", "cublas"])
+def test_found_through_pathfinder(name):
+    path, via = pathfinder_finds(name)
+    r = py("""
+        import json, os, sys
+        from cuda_debug import _libraries as L
+        lib = L.load(%r)
+        import cuda.pathfinder as pf
+        dl = pf.load_nvidia_dynamic_lib(%r)      # cached: what pathfinder gave us
+        maps = {l.split()[-1] for l in open("/proc/self/maps") if "lib%s.so" in l}
+        print(json.dumps({"lib": lib._asdict(), "dl": [dl.abs_path, dl.found_via],
+                          "describe": L.describe(lib), "maps": sorted(maps)}))
+    """ % (name, name, name))
+    lib = r["lib"]
+    assert lib["loaded"] and lib["how"] == "cuda.pathfinder", lib
+    assert lib["found_via"] == r["dl"][1] == via
+    assert os.path.samefile(lib["path"], r["dl"][0])
+    # The C loader bound the copy pathfinder loaded: one lib<name> in the process.
+    assert [os.path.realpath(m) for m in r["maps"]] == [os.path.realpath(path)], r["maps"]
+    assert r["describe"] == "%s (cuda.pathfinder, via %s)" % (lib["path"], via)
+
+
+def test_an_already_loaded_copy_wins(tmp_path):
+    """A CUPTI that a framework loaded first (here: ctypes, from elsewhere) is the
+    one used; pathfinder is not even imported."""
+    path, _ = pathfinder_finds("cupti")
+    copy = tmp_path / os.path.basename(path)
+    shutil.copyfile(os.path.realpath(path), copy)
+    r = py("""
+        import ctypes, json, os, sys
+        ctypes.CDLL(%r, mode=os.RTLD_GLOBAL)
+        from cuda_debug import _libraries as L
+        lib = L.load("cupti")
+        maps = {l.split()[-1] for l in open("/proc/self/maps") if "libcupti.so" in l}
+        print(json.dumps({"lib": lib._asdict(), "pf": "cuda.pathfinder" in sys.modules,
+                          "maps": sorted(maps)}))
+    """ % str(copy))
+    lib = r["lib"]
+    assert lib["loaded"] and lib["how"] == "already loaded", lib
+    assert os.path.samefile(lib["path"], copy)
+    assert r["maps"] == [str(copy)] and r["pf"] is False
+
+
+def test_without_pathfinder_says_so():
+    r = py("""
+        import json, sys
+        sys.modules["cuda.pathfinder"] = None          # import cuda.pathfinder fails
+        from cuda_debug import _libraries as L
+        lib = L.load("cupti")
+        print(json.dumps([lib.loaded, lib.error, L.describe(lib)]))
+    """)
+    assert r[0] is False
+    assert "cuda-pathfinder is not installed" in r[1] and "pip install cuda-pathfinder" in r[1]
+
+
+def test_what_pathfinder_could_not_find_is_said():
+    r = py("""
+        import json
+        import cuda.pathfinder as pf
+        def nothing(name):
+            raise pf.DynamicLibNotFoundError('Failure finding "libcublas.so": no such file')
+        pf.load_nvidia_dynamic_lib = nothing
+        from cuda_debug import _libraries as L
+        lib = L.load("cublas")
+        print(json.dumps([lib.loaded, lib.error, lib.tried]))
+    """)
+    loaded, error, tried = r
+    assert loaded is False
+    assert error.startswith("cuda.pathfinder ") and 'Failure finding "libcublas.so"' in error
+    assert tried == ["already loaded: libcublas.so.13, libcublas.so.12, libcublas.so",
+                     "cuda.pathfinder.load_nvidia_dynamic_lib('cublas')"]
+
+
+def test_unknown_library_name_is_refused():
+    from cuda_debug import _libraries
+    with pytest.raises(ValueError, match="unknown library 'cudnn'"):
+        _libraries.load("cudnn")
+
+
+def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
+    root = need_source_tree("building the sdist")
+    # (asked from outside the tree: a build/ folder there would pass for the package)
+    if subprocess.run([sys.executable, "-c", "import build.__main__"], cwd=str(tmp_path),
+                      capture_output=True).returncode:
+        pytest.skip("the `build` package (in the [test] extra) builds the sdist")
+    # From a copy without the working tree's build products: setuptools would
+    # otherwise re-add every file an old *.egg-info/SOURCES.txt lists.
+    src = tmp_path / "src"
+    shutil.copytree(root, src, ignore=shutil.ignore_patterns(
+        "*.egg-info", "build", "dist", ".git", "__pycache__", "*.so", ".pytest_cache"))
+    p = subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path),
+                        str(src)], capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (sdist,) = tmp_path.glob("cuda_debug-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    wanted = {"setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", ".ci/run",
+              ".ci/check_aarch64.sh", ".ci/aarch64_known_errors"}
+    for folder, exts in (("csrc", (".c", ".h", ".cu", ".py")), ("cuda_debug", (".py",)),
+                         ("tests", (".py",))):
+        wanted |= {"%s/%s" % (folder, f) for f in os.listdir(os.path.join(root, folder))
+                   if f.endswith(exts)}
+    assert {"csrc/cuda_debug.h", "csrc/fault_kernels_ptx.h", "csrc/fault_kernels.cu",
+            "csrc/gen_cuda_errors.py", "tests/conftest.py"} <= wanted
+    assert not wanted - names, "missing from the sdist: %s" % sorted(wanted - names)
+    assert not [n for n in names if n.endswith((".so", ".pyc", ".o"))]
