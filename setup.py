@@ -55,7 +55,7 @@ def numpy_include():
 
 
 SOURCES = ["module.c", "loader.c", "launch_hooks.c", "fault_capture.c", "demangle.c",
-           "fault_kernels.c", "gemm_bench.c"]
+           "fault_kernels.c", "bench_buffers.c", "gemm_loops.c", "launch_latency.c"]
 
 core = Extension(
     "cuda_debug._core",
