@@ -81,7 +81,8 @@ def _output_args(p, plot: bool):
 
 
 def parser() -> argparse.ArgumentParser:
-    from . import gemm, launch_latency
+    from ._gemm import gemm
+    from ._latency import launch_latency
     d = lambda name: _default(gemm, name)              # noqa: E731
     p = _Parser(prog="python -m cuda_debug bench",
                 description="GEMM and launch-latency microbenchmarks: what synchronous "

@@ -104,7 +104,7 @@ class Progress:
     def step(self, text: Optional[str] = None) -> None:
         self.done = min(self.done + 1, self.total)
         if self.callback is not None:
-            self.callback(self.done, self.total, self.prefix + (text or self._text))
+            self.callback(self.done, self.total, self.prefix + text if text else self._text)
 
     def close(self) -> None:
         if self.enabled and self.total:
