@@ -521,3 +521,92 @@ def test_cli_help_and_flags_argument(capsys):
     assert _cli.main(["bench", "gemm", "--sizes", "-1"]) == 2
     assert _cli.flags_arg("sweep") == "sweep"
     assert _cli.flags_arg("tf32=1,bf16_rr=off") == {"tf32": True, "bf16_rr": False}
+
+
+# -------------------------------------------- benchmarks/seed_question.py --
+
+def _seed_module(monkeypatch):
+    import importlib.util
+    import os
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "benchmarks")
+    monkeypatch.syspath_prepend(here)
+    spec = importlib.util.spec_from_file_location("seed_question",
+                                                  os.path.join(here, "seed_question.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _seed_doc():
+    """A results document as seed_question.measure() writes it, from fake samples:
+    a constant 10 us extra per GEMM under CUDA_LAUNCH_BLOCKING=1."""
+    cfgs = bench.plan([1024, 4096], ["fp32", "bf16"], [dict(bench.TORCH_DEFAULT_FLAGS)])
+    runs = []
+    for c in cfgs:
+        base = 1e-12 * c.flops / (50.0 if c.dtype == "fp32" else 600.0) * 1e3   # ms
+        for mode, extra in (("async", 0.0), ("sync", 0.008), ("scope", 0.009),
+                            ("launch_blocking", 0.010)):
+            runs.append((c, mode, _raw([base + extra] * 3)))
+    res = _results.build_gemm_result(runs, {"flush_bytes": 0, "peak_tflops": {}})
+    versus = [{"dtype": c.dtype, "flags": c.flags_label, "n": c.m,
+               "torch": {"ms": 1.0, "p10": 1.0, "p90": 1.01, "tflops": 100.0},
+               "bench": {"gemmex": {"ms": 1.0, "p10_ms": 1.0, "p90_ms": 1.02, "tflops": 100.0,
+                                    "loop_n": 10},
+                         "lt": {"ms": 1.1, "p10_ms": 1.0, "p90_ms": 1.1, "tflops": 90.0,
+                                "loop_n": 10}}} for c in cfgs]
+    return {"started": "2026-11-30 12:00 UTC", "command": "python benchmarks/seed_question.py",
+            "env": {"gpu": "NVIDIA H200", "compute_capability": "9.0", "driver": "580",
+                    "driver_cuda": "13.0", "cublas": "13.1.0", "torch": "2.11",
+                    "torch_cuda": "13.0", "cuda_debug": "0.1.0", "git_commit": "abc1234"},
+            "modes": list(bench.BASE_MODES), "sizes": [1024, 4096], "duration_s": 200.0,
+            "sweep": {"rows": res.rows(), "meta": {}}, "versus": versus,
+            "torch_clb": {"env": "1", "rows": [{"dtype": "bf16", "n": 1024, "times": [1.2] * 3}],
+                          "error": None},
+            "sync_debug": {"rows": [{"config": "async (default)", "launch_ms": 0.02,
+                                     "kernel_ms": 200.0},
+                                    {"config": "CUDA_LAUNCH_BLOCKING=1 (child process)",
+                                     "launch_ms": 200.1, "kernel_ms": 200.2}]},
+            "latency": {"rows": [{"mode": "async", "us": 4.2, "extra_us": 0.0, "call_us": 3.9}]}}
+
+
+def test_seed_question_renders_every_table(monkeypatch, tmp_path):
+    sq = _seed_module(monkeypatch)
+    text = sq.render(_seed_doc(), "seed.png")
+    assert "**NVIDIA H200**" in text and "commit `abc1234`" in text and "cuBLAS 13.1.0" in text
+    assert "+10.0 us" in text and "extra time per GEMM is 10.0-10.0 us" in text
+    assert "**bf16, reduced-precision reduction allowed (PyTorch's default)**" in text
+    assert "| 1024 | 5.6 -> 8.9 (+59%) |" in text
+    assert "torch.matmul itself under CUDA_LAUNCH_BLOCKING=1" in text
+    assert "set_sync_debug_mode(1)` is not CUDA_LAUNCH_BLOCKING=1" in text and "200.100" in text
+    assert "0.900 **below**" in text and "Target bench >= 0.97x torch: 4 of 8 met" in text
+    assert "Target p90/p10 <= 1.05 for n >= 2048" in text and "worst 1.100" in text
+    assert "![CUDA_LAUNCH_BLOCKING=1" in text
+    # --render: no GPU, a section in an existing results file
+    doc = tmp_path / "seed.json"
+    doc.write_text(json.dumps(_seed_doc()))
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# results\n\n## Other\n\nkeep me\n")
+    assert sq.main(["--render", str(doc), "--out", str(out)]) == 0
+    written = out.read_text()
+    assert "keep me" in written and "<!-- BEGIN seed_question -->" in written
+    if importlib.util.find_spec("matplotlib") is not None:
+        png = tmp_path / "seed.png"
+        assert sq.main(["--render", str(doc), "--out", str(out), "--plot", str(png)]) == 0
+        assert png.read_bytes()[:4] == b"\x89PNG"
+        assert out.read_text().count("<!-- BEGIN seed_question -->") == 1
+
+
+def test_results_section_is_replaced_in_place(monkeypatch, tmp_path):
+    _seed_module(monkeypatch)
+    import _common
+    path = str(tmp_path / "RESULTS.md")
+    with open(path, "w") as f:
+        f.write("# results\n\n## Other\n\nkeep me\n")
+    _common.write_results_section(path, "gemm", "GEMM", "first")
+    _common.write_results_section(path, "gemm", "GEMM", "second")
+    text = open(path).read()
+    assert "keep me" in text and "second" in text and "first" not in text
+    assert text.count("## GEMM") == 1
+    monkeypatch.setenv("CUDA_DEBUG_COMMIT", "feedbee")
+    assert _common.git_commit() == "feedbee"
