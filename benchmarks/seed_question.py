@@ -443,13 +443,13 @@ def render(doc: dict, plot_ref: str = None) -> str:
         lines += ["ms per `torch.matmul(a, b, out=c)` (PyTorch's default flags), async here "
                   "and in a child with CUDA_LAUNCH_BLOCKING=%s, the same loop as bench.gemm; "
                   "next to bench.gemm's async and launch_blocking rows:" % clb.get("env"), ""]
-        versus = {(v["dtype"], v["n"]): v for v in doc["versus"]}
+        versus = {(v["dtype"], v["flags"], v["n"]): v for v in doc["versus"]}
         body = []
         for item in clb["rows"]:
-            v = versus.get((item["dtype"], item["n"]))
+            fl = "rr=on" if item["dtype"] == "bf16" else "tf32=off"     # PyTorch's defaults
+            v = versus.get((item["dtype"], fl, item["n"]))
             t_async = v["torch"]["ms"] if v else None
             t_clb = summarize(item["times"])[0]
-            fl = "rr=on" if item["dtype"] == "bf16" else "tf32=off"
             b = by.get((item["dtype"], fl), {}).get(item["n"], {})
             body.append([item["dtype"], item["n"], _ms(t_async), _ms(t_clb) + _pct(t_clb, t_async),
                          "%+.1f" % ((t_clb - t_async) * 1e3) if t_async else "-",
