@@ -10,8 +10,8 @@ Usage:
 For every (size, dtype, flags) it times, in one process and one after the other:
 
     bench   cuda_debug.bench.gemm(mode="async"), for each --api (gemmex: the
-            cublasGemmEx call PyTorch makes; lt: cublasLtMatmul, fastest of the
-            heuristic's candidates)
+            cublasGemmEx call PyTorch makes; lt: cublasLtMatmul with the
+            heuristic's choice, as PyTorch's Lt path)
     torch   torch.matmul(a, b, out=c) on torch.randn data, with the same
             torch.backends.cuda.matmul flags (tf32 = fp32 with allow_tf32=True)
 
