@@ -55,8 +55,8 @@ def numpy_include():
 
 
 SOURCES = ["module.c", "loader.c", "launch_hooks.c", "scopes.c", "watch_ring.c", "frames.c",
-           "intern.c", "fault_records.c", "fault_report.c", "stderr_tee.c", "driver_log.c", "demangle.c",
-           "fault_kernels.c", "gemm_bench.c"]
+           "intern.c", "fault_records.c", "fault_report.c", "stderr_tee.c", "driver_log.c",
+           "demangle.c", "fault_kernels.c", "bench_buffers.c", "gemm_loops.c", "launch_latency.c"]
 
 core = Extension(
     "cuda_debug._core",

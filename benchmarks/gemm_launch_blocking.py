@@ -35,6 +35,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import _common  # noqa: E402  (benchmarks/_common.py)
 
 SEED_CLAIM = {1024: (5.6, 8.9), 2048: (32.1, 51.7), 4096: (210.3, 332.6)}
 
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
         pass
     from cuda_debug import bench
 
-    env = bench.environment()
+    env = _common.environment()
     started = datetime.datetime.now(datetime.timezone.utc)
     res = bench.gemm(sizes=args.sizes, dtypes=args.dtypes, modes=args.modes, flags="default",
                      repeats=args.repeats, warmup=args.warmup, loop_ms=args.loop_ms,
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
             args.png, os.path.dirname(os.path.abspath(args.results)))
     except ImportError as e:
         png_note = "\n(no PNG: %s)\n" % e
-    bench.write_results_section(
+    _common.write_results_section(
         args.results, "gemm_launch_blocking",
         "GEMM: what synchronous launching costs (benchmarks/gemm_launch_blocking.py)",
         report + png_note)

@@ -10,8 +10,8 @@ Usage:
 For every (size, dtype, flags) it times, in one process and one after the other:
 
     bench   cuda_debug.bench.gemm(mode="async"), for each --api (gemmex: the
-            cublasGemmEx call PyTorch makes; lt: cublasLtMatmul, fastest of the
-            heuristic's candidates)
+            cublasGemmEx call PyTorch makes; lt: cublasLtMatmul with the
+            heuristic's choice, as PyTorch's Lt path)
     torch   torch.matmul(a, b, out=c) on torch.randn data, with the same
             torch.backends.cuda.matmul flags (tf32 = fp32 with allow_tf32=True)
 
@@ -32,6 +32,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import _common  # noqa: E402  (benchmarks/_common.py)
 
 REFERENCE_BF16_8192_TFLOPS = 790.0   # best matmul rate measured on the H200 (issue #3)
 
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
 
     apis = [a.strip() for a in args.api.split(",") if a.strip()]
     configs = bench.plan(args.sizes, args.dtypes, args.flags, apis=("gemmex",))
-    env = bench.environment()
+    env = _common.environment()
     started = datetime.datetime.now(datetime.timezone.utc)
     m0 = torch.backends.cuda.matmul
     saved = (m0.allow_tf32, m0.allow_fp16_reduced_precision_reduction,
@@ -154,7 +155,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump({"env": env, "rows": rows}, f, indent=1, default=str)
     if not args.no_write:
-        bench.write_results_section(
+        _common.write_results_section(
             args.results, "gemm_vs_torch",
             "GEMM: cuda_debug.bench.gemm vs torch.matmul (benchmarks/gemm_vs_torch.py)", report)
         print("wrote %s" % args.results)

@@ -16,7 +16,9 @@
  *   driver_log.c    the driver's error log (cuLogsRegisterCallback, CUDA >= 12.9)
  *   demangle.c      C++ symbol demangling and short kernel names
  *   fault_kernels.c PTX fault kernels for cuda_debug.testing, launched via the driver
- *   gemm_bench.c    cuBLAS GEMM / launch-latency timing loops for cuda_debug.bench
+ *   gemm_loops.c    cuBLAS / cuBLASLt GEMM timing loops for cuda_debug.bench
+ *   launch_latency.c empty-kernel launch timing loops for cuda_debug.bench
+ *   bench_buffers.c the benchmark's device buffers, L2 flush, sample arrays (bench.h)
  *
  * Nothing here links libcuda, CUPTI or cuBLAS: the headers give us types and
  * prototypes (used through __typeof__), the loader fills the function tables.
@@ -87,7 +89,7 @@ typedef struct {
     CD_CUPTI_OPTIONAL(CD_DECLARE_PTR)
 } cd_cupti_api;
 
-/* cuBLAS is declared in gemm_bench.c (only the benchmark uses it). */
+/* cuBLAS is declared in gemm_loops.c (only the benchmark uses it). */
 
 enum cd_lib { CD_LIB_CUDA = 0, CD_LIB_CUPTI = 1, CD_LIB_CUBLAS = 2, CD_LIB_COUNT = 3 };
 
@@ -401,11 +403,11 @@ size_t cd_short_kernel_name(const char *name, char *out, size_t cap);
  * first use; the context must be current). */
 int cd_fault_kernel(int device, const char *mangled, CUfunction *out);
 
-/* fault_kernels.c, gemm_bench.c: Python-facing functions */
+/* fault_kernels.c, gemm_loops.c, launch_latency.c, bench_buffers.c: Python-facing functions */
 PyObject *cd_py_fault_launch(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *cd_py_gemm(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *cd_py_launch_latency(PyObject *self, PyObject *args, PyObject *kw);
-PyObject *cd_py_bench_records(PyObject *self, PyObject *args);
+PyObject *cd_py_gemm_types(PyObject *self, PyObject *unused);
 PyObject *cd_py_bench_release(PyObject *self, PyObject *arg);
 PyObject *cd_py_mem_info(PyObject *self, PyObject *arg);
 

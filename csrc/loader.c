@@ -62,7 +62,7 @@ static int bind_symbols(enum cd_lib lib, void *handle, char *err, size_t errlen)
         CD_CUPTI_FUNCS(CD_BIND_REQ)
         CD_CUPTI_OPTIONAL(CD_BIND_OPT)
     }
-    /* cuBLAS symbols are bound by gemm_bench.c through cd_sym(). */
+    /* cuBLAS symbols are bound by gemm_loops.c through cd_sym(). */
     return 0;
 #undef CD_BIND_REQ
 #undef CD_BIND_FALLBACK

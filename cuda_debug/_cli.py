@@ -81,12 +81,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def bench_main(argv: List[str]) -> int:
     try:
-        mod = importlib.import_module("cuda_debug._cli_bench")
+        mod = importlib.import_module("cuda_debug.bench._cli")
     except ModuleNotFoundError as e:
-        if e.name != "cuda_debug._cli_bench":
+        if e.name != "cuda_debug.bench._cli":
             raise
         sys.stderr.write("cuda_debug: the bench command is not available in this build "
-                         "(cuda_debug._cli_bench is missing)\n")
+                         "(cuda_debug.bench._cli is missing)\n")
         return EXIT_ERROR
     return int(mod.main(argv) or 0)
 

@@ -26,7 +26,7 @@ def bench():
 
 @pytest.fixture(scope="module")
 def all_modes(bench):
-    return bench.gemm(sizes=[256], dtypes=["bf16"], modes=bench.MODES, check=True, **FAST)
+    return bench.gemm(sizes=[256], dtypes=["bf16"], modes=bench.BASE_MODES, check=True, **FAST)
 
 
 def test_product_is_right_in_every_dtype_and_api(bench):
@@ -61,7 +61,7 @@ def test_flags_reach_cublas(bench):
 
 def test_every_mode_runs(all_modes, bench):
     rows = {r["mode"]: r for r in all_modes.rows()}
-    assert set(rows) == set(bench.MODES)
+    assert set(rows) == set(bench.BASE_MODES)
     for mode, r in rows.items():
         assert r["ms"] > 0 and r["p10_ms"] <= r["ms"] <= r["p90_ms"], r
         assert r["rel_err"] <= bench.TOLERANCE["bf16"], r
@@ -118,7 +118,7 @@ def test_too_large_for_the_gpu_is_a_valueerror(bench):
 def test_launch_latency_every_mode(bench):
     res = bench.launch_latency(launches=200, repeats=5, samples=200)
     rows = {r["mode"]: r for r in res.rows()}
-    assert set(rows) == set(bench.MODES)
+    assert set(rows) == set(bench.BASE_MODES)
     assert rows["async"]["us"] > 0
     for mode in ("sync", "scope", "launch_blocking"):
         assert rows[mode]["call_us"] > rows["async"]["call_us"], (mode, rows)
@@ -127,9 +127,9 @@ def test_launch_latency_every_mode(bench):
 
 
 def test_cli_writes_table_json_csv(tmp_path, capsys):
-    from cuda_debug import _cli_bench
+    from cuda_debug.bench import _cli
     j, c = str(tmp_path / "g.json"), str(tmp_path / "g.csv")
-    rc = _cli_bench.main(["gemm", "--sizes", "128", "--dtypes", "bf16", "--modes", "async,sync",
+    rc = _cli.main(["gemm", "--sizes", "128", "--dtypes", "bf16", "--modes", "async,sync",
                           "--repeats", "3", "--warmup", "0.01", "--loop-ms", "2", "--samples",
                           "5", "--json", j, "--csv", c, "-q"])
     out = capsys.readouterr().out
@@ -163,3 +163,27 @@ def test_torch_flags_are_followed_when_torch_is_imported(child):
     """)
     assert c.result is not None, c
     assert c.result["allow_tf32"] and c.result["rel_err"] > 1e-6, c.result
+
+
+def test_samples_are_numpy_arrays_owning_the_c_buffer(bench):
+    from cuda_debug import _core
+    from cuda_debug.bench import _gemm
+    cfg = bench.plan([64], ["bf16"], "default")[0]
+    opts = dict(flush_bytes=0, warmup=0.0, samples=4, sample_ms=1.0, max_samples=4,
+                repeats=3, loop_ms=1.0, seed=0, lt_algos=1)
+    out = _core.gemm(**_gemm.c_kwargs(cfg, 0, opts, None, False, False))
+    assert out[0] == 0, out
+    gpu, loop = out[2], out[4]
+    assert gpu.dtype == "float64" and gpu.shape == (4,) and loop.shape == (3,)
+    assert type(gpu.base).__name__ == "PyCapsule" and not gpu.flags.owndata
+    assert (loop > 0).all()
+
+
+def test_lt_heuristic_choice_and_timed_choice(bench):
+    res = bench.gemm(sizes=[512], dtypes=["bf16"], modes=["async"], api="lt", check=True,
+                     **FAST)
+    res2 = bench.gemm(sizes=[512], dtypes=["bf16"], modes=["async"], api="lt", check=True,
+                      lt_algos=4, **FAST)
+    assert res.samples[0]["lt_tried"] == 0
+    assert 0 <= res2.samples[0]["lt_tried"] <= 4      # 0 when the heuristic offers one
+    assert res2.rows()[0]["rel_err"] <= bench.TOLERANCE["bf16"]

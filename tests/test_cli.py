@@ -80,7 +80,7 @@ def test_bench_is_dispatched_or_said_missing():
     r = cli("bench", "--help")
     assert "Traceback" not in r.stderr, r.stderr
     try:
-        import cuda_debug._cli_bench  # noqa: F401
+        import cuda_debug.bench._cli  # noqa: F401
     except ModuleNotFoundError:
         assert r.returncode == 1
         assert "the bench command is not available in this build" in r.stderr
