@@ -12,7 +12,9 @@
  * (PY_ARRAY_UNIQUE_SYMBOL cd_ARRAY_API); the other bench files include it
  * with NO_IMPORT_ARRAY (bench.h does that).
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #define BENCH_DEFINE_ARRAY_API
 #include "bench.h"
 

@@ -4,7 +4,9 @@
  * names reports lead with. Cold paths only: reports, and the first launch of
  * each kernel while watching.
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "cuda_debug.h"
 
 #include <dlfcn.h>

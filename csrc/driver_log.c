@@ -7,7 +7,9 @@
  * reports a sticky error is also the earliest moment watch mode hears of a
  * fault found by somebody else's call: the culprit report is written then.
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "cuda_debug.h"
 
 #include <stdlib.h>

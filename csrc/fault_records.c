@@ -15,7 +15,9 @@
  *
  * fault_lock is held for the copy only; the fault path is cold.
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "cuda_debug.h"
 
 #include <string.h>

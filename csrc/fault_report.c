@@ -17,7 +17,9 @@
  * cd_report_configure. CUDA_DEBUG_REPORT=0 (Python) turns the block off; with
  * RANK set, every line starts with "[rank k] ".
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "cuda_debug.h"
 
 #include <errno.h>

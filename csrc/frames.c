@@ -19,7 +19,9 @@
  * (tstate->current_frame). Other versions build with no reader: reports then
  * take the launching line from the framework's traceback only.
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "cuda_debug.h"
 
 #include <limits.h>

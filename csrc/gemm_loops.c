@@ -18,7 +18,9 @@
  * Under cuda_debug.launch_blocking() (CUPTI hook) or CUDA_LAUNCH_BLOCKING=1
  * the same loops run unchanged: the launches themselves become blocking.
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "bench.h"
 
 #include <math.h>

@@ -12,7 +12,9 @@
  * memcpy; inserts happen once per distinct string). A published id is never
  * rewritten, so readers need no lock.
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "cuda_debug.h"
 
 #include <string.h>

@@ -17,7 +17,9 @@
  *     CuPy, Triton, cuBLAS...) fails at the launching call.
  * No allocation, no lock, no GIL on the path without a fault.
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "cuda_debug.h"
 
 #include <string.h>

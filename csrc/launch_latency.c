@@ -5,7 +5,9 @@
  *
  *   _core.launch_latency(**every keyword required)   -> raw samples
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "bench.h"
 
 /* For CD_KERNEL_EMPTY only: the PTX text itself lives in fault_kernels.c. */

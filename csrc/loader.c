@@ -9,7 +9,9 @@
  *      path is opened as is.
  * The first that opens and has every required symbol wins.
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "cuda_debug.h"
 
 #include <dlfcn.h>

@@ -18,7 +18,9 @@
  *   2. take CUPTI (subscribe) if nothing holds it yet;
  *   3. count the scope and push the thread state.
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "cuda_debug.h"
 
 #include <string.h>

@@ -22,7 +22,9 @@
  * error() locks one FILE and unlocks the other when the swap falls between).
  * CUDA_DEBUG_CAPTURE=off leaves `stderr` alone (no assert text in reports).
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "cuda_debug.h"
 
 #include <errno.h>

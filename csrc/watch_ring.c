@@ -21,7 +21,9 @@
  * of the process. A fault can be named while it is among the last 65,536
  * launches of the process.
  */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "cuda_debug.h"
 
 #include <string.h>
