@@ -305,7 +305,9 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
     if (!enabled || atomic_exchange(&cd_report_written, 1))
         return;
     uint64_t seqs[8];
-    int n = cd_watch_incomplete(0, seqs, 8);
+    int n = cd_watch_incomplete(0, seqs, 8), guess = n < 0;
+    if (guess)
+        n = 1;
     out_t o = {.n = 0, .line_start = 1};
     puts_(&o, "cuda_debug (watch): ");
     put_error(&o, code);
@@ -320,7 +322,9 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         if (cd_watch_get(seqs[i], &r) != 0)
             continue;
         const char *kernel = cd_interned(r.kernel_short);
-        puts_(&o, shown ? "  or: " : (n == 1 ? "  culprit: " : "  culprit (one of the first "
+        puts_(&o, shown ? "  or: " : guess ? "  culprit (a guess: completion markers missing; "
+                                              "the last launch recorded): "
+                                  : (n == 1 ? "  culprit: " : "  culprit (one of the first "
                                                               "unfinished launches per stream): "));
         if (r.flags & CD_WATCH_GRAPH)
             puts_(&o, "a CUDA graph replay");

@@ -492,6 +492,8 @@ static PyObject *py_watch_incomplete(PyObject *self, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
     n = cd_watch_incomplete(since, seqs, 64);
     Py_END_ALLOW_THREADS
+    if (n < 0)                     /* a guess: (seq,) as a tuple, not a list */
+        return Py_BuildValue("(K)", (unsigned long long)seqs[0]);
     PyObject *out = PyList_New(n);
     for (int i = 0; out && i < n; i++) {
         PyObject *v = PyLong_FromUnsignedLongLong(seqs[i]);

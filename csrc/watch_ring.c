@@ -243,6 +243,10 @@ int cd_watch_get(uint64_t seq, cd_watch_record *out)
     return 0;
 }
 
+/* Per stream, the first launch after `since` whose marker never came back.
+ * When no launch has a missing marker but some have none at all (their
+ * completion is unknown: a slot allocation or a write failed), the last of
+ * those is returned instead, as a guess the caller reports as inexact. */
 int cd_watch_incomplete(uint64_t since, uint64_t *out, int max)
 {
     uint64_t now = atomic_load(&watch_seq);
@@ -253,9 +257,15 @@ int cd_watch_incomplete(uint64_t since, uint64_t *out, int max)
     uintptr_t streams[64];
     int32_t threads[64];
     int n_streams = 0, n = 0;
+    uint64_t last_unknown = 0;
     for (uint64_t seq = first; seq <= now && n < max; seq++) {
         cd_watch_record r;
-        if (cd_watch_get(seq, &r) != 0 || cd_watch_done(&r, seq) != 0)
+        if (cd_watch_get(seq, &r) != 0)
+            continue;
+        int done = cd_watch_done(&r, seq);
+        if (done < 0)
+            last_unknown = seq;
+        if (done != 0)
             continue;
         /* The per-thread default stream is one stream per thread. */
         int32_t tid = r.stream == (uintptr_t)CU_STREAM_PER_THREAD ? r.thread_id : 0;
@@ -271,6 +281,10 @@ int cd_watch_incomplete(uint64_t since, uint64_t *out, int max)
             n_streams++;
         }
         out[n++] = seq;
+    }
+    if (n == 0 && last_unknown && max > 0) {
+        out[0] = last_unknown;
+        return -1;                 /* a guess: completion unknown */
     }
     return n;
 }

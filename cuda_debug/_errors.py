@@ -264,9 +264,11 @@ def format_report(err: CudaError) -> str:
     if where:
         if err.mechanism == "watch":
             where = where.replace("at ", "launched at ", 1)
-            if err.exact is False:
+            if err.exact is False and err.candidates:
                 where += "  (one of %d unfinished launches on different streams: see " \
                          ".candidates)" % (1 + len(err.candidates or ()))
+            elif err.exact is False:
+                where += "  (a guess: the last launch recorded; its completion is unknown)"
         lines.append("  " + where)
     if err.mechanism == "watch" and err.surfaced_at:
         lines.append("  surfaced at %s (kernels run asynchronously; watch() named the launch)"

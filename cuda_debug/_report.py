@@ -232,11 +232,12 @@ def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
     back; `exact` when one stream had unfinished work, else the candidates,
     with the one the device's assert text names first when it names one."""
     seqs = _core.watch_incomplete(since)
+    guess = isinstance(seqs, tuple)       # no marker missing, some unknown: a guess
     launches = [d for d in (watch_record(s) for s in seqs) if d is not None]
     if not launches:
         return None
     cands = [_launch_dict(r) for r in launches]
-    pick, exact = cands[0], len(cands) == 1
+    pick, exact = cands[0], len(cands) == 1 and not guess
     func = _assert_function(device_text)
     if func and not exact:
         named = [c for c in cands if c["kernel"] and func in c["kernel"]]
@@ -254,18 +255,24 @@ def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
 # -- building the exception -----------------------------------------------------
 
 _state_lock = threading.Lock()
-_claimed = set()                 # fault seqs already reported
+_claimed = set()                 # (fault seq, thread) already reported to that thread
 _last_error: Optional[CudaError] = None
 _log_marks = {}                  # fault seq -> log_end, to cut the driver log between faults
 
 
-def claim(seq: int) -> bool:
-    """True the first time a fault record is claimed for reporting."""
+def claim(seq: int, thread_id: Optional[int] = None) -> bool:
+    """True the first time a fault record is claimed for reporting to a thread
+    (each thread that met the fault gets its report once)."""
+    key = (seq, threading.get_native_id() if thread_id is None else thread_id)
     with _state_lock:
-        if seq in _claimed:
+        if key in _claimed:
             return False
-        _claimed.add(seq)
+        _claimed.add(key)
         return True
+
+
+def _claimed_here(seq: int, thread_id: int) -> bool:
+    return (seq, thread_id) in _claimed
 
 
 def remember(err: CudaError) -> CudaError:
@@ -315,7 +322,7 @@ def pick_cause(records: Sequence[RawFault], thread_id: Optional[int] = None):
     # fault first and been recorded first).
     named = [r for r in sticky if r.code == 710 and not r.at_launch and
              _core.asserts_for(_text(r.kernel))]
-    if named and len(named) < len(sticky):
+    if named:
         causes = named
     own = [r for r in causes if thread_id is not None and r.thread_id == thread_id]
     cause = first(own) or first(causes)
@@ -404,7 +411,7 @@ def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
     tb = exc.__traceback__ if exc is not None else None
     if thread_id is None:
         thread_id = threading.get_native_id()
-    records = [r for r in faults(mark) if include_claimed or r.seq not in _claimed]
+    records = [r for r in faults(mark) if include_claimed or not _claimed_here(r.seq, thread_id)]
     cause, consequences = pick_cause(records, thread_id)
     if cause is not None:
         sticky = _cuda_errors.is_sticky(cause.code)
@@ -414,7 +421,7 @@ def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
         if wanted and (exc is not None or sticky or code is not None):
             for r in records:
                 if r.consequence or r is cause:
-                    claim(r.seq)
+                    claim(r.seq, thread_id)
             return remember(build(cause, tb=tb, frame=frame, found_at=found_at,
                                   consequences=consequences))
     surfaced_code = code if code is not None and _cuda_errors.is_sticky(code) else \
@@ -435,7 +442,7 @@ def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
 def last_error() -> Optional[CudaError]:
     """The last fault report, even when the exception that carried it was
     swallowed: the last raised report, or a newer record not yet reported."""
-    records = [r for r in faults(0) if r.seq not in _claimed]
+    records = [r for r in faults(0) if not _claimed_here(r.seq, threading.get_native_id())]
     if records:
         cause, consequences = pick_cause(records)
         return build(cause, found_at="record", consequences=consequences)

@@ -166,8 +166,9 @@ def test_torch_flags_are_followed_when_torch_is_imported(child):
 
 
 def test_samples_are_numpy_arrays_owning_the_c_buffer(bench):
-    from cuda_debug import _core
+    from cuda_debug import _core, _libraries
     from cuda_debug.bench import _gemm
+    _libraries.ensure(_libraries.CUBLAS)
     cfg = bench.plan([64], ["bf16"], "default")[0]
     opts = dict(flush_bytes=0, warmup=0.0, samples=4, sample_ms=1.0, max_samples=4,
                 repeats=3, loop_ms=1.0, seed=0, lt_algos=1)

@@ -147,6 +147,10 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
         "*.egg-info", "build", "dist", ".git", "__pycache__", "*.so", ".pytest_cache"))
     p = subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path),
                         str(src)], capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    if p.returncode and any(w in p.stdout + p.stderr for w in (
+            "No matching distribution", "Could not find a version", "NewConnectionError",
+            "Network is unreachable", "Temporary failure in name resolution")):
+        pytest.skip("no package index here: the isolated build cannot fetch setuptools")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     (sdist,) = tmp_path.glob("cuda_debug-*.tar.gz")
     with tarfile.open(sdist) as tar:
