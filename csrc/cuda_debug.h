@@ -274,7 +274,9 @@ void cd_report_fault(const cd_fault *f);
  * any wait of ours (a launch refused, the driver log, a signal). Async-signal-
  * safe when `from_signal`. Writes at most once per process. */
 void cd_report_watch_culprit(int code, const char *found_at, int from_signal);
-int cd_report_configure(PyObject *names, int enabled, PyObject *prefix);
+int cd_report_configure(PyObject *names, int enabled, PyObject *prefix, const char *error_file);
+/* SIGABRT/SIGTERM: write the watch culprit, then the previous handler. */
+int cd_install_signal_handlers(void);
 extern atomic_int cd_report_written;
 
 /* ------------------------------------------------------- driver_log.c ----- */

@@ -23,7 +23,10 @@
 #include "cuda_debug.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_NAMES 48
@@ -36,12 +39,15 @@ static int n_names;
 static int enabled = 1;
 static char prefix[32];
 static char restart[160] = "The CUDA context is now unusable: restart the process.";
+static char elastic_file[1024];        /* TORCHELASTIC_ERROR_FILE, "" when unset */
+static atomic_int elastic_written;
 atomic_int cd_report_written;          /* the culprit block of watch mode: once */
 static atomic_int consequences;        /* one-line notes for refusals, a few at most */
 
-int cd_report_configure(PyObject *table, int on, PyObject *pfx)
+int cd_report_configure(PyObject *table, int on, PyObject *pfx, const char *error_file)
 {
     enabled = on;
+    snprintf(elastic_file, sizeof elastic_file, "%s", error_file ? error_file : "");
     const char *p = pfx && pfx != Py_None ? PyUnicode_AsUTF8(pfx) : "";
     if (!p)
         return -1;
@@ -77,12 +83,13 @@ typedef struct {
     char buf[6144];
     size_t n;
     int line_start;
+    int raw;                       /* 1: no rank prefix (the JSON) */
 } out_t;
 
 static void put(out_t *o, const char *s, size_t len)
 {
     for (size_t i = 0; i < len && o->n < sizeof o->buf - 2; i++) {
-        if (o->line_start && prefix[0]) {
+        if (o->line_start && prefix[0] && !o->raw) {
             for (const char *p = prefix; *p && o->n < sizeof o->buf - 2; p++)
                 o->buf[o->n++] = *p;
         }
@@ -239,6 +246,89 @@ static void put_kernel(out_t *o, const char *mangled)
     put(o, s, n);
 }
 
+/* ------------------------------------------ torchrun's error file --- */
+
+/* torch.distributed.elastic reads TORCHELASTIC_ERROR_FILE when a worker
+ * fails and names its message as the root cause, instead of "Signal 6". The
+ * format is ErrorHandler.record_exception's: {"message": {"message": ...,
+ * "extraInfo": {"py_callstack": ..., "timestamp": "..."}}}. Written once, at
+ * the first fault, with open/write only (async-signal-safe); a Python report
+ * written later (run's exit) replaces it with the full text. */
+static void json_str(out_t *o, const char *s, size_t n)
+{
+    put(o, "\"", 1);
+    for (size_t i = 0; i < n && s[i]; i++) {
+        char c = s[i];
+        if (c == '"' || c == '\\') {
+            put(o, "\\", 1);
+            put(o, &c, 1);
+        } else if (c == '\n') {
+            put(o, "\\n", 2);
+        } else if ((unsigned char)c >= 0x20) {
+            put(o, &c, 1);
+        }
+    }
+    put(o, "\"", 1);
+}
+
+static void write_elastic(const char *block, size_t n)
+{
+    if (!elastic_file[0] || atomic_exchange(&elastic_written, 1))
+        return;
+    /* the headline: the block's first line, without "cuda_debug: " */
+    const char *nl = memchr(block, '\n', n);
+    size_t first = nl ? (size_t)(nl - block) : n;
+    out_t o = {.n = 0, .line_start = 0, .raw = 1};
+    puts_(&o, "{\"message\": {\"message\": ");
+    json_str(&o, block, first);
+    puts_(&o, ", \"extraInfo\": {\"py_callstack\": ");
+    json_str(&o, block, n);
+    puts_(&o, ", \"timestamp\": \"");
+    put_u(&o, (unsigned long long)time(NULL));
+    puts_(&o, "\"}}}\n");
+    int fd = open(elastic_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    const char *p = o.buf;
+    size_t left = o.n;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        p += w;
+        left -= (size_t)w;
+    }
+    close(fd);
+}
+
+/* flush() that also feeds the elastic file (before the block is written). */
+static void flush_report(out_t *o)
+{
+    /* the block without the rank prefixes, for the JSON */
+    char plain[sizeof o->buf];
+    size_t k = 0, pl = strlen(prefix);
+    for (size_t i = 0; i < o->n && k < sizeof plain; ) {
+        if (pl && (i == 0 || o->buf[i - 1] == '\n') && o->n - i >= pl &&
+            !memcmp(o->buf + i, prefix, pl)) {
+            i += pl;
+            continue;
+        }
+        plain[k++] = o->buf[i++];
+    }
+    const char *body = plain;
+    if (k > 12 && !memcmp(body, "cuda_debug", 10)) {    /* headline without our name */
+        const char *c = memchr(body, ':', k);
+        if (c && c - body < 24 && c + 2 < body + k) {
+            k -= (size_t)(c + 2 - body);
+            body = c + 2;
+        }
+    }
+    write_elastic(body, k);
+    flush(o);
+}
+
 void cd_report_fault(const cd_fault *f)
 {
     if (!enabled)
@@ -294,25 +384,37 @@ void cd_report_fault(const cd_fault *f)
         puts_(&o, "  ");
         puts_(&o, restart);
         puts_(&o, "\n");
+        flush_report(&o);
+    } else {
+        flush(&o);
     }
-    flush(&o);
 }
 
 /* ----------------------------------------------------- watch mode -------- */
 
 void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
 {
-    if (!enabled || atomic_exchange(&cd_report_written, 1))
+    if (!enabled)
         return;
     uint64_t seqs[8];
     int n = cd_watch_incomplete(0, seqs, 8), guess = n < 0;
     if (guess)
         n = 1;
+    if (code == 0 && n == 0)
+        return;                    /* a signal, and nothing unfinished: nothing to say */
+    if (atomic_exchange(&cd_report_written, 1))
+        return;
     out_t o = {.n = 0, .line_start = 1};
     puts_(&o, "cuda_debug (watch): ");
-    put_error(&o, code);
-    puts_(&o, ", found at ");
-    puts_(&o, found_at);
+    if (code) {
+        put_error(&o, code);
+        puts_(&o, ", found at ");
+        puts_(&o, found_at);
+    } else {
+        puts_(&o, found_at);
+        puts_(&o, " while watching, and no CUDA error seen yet: the launches still unfinished "
+                  "(a kernel fault makes them so; so does a hang)");
+    }
     puts_(&o, "\n");
     char asserts[2048];
     size_t alen = from_signal ? 0 : cd_tee_recent_asserts(asserts, sizeof asserts);
@@ -344,8 +446,49 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         puts_(&o, "  no unfinished launch in the watch ring: the faulting kernel was launched "
                   "before watch() or more than 65536 launches ago\n");
     put_device_text(&o, asserts, alen, 0);
-    puts_(&o, "  ");
-    puts_(&o, restart);
-    puts_(&o, "\n");
-    flush(&o);
+    if (code) {
+        puts_(&o, "  ");
+        puts_(&o, restart);
+        puts_(&o, "\n");
+    }
+    flush_report(&o);
+}
+
+/* ------------------------------------------------ dying of a signal --- */
+
+/* NCCL's watchdog aborts the process (SIGABRT) when it meets the sticky
+ * error; torchrun ends the other ranks with SIGTERM. Before that, while
+ * watching, write what the ring knows (faulthandler-style: async-signal-safe,
+ * then the previous handler, or the default action, runs). */
+static struct sigaction old_abrt, old_term;
+static atomic_int handlers_installed;
+
+static void on_fatal_signal(int sig, siginfo_t *info, void *uctx)
+{
+    if (atomic_load(&cd_state.watching))
+        cd_report_watch_culprit(0, sig == SIGABRT ? "SIGABRT" : "SIGTERM", 1);
+    struct sigaction *old = sig == SIGABRT ? &old_abrt : &old_term;
+    if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction) {
+        old->sa_sigaction(sig, info, uctx);
+    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN &&
+               old->sa_handler != NULL) {
+        old->sa_handler(sig);
+    } else {
+        sigaction(sig, old, NULL);
+        raise(sig);
+    }
+}
+
+int cd_install_signal_handlers(void)
+{
+    if (atomic_exchange(&handlers_installed, 1))
+        return 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fatal_signal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGABRT, &sa, &old_abrt) != 0 || sigaction(SIGTERM, &sa, &old_term) != 0)
+        return -1;
+    return 0;
 }

@@ -239,6 +239,23 @@ wait_and_check(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s)
     }
 }
 
+/* NCCL's kernels (ncclDevKernel_..., ncclKernel_...; plain or mangled) are not
+ * waited for inside a scope: a collective completes only when every rank (or,
+ * with several GPUs per process, every GPU's launch of the group) has joined,
+ * and a wait after the first launch of a group would never return. The next
+ * launch on the stream waits for it instead. */
+static inline int is_collective(const char *sym)
+{
+    if (!sym)
+        return 0;
+    if (sym[0] == '_' && sym[1] == 'Z') {
+        sym += 2;
+        while (*sym >= '0' && *sym <= '9')
+            sym++;
+    }
+    return sym[0] == 'n' && sym[1] == 'c' && sym[2] == 'c' && sym[3] == 'l';
+}
+
 #define CD_CAPTURE_CASE(id, ptsz) case id:
 static void CUPTIAPI on_launch(void *userdata, CUpti_CallbackDomain domain,
                                CUpti_CallbackId cbid, const void *data)
@@ -278,7 +295,7 @@ static void CUPTIAPI on_launch(void *userdata, CUpti_CallbackDomain domain,
         if (profile)
             atomic_fetch_add_explicit(&cd_state.ns_watch, now_ns() - tw, memory_order_relaxed);
     }
-    if (block) {
+    if (block && !is_collective(cb->symbolName)) {
         if (cd_thread_state() <= 0)
             atomic_fetch_add_explicit(&cd_state.n_follower, 1, memory_order_relaxed);
         wait_and_check(cb, cbid, s);

@@ -197,14 +197,18 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"names", "report", "prefix", "library_prefixes", "user_pseudo",
-                             NULL};
+                             "error_file", "signals", NULL};
     PyObject *names, *prefix, *libs, *pseudo;
-    int report;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "$O!pUOO", kwlist, &PyDict_Type, &names, &report,
-                                     &prefix, &libs, &pseudo))
+    const char *error_file;
+    int report, signals;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "$O!pUOOzp", kwlist, &PyDict_Type, &names,
+                                     &report, &prefix, &libs, &pseudo, &error_file, &signals))
         return NULL;
-    if (cd_report_configure(names, report, prefix) < 0 || cd_frames_configure(libs, pseudo) < 0)
+    if (cd_report_configure(names, report, prefix, error_file) < 0 ||
+        cd_frames_configure(libs, pseudo) < 0)
         return NULL;
+    if (signals && cd_install_signal_handlers() < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
     Py_RETURN_NONE;
 }
 

@@ -229,6 +229,31 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
             sys.path[0] = saved_path0
 
 
+def _ranked(text: str) -> str:
+    """Every line prefixed ``[rank k] `` when RANK is set (torchrun)."""
+    rank = os.environ.get("RANK")
+    if rank in (None, ""):
+        return text
+    return "\n".join("[rank %s] %s" % (rank, line) for line in text.splitlines())
+
+
+def _write_elastic_error(text: str) -> None:
+    """torchrun's failure summary names this as the root cause: the format of
+    torch.distributed.elastic's ErrorHandler.record_exception (TORCHELASTIC_ERROR_FILE)."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    import time
+    data = {"message": {"message": text.splitlines()[0],
+                        "extraInfo": {"py_callstack": text,
+                                      "timestamp": str(int(time.time()))}}}
+    try:
+        with open(path, "w") as f:
+            json.dump(data, f)
+    except OSError as exc:
+        sys.stderr.write("cuda_debug run: could not write %s: %s\n" % (path, exc))
+
+
 def _exit_status(code) -> int:
     if code is None:
         return 0
@@ -265,9 +290,11 @@ def _report(e: BaseException, full_traceback: bool) -> int:
         if full_traceback:
             _print_traceback(e)
             sys.stderr.write("\n")
-        sys.stderr.write("%s: %s\n" % (type(err).__name__, err))
+        text = "%s: %s" % (type(err).__name__, err)
         if err is not e:
-            sys.stderr.write("  (raised as %s)\n" % _sticky.first_line(e))
+            text += "\n  (raised as %s)" % _sticky.first_line(e)
+        sys.stderr.write(_ranked(text) + "\n")
+        _write_elastic_error(text)
         return EXIT_STICKY if err.sticky else EXIT_ERROR
     code = _sticky.sticky_code(e)
     _print_traceback(e)

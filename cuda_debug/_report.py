@@ -197,7 +197,9 @@ def configure_core() -> None:
     rank = os.environ.get("RANK")
     _core.configure(names=names, report=_options.OPTIONS.report,
                     prefix="[rank %s] " % rank if rank not in (None, "") else "",
-                    library_prefixes=library_prefixes(), user_pseudo=list(USER_PSEUDO))
+                    library_prefixes=library_prefixes(), user_pseudo=list(USER_PSEUDO),
+                    error_file=os.environ.get("TORCHELASTIC_ERROR_FILE") or None,
+                    signals=_options.OPTIONS.report)
     configure_core.done = True
 
 

@@ -313,7 +313,8 @@ def test_gpu_run_without_blocking_reports_the_sticky_error(tmp_path):
     i = report_start(r.stderr.splitlines(), "DeviceAssertError: device-side assert")
     report = "\n".join(r.stderr.splitlines()[i:])
     # run watches by default: the launch is named, not only where it surfaced
-    assert "launched at %s:3" % p in report, report
+    assert "launched at %s:2" % p in report, report
+    assert "surfaced at %s:3" % p in report, report
     assert "check_index" in report.splitlines()[0]
 
 
