@@ -2,7 +2,7 @@
 # Build cuda_debug on the GPU machine, run the GPU tests and the benchmarks.
 # Usage (from the repo root, on a machine with a GPU and no package registry):
 #   OUT=/tmp/out CUDA_DEBUG_COMMIT=$(git rev-parse --short HEAD) \
-#     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [gemm]
+#     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [watch] [seed] [ddp] [gemm]
 # The notebook tests need ipykernel, nbclient and nbformat: where the machine has
 # no registry, bring them as wheels in .whl/ (pip download ... -d .whl) and they
 # are installed into /tmp/site first. Logs go under $OUT; a summary is printed last.
@@ -47,10 +47,27 @@ if [[ " $what " == *" tests "* ]]; then
 fi
 
 if [[ " $what " == *" overhead "* ]]; then
-  python3 benchmarks/launch_overhead.py --reps ${REPS:-3} --workloads ${WORKLOADS:-tiny,resnet50,gemm} \
+  python3 benchmarks/launch_overhead.py --reps ${REPS:-3} --workloads ${WORKLOADS:-tiny,transformer,resnet50} \
      ${VARIANTS:+--variants} --json "$OUT/launch_overhead.json" >"$OUT/overhead.log" 2>&1
   summary+=("overhead: see overhead.log")
   grep -A30 "^GPU" "$OUT/overhead.log" | tail -22
+fi
+
+if [[ " $what " == *" watch "* ]]; then
+  python3 benchmarks/watch_ab.py --rounds ${ROUNDS:-8} --json "$OUT/watch_ab.json" >"$OUT/watch_ab.log" 2>&1
+  summary+=("watch: $(head -1 "$OUT/watch_ab.log")")
+fi
+
+if [[ " $what " == *" seed "* ]]; then
+  python3 benchmarks/seed_question.py --out "$OUT/seed.md" --plot "$OUT/seed.png" \
+     --json "$OUT/seed.json" >"$OUT/seed.log" 2>&1
+  summary+=("seed: $(tail -1 "$OUT/seed.log")")
+fi
+
+if [[ " $what " == *" ddp "* ]]; then     # needs 2 GPUs (the nvidia-h200-x2 kind)
+  python3 benchmarks/ddp_step.py --compare --gpus 2 >"$OUT/ddp.log" 2>&1
+  summary+=("ddp: see ddp.log")
+  tail -7 "$OUT/ddp.log"
 fi
 
 if [[ " $what " == *" gemm "* ]]; then
