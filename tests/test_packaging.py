@@ -165,3 +165,19 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
             "csrc/gen_cuda_errors.py", "tests/conftest.py"} <= wanted
     assert not wanted - names, "missing from the sdist: %s" % sorted(wanted - names)
     assert not [n for n in names if n.endswith((".so", ".pyc", ".o"))]
+
+
+def test_every_subpackage_is_packaged():
+    """A subpackage missing from [tool.setuptools] packages is left out of the
+    wheel (an installed cuda_debug then lacks cuda_debug.bench)."""
+    root = need_source_tree("reading pyproject.toml")
+    try:
+        import tomllib
+    except ImportError:                      # Python 3.10
+        pytest.skip("tomllib needs Python 3.11")
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    found = {os.path.relpath(d, root).replace(os.sep, ".")
+             for d, _, files in os.walk(os.path.join(root, "cuda_debug"))
+             if "__init__.py" in files and "__pycache__" not in d}
+    assert found == listed, (found, listed)
