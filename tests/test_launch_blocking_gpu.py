@@ -138,7 +138,8 @@ except cuda_debug.CudaError as e:
     import cuda_debug
     assert isinstance(err, cuda_debug.DeviceAssertError)
     assert str(err) == c.result["text"]
-    assert err.launch_stack[-1].lineno == err.lineno or err.lineno is not None
+    assert err.lineno is not None
+    assert any(fs.lineno == err.lineno and fs.filename == err.filename for fs in err.launch_stack)
 
 
 def test_fault_to_exception_is_fast(child):
