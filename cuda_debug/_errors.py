@@ -32,7 +32,7 @@ REPORT_FIELDS = (
     "filename", "lineno", "function", "line", "launch_stack", "device_message",
     "driver_log", "op", "inputs", "thread", "launch_api", "found_at", "launch_refused",
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
-    "recent_launches", "surfaced_at",
+    "recent_launches", "surfaced_at", "provenance",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -273,6 +273,8 @@ def format_report(err: CudaError) -> str:
     if err.mechanism == "watch" and err.surfaced_at:
         lines.append("  surfaced at %s (kernels run asynchronously; watch() named the launch)"
                      % err.surfaced_at)
+    if err.provenance:
+        lines.append("  torch.compile: " + err.provenance)
     dev = _device_line(err)
     if dev:
         lines.append("  " + dev)

@@ -185,6 +185,33 @@ def user_frame(stack: traceback.StackSummary, complete: bool = True):
     return stack[-1] if n else None
 
 
+def inductor_provenance(kernel: Optional[str], stack) -> Optional[str]:
+    """For a kernel torch.compile generated (``triton_poi_fused_...``): the source
+    nodes Inductor wrote above its definition in the generated module that
+    launched it (``Topologically Sorted Source Nodes: [getitem, mul], Original
+    ATen: [aten.index, aten.mul]``), or a sentence saying they are not known."""
+    if not kernel or not kernel.startswith(("triton_", "cpp_fused")) or not stack:
+        return None
+    name = kernel.split("(")[0].strip()
+    for fs in reversed(stack):
+        if "torchinductor_" not in fs.filename or not fs.filename.endswith(".py"):
+            continue
+        try:
+            with open(fs.filename, encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for i, line in enumerate(lines):
+            if line.startswith(name + " = "):
+                for back in lines[max(0, i - 40):i][::-1]:
+                    if back.startswith("#") and "Source Nodes" in back:
+                        return back.lstrip("# ").strip() + " (Inductor's generated code: %s)" \
+                            % fs.filename
+                break
+    return "a kernel Inductor generated; which lines of the compiled function it fused is " \
+           "not known (its generated code was not in the launching stack)"
+
+
 def configure_core() -> None:
     """Hand the C fault path what Python owns (error names and texts, the
     library folders, the rank prefix), once, before the first scope."""
@@ -359,6 +386,7 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
         if not message and _cuda_errors.is_sticky(raw.code) and not raw.consequence:
             message = _core.asserts_for(mangled)     # printed by another thread, or late
         fields.update(
+            provenance=inductor_provenance(mangled, stack),
             kernel=(_core.demangle(mangled) or mangled) if mangled else None,
             kernel_mangled=mangled or None,
             grid=raw.grid, block=raw.block, shared_mem=raw.shared_mem,
@@ -375,6 +403,8 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
         )
     if watch is not None:
         c = watch["culprit"]
+        fields["provenance"] = inductor_provenance(
+            c["kernel"], traceback.StackSummary.from_list(c["stack"]))
         fields.update(
             kernel=c["kernel"], grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
             stream=c["stream"], device=c["device"], exact=watch["exact"],

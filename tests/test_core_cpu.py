@@ -307,3 +307,27 @@ def test_import_is_lazy():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PKG_PARENT)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["[]", "True", "False"], p.stdout
+
+
+def test_inductor_provenance_is_read_from_the_generated_code(tmp_path):
+    gen = tmp_path / "torchinductor_me" / "ab"
+    gen.mkdir(parents=True)
+    code = gen / "cabc123.py"
+    code.write_text(
+        "# kernel path: /tmp/torchinductor_me/xy/cxy.py\n"
+        "# Topologically Sorted Source Nodes: [getitem, mul, sum_1], Original ATen: "
+        "[aten.index, aten.mul, aten.sum]\n"
+        "# Source node to ATen node mapping:\n#   getitem => index\n"
+        "triton_per_fused_index_mul_sum_0 = async_compile.triton('triton_per_fused_index_mul_"
+        "sum_0', '''\n'''\n"
+        "def call(args):\n    triton_per_fused_index_mul_sum_0.run()\n")
+    stack = traceback.StackSummary.from_list([("/home/me/train.py", 3, "<module>", None),
+                                              (str(code), 9, "call", None)])
+    p = _report.inductor_provenance("triton_per_fused_index_mul_sum_0", stack)
+    assert p.startswith("Topologically Sorted Source Nodes: [getitem, mul, sum_1], "
+                        "Original ATen: [aten.index, aten.mul, aten.sum]"), p
+    assert "not known" in _report.inductor_provenance("triton_poi_other_1", stack)
+    assert _report.inductor_provenance("void k<float>(float*)", stack) is None
+    e = cuda_debug.DeviceAssertError(code=710, kernel="triton_per_fused_index_mul_sum_0",
+                                     provenance=p)
+    assert "\n  torch.compile: Topologically Sorted Source Nodes" in str(e)

@@ -194,3 +194,5 @@ except cuda_debug.CudaError as e:
     # or the call: never Inductor's generated wrapper
     assert r["lineno"] in (c.line_of("# LAUNCH"), c.line_of("return (x[i]"),
                            c.line_of("@torch.compile"), c.line_of("def f(x, i)")), r
+    # what Inductor fused into the kernel, or a sentence saying it is not known
+    assert "\n  torch.compile: " in r["text"], r["text"]
