@@ -483,3 +483,39 @@ def test_frames_read_without_the_gil_name_the_launching_line(fake_child):
     assert user[2][1] == "<module>" and user[2][2] > c.line_of("# CALL"), frames
     assert all(f[3] == 1 for f in user)                                    # LOC_USER
     assert r["complete"] == 1
+
+
+def test_driver_log_never_returns_lines_logged_after_the_fault(fake_child):
+    """The driver-log ring keeps 64 lines: once more than that were logged after
+    a fault, its own lines are gone, and the report must not show the newer
+    lines that took their slots (the clamp was against the fault's count, not
+    the ring's)."""
+    c = run(fake_child, '''
+        import cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core
+        try:
+            with cuda_debug.launch_blocking():
+                t.device_assert()
+        except cuda_debug.DeviceAssertError as e:
+            first = [l for l in e.driver_log if "cuStreamSynchronize" in l]
+        for _ in range(100):                      # 100 refusals, each logged by the driver
+            fake.fake_launch(b"after_the_fault", 0, 1, 1, 1, 1, 1, 1)
+        rec = _core.faults(0)[0]
+        report(dict(first=first, log=[l.decode() for l in _core.driver_log(0, rec[-1])]))
+    ''')
+    r = c.result
+    assert r is not None, c
+    assert r["first"], r                     # while fresh, the fault's own line was there
+    assert not any("cuLaunchKernel" in line for line in r["log"]), r["log"]
+
+
+def test_fault_launch_with_an_unknown_kind_says_so(fake_child):
+    c = run(fake_child, '''
+        from cuda_debug import _core, _libraries
+        _libraries.ensure("cuda")
+        try:
+            _core.fault_launch(kind="no_such_kind")
+        except ValueError as e:
+            report(dict(error=str(e)))
+    ''')
+    assert c.result == {"error": "unknown fault kernel kind 'no_such_kind'"}, c
