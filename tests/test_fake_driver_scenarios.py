@@ -2,51 +2,30 @@
 driver and CUPTI (tests/fake_cuda): CPU only, each in a child with a timeout
 (a hang is a failure, reported as such).
 
-These describe required behaviour that the code at commit ddb92d1 does NOT
-have yet; the lead is rewriting launch_hooks.c / fault_capture.c / module.c and
-the Python core to make them pass. Expected today (measured on ddb92d1):
+Each guards a defect seen at commit ddb92d1 (all of these failed there; they
+pass since the rewrite of the C core):
 
-FAIL test_two_threads_faulting_at_once_each_get_their_own_report
-     One capture window at a time (libc `stderr` swapped by whichever thread won
-     the CAS): the other thread's assert text is missing from its report or is
-     put into the winner's report.
-FAIL test_thread_name_cut_inside_a_utf8_character
-     _core.fault() builds the thread name with Py_BuildValue("s"):
-     UnicodeDecodeError replaces the DeviceAssertError.
-FAIL test_assert_flood_is_cut_visibly_and_reaches_fd2_in_order
-     The fmemopen buffer (64 KiB) silently drops what does not fit: most of the
-     1000 lines never reach fd 2, and the report is cut without a mark.
-FAIL test_glibc_error_from_another_thread_during_sync_windows  (may also hang
-     before the timeout, or pass by luck on a quiet machine)
-     error() locks the `stderr` it reads, the capture swaps the pointer under
-     it and the unlock goes to the other FILE: lost lines, a misrouted
-     report, or a stuck stdio lock.
-FAIL test_refusals_after_a_fault_are_consequences_and_the_first_fault_is_named
-     One fault slot: the latest record (a launch refused by the dead context)
-     overwrites the faulting kernel's and is reported as the cause.
-FAIL test_scope_entered_after_an_earlier_fault_reports_it_before_the_scope[async]
-     CUPTI refuses to enable callbacks on a dead context
-     (CUPTI_ERROR_NOT_INITIALIZED): CudaUnavailableError, as measured on the H200.
-FAIL test_scope_entered_after_an_earlier_fault_reports_it_before_the_scope[sync]
-     Entering does not drain: the earlier kernel's fault is reported under
-     the in-scope kernel's name.
-FAIL test_cupti_refusing_capture_ids_does_not_break_scopes
-     Any refused capture id aborts the subscription: CudaUnavailableError.
-FAIL test_keyboard_interrupt_during_scope_entry_never_leaks_cupti[_scope]
-     An interrupt between _core.scope_acquire() and the stack push in
-     __enter__ leaves `active` at 1 (CUPTI held for the rest of the process)
-     - __exit__ is not called when __enter__ raises.
-FAIL test_keyboard_interrupt_during_scope_entry_never_leaks_cupti[package]
-     First an interrupt landing in the exit of `with _lock:` in
-     _libraries.load() (line event 14 of an entry; `with` is not safe against
-     asynchronous exceptions) leaves that lock held: the next entry hangs (the
-     test dumps the stack and fails). Behind it: an interrupt between
-     _core.scope_acquire() and the stack push in __enter__ leaves `active` at 1
-     (CUPTI held for the rest of the process) - __exit__ is not called when
-     __enter__ raises.
-FAIL test_fault_time_report_survives_immediate_death[sigkill|os._exit]
-     No report is written by C at fault time; Python never gets to run.
-PASS test_fault_time_report_can_be_silenced (trivially today: no report at all).
+- two threads faulting at once: one capture window at a time; the other
+  thread's assert text was missing or landed in the winner's report;
+- a thread name cut inside a UTF-8 character: UnicodeDecodeError replaced the
+  report (the name is now kept as bytes);
+- a 1000-line assert flood: a 64 KiB buffer dropped lines silently; now every
+  line reaches fd 2 in order and the report's cut is visible;
+- glibc error() from another thread during waits: the per-launch swap of
+  `stderr` lost lines, misrouted them, or left a stdio lock held; `stderr` is
+  now swapped once, for a pass-through stream;
+- refusals after a fault: one fault slot, overwritten by the refusal; now a
+  ring, refusals counted as consequences;
+- a scope entered after an earlier fault: CUPTI_ERROR_NOT_INITIALIZED was
+  reported as "CUPTI unavailable", or the fault was blamed on the in-scope
+  kernel; now entering drains, and the fault is "before this scope";
+- CUPTI refusing the capture-begin ids aborted the subscription;
+- a KeyboardInterrupt during scope entry leaked the scope count (CUPTI held
+  for good), or left `_libraries`' lock held (the next entry hung);
+- no report was written at fault time, so a process killed right after left
+  nothing; now C writes it (CUDA_DEBUG_REPORT=0 silences it);
+- the driver's assert text printed from a thread of its own, in pieces (seen
+  on the H200), and the driver-log clamp; the frame reader itself.
 """
 import re
 import subprocess
