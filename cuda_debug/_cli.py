@@ -20,12 +20,12 @@
 ``doctor [--json]``
     driver, GPUs, where libcuda / CUPTI / cuBLAS were found, whether
     ``CUDA_LAUNCH_BLOCKING`` is set, whether CUPTI is free for
-    ``launch_blocking()``. Exit status 0 when launch_blocking() works here, and
+    ``launch_blocking()`` and ``watch()``. Exit status 0 when they work here, and
     on a machine with no GPU or driver (it says so); 1 when there is a GPU but
-    launch_blocking() cannot work (CUPTI missing, or held by another tool).
+    they cannot work (CUPTI missing, or held by another tool).
 
 ``bench ...``
-    the benchmarks (cuda_debug._cli_bench).
+    the benchmarks (cuda_debug.bench._cli).
 """
 import argparse
 import contextlib
@@ -316,8 +316,8 @@ def doctor_main(argv: List[str]) -> int:
         prog="python -m cuda_debug doctor", allow_abbrev=False,
         description="What cuda_debug finds here: driver, GPUs, libcuda / CUPTI / cuBLAS and "
                     "where from, CUDA_LAUNCH_BLOCKING, whether CUPTI is free. Exit status 0 "
-                    "when launch_blocking() works here or there is no GPU; 1 when there is a "
-                    "GPU but launch_blocking() cannot work.")
+                    "when watch() and launch_blocking() work here or there is no GPU; 1 when "
+                    "there is a GPU but they cannot work.")
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     try:
         ns = p.parse_args(argv)
@@ -338,21 +338,21 @@ def doctor_main(argv: List[str]) -> int:
 def _verdict(d: dict) -> (int, str):
     if not d["libcuda"]["found"]:
         return 0, ("no NVIDIA driver here (libcuda.so.1 not found): cuda_debug imports and "
-                   "reports errors, but launch_blocking() needs an NVIDIA GPU and driver.")
+                   "reports errors, but watch() and launch_blocking() need an NVIDIA GPU and driver.")
     init = d.get("init") or {}
     if init.get("code") or not d["devices"]:
-        return 0, ("no usable GPU here (cuInit: %s): launch_blocking() needs an NVIDIA GPU."
+        return 0, ("no usable GPU here (cuInit: %s): watch() and launch_blocking() need an NVIDIA GPU."
                    % (init.get("name") or "no device"))
     if not d["cupti"]["found"]:
-        return 1, ("CUPTI was not found: launch_blocking() needs it. Install the CUDA toolkit "
+        return 1, ("CUPTI was not found: watch() and launch_blocking() need it. Install the CUDA toolkit "
                    "or the nvidia-cuda-cupti wheel, or set CUDA_HOME.")
     free = d.get("cupti_free") or {}
     if free.get("free") is False:
-        return 1, "CUPTI is held by another tool (%s): launch_blocking() would raise " \
+        return 1, "CUPTI is held by another tool (%s): watch() and launch_blocking() would raise " \
                   "ToolConflictError." % (free.get("holder") or "a profiler")
     if free.get("free") is None:
         return 1, "CUPTI could not be subscribed: %s" % free.get("error")
-    return 0, "launch_blocking() works here."
+    return 0, "watch() and launch_blocking() work here."
 
 
 def _lib_line(lib: Optional[dict]) -> str:

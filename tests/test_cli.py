@@ -341,7 +341,7 @@ def test_gpu_doctor():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "GPU 0" in r.stdout
     assert re.search(r"^CUPTI free\s+yes", r.stdout, re.M), r.stdout
-    assert "verdict: launch_blocking() works here." in r.stdout
+    assert "verdict: watch() and launch_blocking() work here." in r.stdout
     d = json.loads(cli("doctor", "--json").stdout)
     assert d["devices"] and d["devices"][0]["name"]
     assert d["libcuda"]["found"] and d["cupti"]["found"]
