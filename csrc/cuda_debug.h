@@ -376,8 +376,11 @@ extern cd_state_t cd_state;
  * failure returns the CUptiResult and fills holder (the other tool's name). */
 int cd_cupti_acquire(char *holder, size_t holder_len);
 void cd_cupti_release(void);
-/* The launch's stream, and (when f is not NULL) its configuration. */
-CUstream cd_launch_stream(CUpti_CallbackId cbid, const void *params, cd_fault *f);
+/* The launch's stream, and (when d is not NULL) its configuration. */
+typedef struct {
+    unsigned grid[3], block[3], shared_mem;
+} cd_launch_dims;
+CUstream cd_launch_stream(CUpti_CallbackId cbid, const void *params, cd_launch_dims *d);
 
 /* ------------------------------------------------------- scopes.c --------- */
 

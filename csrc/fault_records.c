@@ -41,7 +41,11 @@ void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId c
     f->device_message_cut = 0;
     f->cbid = (int)cbid;
     f->device = -1;
-    f->stream = (uintptr_t)cd_launch_stream(cbid, cb->functionParams, f);
+    cd_launch_dims d = {{0, 0, 0}, {0, 0, 0}, 0};
+    f->stream = (uintptr_t)cd_launch_stream(cbid, cb->functionParams, &d);
+    memcpy(f->grid, d.grid, sizeof f->grid);
+    memcpy(f->block, d.block, sizeof f->block);
+    f->shared_mem = d.shared_mem;
     if (cb->symbolName) {
         f->kernel_len = strlen(cb->symbolName);
         size_t n = f->kernel_len < CD_KERNEL_NAME - 1 ? f->kernel_len : CD_KERNEL_NAME - 1;

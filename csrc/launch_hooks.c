@@ -70,7 +70,7 @@ static inline int is_ptsz(CUpti_CallbackId cbid)
         }                                                                               \
     } while (0)
 
-CUstream cd_launch_stream(CUpti_CallbackId cbid, const void *params, cd_fault *f)
+CUstream cd_launch_stream(CUpti_CallbackId cbid, const void *params, cd_launch_dims *f)
 {
     CUstream s = NULL;
     switch (cbid) {

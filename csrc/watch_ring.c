@@ -135,32 +135,8 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
     atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
 
-    struct {
-        unsigned grid[3], block[3], shared_mem;
-    } dims = {{0, 0, 0}, {0, 0, 0}, 0};
-    switch (cbid) {   /* dimensions, without the cost of a full fault record */
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
-        const cuLaunchKernel_params *p = cb->functionParams;
-        dims.grid[0] = p->gridDimX, dims.grid[1] = p->gridDimY, dims.grid[2] = p->gridDimZ;
-        dims.block[0] = p->blockDimX, dims.block[1] = p->blockDimY, dims.block[2] = p->blockDimZ;
-        dims.shared_mem = p->sharedMemBytes;
-        break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
-        const CUlaunchConfig *c = ((const cuLaunchKernelEx_params *)cb->functionParams)->config;
-        if (c) {
-            dims.grid[0] = c->gridDimX, dims.grid[1] = c->gridDimY, dims.grid[2] = c->gridDimZ;
-            dims.block[0] = c->blockDimX, dims.block[1] = c->blockDimY;
-            dims.block[2] = c->blockDimZ;
-            dims.shared_mem = c->sharedMemBytes;
-        }
-        break;
-    }
-    default:
-        break;
-    }
+    cd_launch_dims dims = {{0, 0, 0}, {0, 0, 0}, 0};
+    cd_launch_stream(cbid, cb->functionParams, &dims);
     memcpy(r->grid, dims.grid, sizeof r->grid);
     memcpy(r->block, dims.block, sizeof r->block);
     r->shared_mem = dims.shared_mem;

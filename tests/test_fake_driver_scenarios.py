@@ -498,3 +498,20 @@ def test_fault_launch_with_an_unknown_kind_says_so(fake_child):
             report(dict(error=str(e)))
     ''')
     assert c.result == {"error": "unknown fault kernel kind 'no_such_kind'"}, c
+
+
+def test_watch_records_the_configuration_of_every_launch_api(fake_child):
+    """Watch records read grid/block through the same parser as fault records,
+    for cuLaunchKernel, cuLaunchKernelEx and cooperative launches alike."""
+    c = run(fake_child, '''
+        import cuda_debug
+        from cuda_debug import _core
+        with cuda_debug.watch():
+            fake.fake_launch(b"plain_k", 0, 2, 1, 1, 32, 1, 1)
+            fake.fake_launch_ex(b"ex_k", 0, 3, 1, 1, 64, 1, 1)
+            fake.fake_launch_cooperative(b"coop_k", 0, 4, 1, 1, 128, 1, 1)
+        recs = [_core.watch_record(s) for s in range(1, _core.watch_seq() + 1)]
+        report([[r[2].decode(), list(r[3]), list(r[4])] for r in recs])
+    ''')
+    assert c.result == [["plain_k", [2, 1, 1], [32, 1, 1]], ["ex_k", [3, 1, 1], [64, 1, 1]],
+                        ["coop_k", [4, 1, 1], [128, 1, 1]]], c
