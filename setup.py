@@ -56,7 +56,7 @@ def numpy_include():
 
 SOURCES = ["module.c", "loader.c", "launch_hooks.c", "scopes.c", "watch_ring.c", "frames.c",
            "intern.c", "fault_records.c", "fault_report.c", "stderr_tee.c", "driver_log.c",
-           "demangle.c", "fault_kernels.c", "bench_buffers.c", "gemm_loops.c", "launch_latency.c"]
+           "demangle.c", "native_ops.c", "fault_kernels.c", "bench_buffers.c", "gemm_loops.c", "launch_latency.c"]
 
 core = Extension(
     "cuda_debug._core",

@@ -15,6 +15,7 @@
  *   stderr_tee.c    the pass-through stderr that catches the device's assert text
  *   driver_log.c    the driver's error log (cuLogsRegisterCallback, CUDA >= 12.9)
  *   demangle.c      C++ symbol demangling and short kernel names
+ *   native_ops.c    the PyTorch operators on the launching thread's native stack
  *   fault_kernels.c PTX fault kernels for cuda_debug.testing, launched via the driver
  *   gemm_loops.c    cuBLAS / cuBLASLt GEMM timing loops for cuda_debug.bench
  *   launch_latency.c empty-kernel launch timing loops for cuda_debug.bench
@@ -229,6 +230,8 @@ int cd_tee_installed(void);
 #define CD_FAULT_RING 32
 #define CD_KERNEL_NAME 1024
 #define CD_DEVICE_MESSAGE 8192
+#define CD_FAULT_OPS 8             /* ATen operators kept with a fault record */
+#define CD_OP_NAME 64
 
 typedef struct {
     uint64_t seq;              /* 1, 2, ...; 0 = empty */
@@ -249,6 +252,8 @@ typedef struct {
     uint64_t launch_seq;       /* watch-ring seq of this launch, 0 none */
     uint32_t frames[CD_FAULT_FRAMES];  /* location ids, innermost first */
     int n_frames, frames_complete;
+    char ops[CD_FAULT_OPS][CD_OP_NAME];   /* at::_ops::<name> on the native stack, innermost first */
+    int n_ops;
     char device_message[CD_DEVICE_MESSAGE]; /* the text this thread got during the wait */
     size_t device_message_len;
     size_t device_message_cut; /* bytes that did not fit */
@@ -364,6 +369,7 @@ typedef struct {
     atomic_uint_fast64_t n_watched;      /* launches put in the watch ring */
     atomic_uint_fast64_t n_unmarked;     /* of which without a completion marker */
     atomic_uint_fast64_t n_capture_ids_refused;
+    atomic_uint_fast64_t n_hand_overs;   /* CUPTI given to a starting profiler */
     atomic_uint_fast64_t ns_watch;       /* with profile: time in cd_watch_launch */
     atomic_uint_fast64_t ns_marker;      /* with profile: of which in cuStreamWriteValue32 */
     atomic_int watch_alloc_rc;           /* last failed completion-slot allocation */
@@ -376,6 +382,7 @@ extern cd_state_t cd_state;
  * failure returns the CUptiResult and fills holder (the other tool's name). */
 int cd_cupti_acquire(char *holder, size_t holder_len);
 void cd_cupti_release(void);
+int cd_cupti_hand_over(void);
 /* The launch's stream, and (when d is not NULL) its configuration. */
 typedef struct {
     unsigned grid[3], block[3], shared_mem;
@@ -397,6 +404,13 @@ int cd_thread_wants_blocking(void);
 int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int *code,
                   char *holder, size_t holder_len);
 void cd_scope_close(int kind, int all_threads, uint32_t token);
+
+/* native_ops.c: the at::_ops::<name>::call|redispatch frames of the calling
+ * thread's native stack, innermost first (cold: the fault path). */
+int cd_native_ops(char ops[][CD_OP_NAME], int max);
+void cd_native_ops_warm(void);
+/* The operator name of one such symbol into out; 0 if it is not one. */
+size_t cd_aten_op_of_symbol(const char *sym, char *out, size_t cap);
 
 /* demangle.c */
 PyObject *cd_demangle(const char *mangled);   /* str, or None if not mangled */

@@ -65,6 +65,11 @@ void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId c
     clock_gettime(CLOCK_REALTIME, &ts);
     f->wall_time = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
     f->n_frames = cd_frames_capture(f->frames, CD_FAULT_FRAMES, 0, &f->frames_complete);
+    /* Walking the native stack costs milliseconds (dladdr scans libtorch's
+     * symbols): the first records only, not every launch a dead context
+     * refuses after them. */
+    if (cd_fault_seq() < 8)
+        f->n_ops = cd_native_ops(f->ops, CD_FAULT_OPS);
     if (atomic_load_explicit(&cd_state.watching, memory_order_relaxed))
         f->launch_seq = cd_watch_thread_last();
     f->log_end = cd_driver_log_count();

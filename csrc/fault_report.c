@@ -360,6 +360,15 @@ void cd_report_fault(const cd_fault *f)
     } else {
         puts_(&o, " in a CUDA graph replay\n");
     }
+    if (f->n_ops) {                        /* outermost first, as the user called them */
+        puts_(&o, "  op aten::");
+        put(&o, f->ops[f->n_ops - 1], strnlen(f->ops[f->n_ops - 1], CD_OP_NAME));
+        for (int i = f->n_ops - 2; i >= 0; i--) {
+            puts_(&o, " > aten::");
+            put(&o, f->ops[i], strnlen(f->ops[i], CD_OP_NAME));
+        }
+        puts_(&o, "\n");
+    }
     put_location(&o, f->frames, f->n_frames, f->frames_complete);
     puts_(&o, "  grid ");
     put_dims(&o, f->grid);

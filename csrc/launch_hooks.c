@@ -347,6 +347,7 @@ static int subscribe(char *holder, size_t holder_len)
     atomic_store(&cd_state.n_capture_ids_refused, (uint_fast64_t)refused);
     if (cd_state.capture_on)
         cd_tee_install();
+    cd_native_ops_warm();
     cd_state.subscriber = sub;
     atomic_fetch_add(&capture_gen, 1);
     atomic_fetch_add(&cd_state.n_subscribes, 1);
@@ -362,6 +363,24 @@ int cd_cupti_acquire(char *holder, size_t holder_len)
     if (!cd_state.subscriber)
         rc = subscribe(holder, holder_len);
     return rc;
+}
+
+/* Give CUPTI to a profiler that is starting while scopes are open (Python
+ * calls this just before torch.profiler initialises Kineto, which would get
+ * no GPU events, for the rest of the process, if we kept it). The open
+ * scopes stop seeing launches; their closes find nothing to release. Returns
+ * 1 if CUPTI was held and is now free. */
+int cd_cupti_hand_over(void)
+{
+    pthread_mutex_lock(&cd_state.sub_lock);
+    int had = cd_state.subscriber != NULL;
+    if (had) {
+        CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
+        cd_state.subscriber = NULL;
+        atomic_fetch_add(&cd_state.n_hand_overs, 1);
+    }
+    pthread_mutex_unlock(&cd_state.sub_lock);
+    return had;
 }
 
 /* Under sub_lock: unsubscribe when no scope or watch needs the callback. */

@@ -370,6 +370,20 @@ static PyObject *ids_tuple(const uint32_t *ids, int n)
 
 /* faults(since) -> [record tuple], oldest first; the fields are named by
  * cuda_debug._report.RawFault (the order of cd_fault). */
+static PyObject *ops_tuple(const cd_fault *f)
+{
+    PyObject *t = PyTuple_New(f->n_ops);
+    for (int i = 0; t && i < f->n_ops; i++) {
+        PyObject *s = PyUnicode_DecodeUTF8(f->ops[i], (Py_ssize_t)strlen(f->ops[i]), "replace");
+        if (!s) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+
 static PyObject *py_faults(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -387,7 +401,7 @@ static PyObject *py_faults(PyObject *self, PyObject *arg)
     for (int i = 0; out && i < n; i++) {
         const cd_fault *f = &fs[i];
         PyObject *r = Py_BuildValue(
-            "(KiiiiNn(III)(III)IKKil" "NdKNiNnK)",
+            "(KiiiiNn(III)(III)IKKil" "NdKNiNnKN)",
             (unsigned long long)f->seq, f->code, f->at_launch, f->consequence, f->cbid,
             PyBytes_FromString(f->kernel), (Py_ssize_t)f->kernel_len, f->grid[0], f->grid[1],
             f->grid[2], f->block[0], f->block[1], f->block[2], f->shared_mem,
@@ -397,7 +411,8 @@ static PyObject *py_faults(PyObject *self, PyObject *arg)
             f->wall_time, (unsigned long long)f->launch_seq,
             ids_tuple(f->frames, f->n_frames), f->frames_complete,
             PyBytes_FromStringAndSize(f->device_message, (Py_ssize_t)f->device_message_len),
-            (Py_ssize_t)f->device_message_cut, (unsigned long long)f->log_end);
+            (Py_ssize_t)f->device_message_cut, (unsigned long long)f->log_end,
+            ops_tuple(f));
         if (!r || PyList_Append(out, r) < 0)
             Py_CLEAR(out);
         Py_XDECREF(r);
@@ -552,7 +567,7 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     (void)noargs;
 #define U(x) (unsigned long long)atomic_load(&cd_state.x)
     return Py_BuildValue(
-        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsi}", "synced", U(n_synced), "follower",
+        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisK}", "synced", U(n_synced), "follower",
         U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes", U(n_subscribes),
         "active", atomic_load(&cd_state.active), "watching", atomic_load(&cd_state.watching),
         "all_threads", atomic_load(&cd_state.all_threads), "ns_capture_check",
@@ -562,8 +577,26 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
         "watch_alloc_rc", atomic_load(&cd_state.watch_alloc_rc), "watch_write_rc",
         atomic_load(&cd_state.watch_write_rc), "subscribed",
         cd_state.subscriber != NULL, "interned_bytes", (Py_ssize_t)cd_intern_used(),
-        "stderr_tee", cd_tee_installed());
+        "stderr_tee", cd_tee_installed(), "hand_overs", U(n_hand_overs));
 #undef U
+}
+
+static PyObject *py_cupti_hand_over(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    int had;
+    Py_BEGIN_ALLOW_THREADS
+    had = cd_cupti_hand_over();
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(had);
+}
+
+static PyObject *py_install_tee(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    return PyLong_FromLong(cd_tee_install());
 }
 
 /* ----------------------------------------------------------------- init -- */
@@ -597,6 +630,8 @@ static PyMethodDef core_methods[] = {
     METH(asserts_for, METH_O, "the device-assert lines kept that name a kernel"),
     METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
     METH(stats, METH_NOARGS, "launch-hook counters"),
+    METH(cupti_hand_over, METH_NOARGS, "give CUPTI up to a starting profiler -> was it held"),
+    METH(install_tee, METH_NOARGS, "install the pass-through stderr (once) -> 0 ok"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,
      METH_VARARGS | METH_KEYWORDS, "launch an embedded test kernel -> CUresult"},
     {"gemm", (PyCFunction)(void (*)(void))cd_py_gemm, METH_VARARGS | METH_KEYWORDS,

@@ -32,7 +32,7 @@ REPORT_FIELDS = (
     "filename", "lineno", "function", "line", "launch_stack", "device_message",
     "driver_log", "op", "inputs", "thread", "launch_api", "found_at", "launch_refused",
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
-    "recent_launches", "surfaced_at", "provenance",
+    "recent_launches", "surfaced_at", "provenance", "op_stack",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -232,6 +232,22 @@ def _device_line(err) -> Optional[str]:
     return None
 
 
+def _op_line(err) -> Optional[str]:
+    """``op aten::embedding(weight: float32[10, 4], input: int64[2] on cuda:0) >
+    aten::index_select``: the PyTorch op the launching call entered, its tensor
+    inputs, then the ops it called down to the faulting kernel."""
+    if not err.op:
+        return None
+    from ._torch_ops import format_inputs
+    s = "op " + err.op
+    if err.inputs:
+        s += "(%s)" % format_inputs(err.inputs)
+    inner = list(err.op_stack or [])[1:]
+    if inner:
+        s += " > " + " > ".join(inner)
+    return s
+
+
 def format_report(err: CudaError) -> str:
     """The short report: what happened and where, then the device's words, then
     whether the context survived."""
@@ -249,12 +265,17 @@ def format_report(err: CudaError) -> str:
         head = "%s in a CUDA graph replay" % what
     elif kernel:
         head = "%s in %s" % (what, kernel)
+    elif err.op:
+        head = "%s in a kernel of %s" % (what, err.op)
     elif err.found_at == "check":
         head = "%s (kernel unknown: it ran outside cuda_debug.launch_blocking() and " \
                "cuda_debug.watch(); run it inside one to name the kernel and the line)" % what
     else:
         head = what
     lines = [head]
+    op = _op_line(err)
+    if op:
+        lines.append("  " + op)
     if isinstance(err, LaunchError) or not isinstance(err, StickyCudaError):
         lines[0] += ": %s (%s)" % (err.name, err.description) if err.code is not None else ""
         if err.grid is not None and err.block is not None:

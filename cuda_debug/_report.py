@@ -19,7 +19,7 @@ import threading
 import traceback
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
-from . import _core, _cuda_errors
+from . import _core, _cuda_errors, _dispatch_fallback, _torch_ops
 from ._errors import CudaError, class_for
 
 
@@ -47,6 +47,7 @@ class RawFault(NamedTuple):
     device_message: bytes     # what this thread got from the driver during its wait
     device_message_cut: int   # bytes that did not fit (all of them went to stderr)
     log_end: int
+    ops: tuple                # at::_ops::<name> frames of the native stack, innermost first
 
 
 class WatchRecord(NamedTuple):
@@ -401,6 +402,14 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             driver_log=[_text(b).rstrip() for b in
                         _core.driver_log(_previous_log_end(raw), raw.log_end)] or None,
         )
+        ops = _torch_ops.op_stack(raw.ops)
+        if ops:
+            fields.update(op=ops[0], op_stack=ops)
+            # The tensors of the Python call that entered the op: only when
+            # this thread's own launch raised there (not a backward thread's).
+            if tb is not None and found_at == "launch" and \
+                    raw.thread_id == threading.get_native_id():
+                fields["inputs"] = _torch_ops.call_inputs(tb)
     if watch is not None:
         c = watch["culprit"]
         fields["provenance"] = inductor_provenance(
@@ -423,6 +432,20 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
     return cls(code=code, **fields)
 
 
+def build_dispatch(rec: dict, *, tb=None, frame=None, found_at: str = "launch") -> CudaError:
+    """The exception for a fault the dispatch fallback found after an op
+    (_dispatch_fallback._record): the op, its inputs, the Python line that
+    called it; the kernel only as the device's assert text names it."""
+    fields = dict(found_at=found_at, mechanism="dispatch", op=rec["op"], op_stack=[rec["op"]],
+                  inputs=rec["inputs"], device_message=rec["device_message"],
+                  thread=rec["thread"], kernel=_assert_function(rec["device_message"] or ""))
+    stack = rec["stack"]
+    if not stack and (tb is not None or frame is not None):
+        stack = stack_from(tb=tb, frame=frame)     # an autograd thread's op: no Python frames
+    fields.update(_location_fields(stack, True))
+    return class_for(rec["code"])(code=rec["code"], **fields)
+
+
 def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
               watch_mark: Optional[int] = None, code: Optional[int] = None,
               found_at: str = "launch", frame=None, thread_id: Optional[int] = None,
@@ -443,6 +466,9 @@ def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
     tb = exc.__traceback__ if exc is not None else None
     if thread_id is None:
         thread_id = threading.get_native_id()
+    rec = _dispatch_fallback.take(thread_id)
+    if rec is not None:
+        return remember(build_dispatch(rec, tb=tb, frame=frame, found_at=found_at))
     records = [r for r in faults(mark) if include_claimed or not _claimed_here(r.seq, thread_id)]
     cause, consequences = pick_cause(records, thread_id)
     if cause is not None:

@@ -19,7 +19,7 @@ import functools
 import inspect
 import sys
 
-from . import _core, _libraries, _options, _report
+from . import _core, _dispatch_fallback, _libraries, _options, _report
 from ._errors import CudaError, CudaUnavailableError, ToolConflictError
 
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
@@ -67,6 +67,8 @@ def _open(kind: int, all_threads: bool, what: str, caller):
     status, *rest = _core.scope_open(kind, all_threads, kind != _core.SCOPE_OPT_OUT and
                                      not _capturing())
     if status == 0:
+        if kind != _core.SCOPE_OPT_OUT and "torch" in sys.modules:
+            _dispatch_fallback.install_profiler_guard()
         return rest[0]
     if status == 1:
         err = _report.error_for(None, code=rest[0], watch_mark=_watch_epoch,
@@ -78,6 +80,10 @@ def _open(kind: int, all_threads: bool, what: str, caller):
     rc, holder = rest
     text = _core.cupti_result_string(rc) or "CUPTI error %d" % rc
     if rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+        if holder and "<not provided>" in holder:
+            holder = None                # a client that gave no name (Kineto does not)
+        if _dispatch_fallback.available():
+            return _dispatch_fallback.open_fallback(what, holder, caller)
         who = holder or "another CUPTI client (a profiler such as torch.profiler/Kineto, " \
                         "Nsight Systems/Compute, or cuda-gdb)"
         raise ToolConflictError(

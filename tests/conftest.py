@@ -7,6 +7,7 @@ process, so tests that cause one run the faulting code in a child process
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -114,8 +115,12 @@ def run_child(code, env=None, timeout=120, args=(), prelude=""):
     full_env = dict(os.environ)
     full_env.update(env or {})
     # errors="replace": a driver may print undecodable bytes (hostile assert text)
-    proc = subprocess.run([sys.executable, script] + list(args), capture_output=True,
-                          text=True, errors="replace", timeout=timeout, env=full_env, cwd=ROOT)
+    try:
+        proc = subprocess.run([sys.executable, script] + list(args), capture_output=True,
+                              text=True, errors="replace", timeout=timeout, env=full_env,
+                              cwd=ROOT)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return Child(proc, script, source)
 
 

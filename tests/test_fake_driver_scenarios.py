@@ -479,8 +479,9 @@ def test_driver_log_never_returns_lines_logged_after_the_fault(fake_child):
             first = [l for l in e.driver_log if "cuStreamSynchronize" in l]
         for _ in range(100):                      # 100 refusals, each logged by the driver
             fake.fake_launch(b"after_the_fault", 0, 1, 1, 1, 1, 1, 1)
-        rec = _core.faults(0)[0]
-        report(dict(first=first, log=[l.decode() for l in _core.driver_log(0, rec[-1])]))
+        from cuda_debug import _report
+        rec = _report.faults(0)[0]
+        report(dict(first=first, log=[l.decode() for l in _core.driver_log(0, rec.log_end)]))
     ''')
     r = c.result
     assert r is not None, c

@@ -34,6 +34,7 @@ _SIGNATURES = {
     "fake_set_print_thread": (None, [c_int]),
     "fake_launch": (c_int, [c_char_p, c_size] + [c_uint] * 6),
     "fake_launch_ex": (c_int, [c_char_p, c_size] + [c_uint] * 6),
+    "fake_aten_embedding": (c_int, [c_char_p]),
     "fake_launch_cooperative": (c_int, [c_char_p, c_size] + [c_uint] * 6),
     "fake_stream_create": (c_size, []),
     "fake_stream_sync": (c_int, [c_size]),

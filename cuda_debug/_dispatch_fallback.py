@@ -1,0 +1,218 @@
+"""launch_blocking() without CUPTI, for PyTorch: synchronise after every op.
+
+CUPTI serves one client per process, and torch.profiler (Kineto) keeps it for
+the rest of the process once it ran (even a CPU-only profile). A scope entered
+after that cannot see kernel launches. If PyTorch is imported, the scope then
+falls back to a TorchDispatchMode that waits for the device after every ATen
+op of this thread (and of the autograd threads working for it), so a fault
+raises at the op that launched it, with the op's name and input shapes
+(``exc.mechanism == "dispatch"``). What it cannot see: kernel names (unless
+the device's assert text names one), launches that do not go through
+PyTorch's dispatcher (Triton, CuPy, raw driver, the kernels torch.compile
+generates), and other threads. A warning says so, once.
+
+Without PyTorch imported there is nothing to fall back to: entering raises
+ToolConflictError naming the holder.
+
+Also here: a profiler started while a scope holds CUPTI. Kineto would get no
+GPU events, and never again in this process; the wrapper around
+torch.autograd.profiler's _prepare_profiler/_enable_profiler (installed while
+torch is imported and a scope holds CUPTI) hands CUPTI over first
+(csrc/launch_hooks.c: cd_cupti_hand_over). The open scopes stop seeing
+launches; scopes entered later use the fallback above.
+"""
+import sys
+import threading
+import traceback
+import warnings
+from typing import Optional
+
+from . import _core, _sticky, _torch_ops
+
+_local = threading.local()
+_faults = []                    # (thread id, record dict): dispatch-level faults
+_lock = threading.Lock()
+_warned_fallback = False
+_hand_over_where = None          # "file:line" where a profiler took CUPTI from open scopes
+_mode_cls = None
+
+
+def available() -> bool:
+    """Can the fallback serve? (PyTorch imported, with CUDA.)"""
+    torch = sys.modules.get("torch")
+    return torch is not None and hasattr(torch, "cuda") and hasattr(torch, "utils")
+
+
+def _mode_class():
+    global _mode_cls
+    if _mode_cls is not None:
+        return _mode_cls
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class SyncEveryOp(TorchDispatchMode):
+        """Waits for the device after every ATen op; records the op that faulted."""
+
+        @classmethod
+        def ignore_compile_internals(cls):
+            # torch.compile keeps compiling inside the scope (a mode without
+            # this makes Dynamo run the function eagerly, or fail fullgraph).
+            return True
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            try:
+                out = func(*args, **kwargs)
+                if torch.cuda.is_initialized():
+                    torch.cuda.synchronize()
+            except BaseException as e:
+                _record(func, args, kwargs, e, sys._getframe(1))
+                raise
+            return out
+
+    _mode_cls = SyncEveryOp
+    return _mode_cls
+
+
+def _op_name(func) -> str:
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return str(func)
+    return schema.name + ("." + schema.overload_name if schema.overload_name else "")
+
+
+def _record(func, args, kwargs, exc, frame) -> None:
+    code = _sticky.sticky_code(exc)
+    if code is None:
+        return
+    tid = threading.get_native_id()
+    with _lock:
+        if any(t == tid and not r["claimed"] for t, r in _faults):
+            return                   # the op that faulted first is the one to report
+    schema = getattr(func, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    pairs = [(names[i] if i < len(names) else "arg%d" % i, a) for i, a in enumerate(args)]
+    pairs += list(kwargs.items())
+    rec = {"code": code, "op": _op_name(func), "inputs": _torch_ops.metas(pairs),
+           "stack": traceback.StackSummary.extract(traceback.walk_stack(frame),
+                                                   lookup_lines=True) if frame else None,
+           "device_message": _core.recent_asserts().decode("utf-8", "replace") or None,
+           "thread": "%s (tid %d)" % (threading.current_thread().name, tid),
+           "claimed": False}
+    if rec["stack"] is not None:
+        rec["stack"].reverse()       # outermost first, like every launch_stack
+    with _lock:
+        _faults.append((tid, rec))
+        del _faults[:-32]
+
+
+def take(thread_id: Optional[int] = None) -> Optional[dict]:
+    """This thread's unreported dispatch-level fault (else any thread's), once."""
+    tid = threading.get_native_id() if thread_id is None else thread_id
+    with _lock:
+        pending = [(t, r) for t, r in _faults if not r["claimed"]]
+        mine = [r for t, r in pending if t == tid]
+        rec = mine[0] if mine else (pending[0][1] if pending else None)
+        if rec is not None:
+            rec["claimed"] = True
+        return rec
+
+
+class DispatchScope:
+    """The scope handle when CUPTI is held elsewhere: the mode, pushed on this
+    thread; close() pops it."""
+
+    mechanism = "dispatch"
+
+    def __init__(self):
+        self.fault_mark = _core.fault_seq()
+        self.watch_mark = _core.watch_seq()
+        self._mode = _mode_class()()
+        self._mode.__enter__()
+        self._open = True
+
+    def close(self):
+        if self._open:
+            self._open = False
+            self._mode.__exit__(None, None, None)
+
+
+def open_fallback(what: str, holder: Optional[str], caller) -> DispatchScope:
+    """Enter the dispatch fallback; warn once per process, saying why and what is lost."""
+    global _warned_fallback
+    _core.install_tee()                # the device's assert text, as in CUPTI scopes
+    if not _warned_fallback:
+        _warned_fallback = True
+        who = holder or "another CUPTI client (torch.profiler keeps CUPTI for the rest of " \
+                        "the process once it ran)"
+        if _hand_over_where:
+            who = "torch.profiler, started at %s inside a scope" % _hand_over_where
+        warnings.warn(
+            "cuda_debug: %s cannot take CUPTI, held by %s. For PyTorch it synchronises "
+            "after every op instead (exc.mechanism == 'dispatch'), in this thread and its "
+            "autograd threads: a fault raises at the op, with its name and input shapes. Not "
+            "covered: kernel names (unless the device's assert names one), launches outside "
+            "PyTorch's dispatcher (Triton, CuPy, raw driver, torch.compile's kernels) and "
+            "other threads. To get all of it back, restart the process without the profiler."
+            % (what, who), RuntimeWarning, stacklevel=4)
+    return DispatchScope()
+
+
+# -- a profiler started while scopes hold CUPTI --------------------------------
+
+_installed = False
+_warned_hand_over = False
+
+
+def install_profiler_guard() -> None:
+    """Wrap torch.autograd.profiler's entry points into Kineto (once, when a
+    scope takes CUPTI with torch imported)."""
+    global _installed
+    if _installed:
+        return
+    prof = sys.modules.get("torch.autograd.profiler")
+    if prof is None:
+        return
+    _installed = True
+    for name in ("_prepare_profiler", "_enable_profiler"):
+        orig = getattr(prof, name, None)
+        if orig is None or getattr(orig, "_cuda_debug_guard", False):
+            continue
+        setattr(prof, name, _guarded(orig))
+
+
+def _guarded(orig):
+    def guard(*args, **kwargs):
+        hand_over()
+        return orig(*args, **kwargs)
+    guard._cuda_debug_guard = True
+    guard.__wrapped__ = orig
+    guard.__name__ = getattr(orig, "__name__", "profiler_entry")
+    return guard
+
+
+def _caller_where() -> Optional[str]:
+    from ._report import is_user_file
+    f = sys._getframe(2)
+    while f is not None:
+        if is_user_file(f.f_code.co_filename):
+            return "%s:%d" % (f.f_code.co_filename, f.f_lineno)
+        f = f.f_back
+    return None
+
+
+def hand_over() -> bool:
+    """Give CUPTI to a profiler that is starting; warn once. True if it was held."""
+    global _warned_hand_over, _hand_over_where
+    if not _core.cupti_hand_over():
+        return False
+    _hand_over_where = _caller_where() or "?"
+    if not _warned_hand_over:
+        _warned_hand_over = True
+        warnings.warn(
+            "cuda_debug: torch.profiler started at %s while launch_blocking()/watch() held "
+            "CUPTI (one client per process). CUPTI was handed to the profiler, so it records "
+            "GPU events. The scopes open now stop synchronising and recording kernels; scopes "
+            "entered from now on synchronise after every PyTorch op instead "
+            "(exc.mechanism == 'dispatch')." % _hand_over_where, RuntimeWarning, stacklevel=3)
+    return True

@@ -1,0 +1,263 @@
+"""PyTorch-aware reports and living with profilers, without PyTorch or a GPU.
+
+- The ATen operators of a faulting launch, read from the native stack by the
+  C fault path (csrc/native_ops.c): the fake driver launches from inside
+  functions exported under libtorch's mangled names.
+- The call-expression reader that names the tensors of the faulting call
+  (_torch_ops.call_inputs), on objects that stand in for tensors.
+- Handing CUPTI over to a profiler that starts inside a scope, and the
+  ToolConflictError that code without PyTorch still gets.
+The GPU side (real torch ops, the dispatch fallback) is tests/test_torch_ops_gpu.py.
+"""
+import pickle
+import sys
+import types
+
+import pytest
+
+from cuda_debug import _torch_ops
+import cuda_debug
+
+
+def test_aten_ops_on_the_native_stack_name_the_op(fake_child):
+    c = fake_child('''
+        import cuda_debug
+        fake.fake_set_kernel(b"indexSelectSmallIndex", 710, 1, b"srcIndex < srcSelectDimSize", -1, 0)
+        try:
+            with cuda_debug.launch_blocking():
+                fake.fake_aten_embedding(b"indexSelectSmallIndex")      # LAUNCH
+        except cuda_debug.DeviceAssertError as e:
+            report(dict(op=e.op, op_stack=e.op_stack, inputs=e.inputs, text=str(e),
+                        lineno=e.lineno, mechanism=e.mechanism))
+    ''')
+    r = c.result
+    assert r is not None, c
+    # outermost first; call and redispatch of one op are one entry; the
+    # exported look-alike without ::call (at::_ops::embedding::schema) is not an op
+    assert r["op_stack"] == ["aten::embedding", "aten::index_select"], r
+    assert r["op"] == "aten::embedding" and r["mechanism"] == "cupti"
+    assert r["lineno"] == c.line_of("# LAUNCH")
+    assert r["inputs"] is None            # no exception passed through the call: nothing to read
+    lines = r["text"].splitlines()
+    assert lines[0] == "device-side assert in indexSelectSmallIndex"
+    assert lines[1] == "  op aten::embedding > aten::index_select", lines
+    # the fault-time block on fd 2 has the ops too, right after the kernel
+    block = c.stderr[c.stderr.index("cuda_debug: device-side assert"):].splitlines()
+    assert block[1] == "  op aten::embedding > aten::index_select", block
+
+
+def test_launches_outside_aten_have_no_op(fake_child):
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        try:
+            with cuda_debug.launch_blocking():
+                t.device_assert()
+        except cuda_debug.DeviceAssertError as e:
+            report(dict(op=e.op, op_stack=e.op_stack, inputs=e.inputs, text=str(e)))
+    ''')
+    r = c.result
+    assert r is not None, c
+    assert r["op"] is None and r["op_stack"] is None and r["inputs"] is None
+    assert "  op " not in r["text"] and "  op aten" not in c.stderr
+
+
+def test_aten_struct_names_without_torch_keep_the_struct():
+    assert "torch" not in sys.modules or pytest.skip("torch imported in this process")
+    assert _torch_ops.aten_name("add_Tensor") == "aten::add_Tensor"
+    assert _torch_ops.op_stack(("index_select", "embedding")) == \
+        ["aten::embedding", "aten::index_select"]
+    assert _torch_ops.op_stack(()) is None
+
+
+def test_aten_struct_names_resolve_against_the_registry(monkeypatch):
+    class Packet:
+        def __init__(self, *overloads):
+            self._o = list(overloads)
+
+        def overloads(self):
+            return self._o
+
+    aten = types.SimpleNamespace(add=Packet("Tensor", "Scalar", "out"), add_=Packet("Tensor"),
+                                 index_select=Packet("default"), index=Packet("Tensor"),
+                                 sum=Packet("default", "dim_IntList"))
+    fake_torch = types.SimpleNamespace(ops=types.SimpleNamespace(aten=aten))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    assert _torch_ops.aten_name("add_Tensor") == "aten::add.Tensor"
+    assert _torch_ops.aten_name("add__Tensor") == "aten::add_.Tensor"
+    assert _torch_ops.aten_name("index_select") == "aten::index_select"   # not index.select
+    assert _torch_ops.aten_name("sum_dim_IntList") == "aten::sum.dim_IntList"
+    assert _torch_ops.aten_name("no_such_op") == "aten::no_such_op"
+
+
+# -- the tensors of the faulting call ------------------------------------------
+
+class FakeTensor:
+    def __init__(self, *shape, dtype="float32"):
+        self.shape, self.dtype, self.device = shape, dtype, "cuda:0"
+
+
+def fake_meta(name, value):
+    if isinstance(value, FakeTensor):
+        return {"name": name, "shape": value.shape, "dtype": value.dtype, "device": value.device}
+    return None
+
+
+class Module:                              # nn.Module keeps parameters in a table
+    def __init__(self):
+        self._parameters = {"weight": FakeTensor(10, 4)}
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["_parameters"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _tb_of(fn):
+    try:
+        fn()
+    except Exception as e:
+        return e.__traceback__
+    raise AssertionError("did not raise")
+
+
+needs_positions = pytest.mark.skipif(sys.version_info < (3, 11),
+                                     reason="instruction positions (co_positions) are Python 3.11+")
+
+
+@needs_positions
+@pytest.mark.parametrize("case", ["call", "method_attr", "subscript", "binop", "starred",
+                                  "multiline", "keywords"])
+def test_call_inputs_reads_the_operands_of_the_faulting_call(monkeypatch, case):
+    monkeypatch.setattr(_torch_ops, "tensor_meta", fake_meta)
+    m = Module()
+    idx = FakeTensor(2, dtype="int64")
+    pair = (m._parameters["weight"], idx)
+    w = m._parameters["weight"]
+    calls = {
+        # builtins that raise from C: the traceback's innermost frame is this one
+        "call": lambda: divmod(m.weight, idx),
+        "method_attr": lambda: divmod(m.weight, 3),
+        "subscript": lambda: w[idx],
+        "binop": lambda: w + idx,
+        "starred": lambda: divmod(*pair),
+        "multiline": lambda: divmod(
+            w,
+            idx),
+        "keywords": lambda: sorted(w, key=idx),
+    }
+    got = _torch_ops.call_inputs(_tb_of(calls[case]))
+    names = [(i["name"], i["shape"], i["dtype"]) for i in got or []]
+    want = {
+        "call": [("m.weight", (10, 4), "float32"), ("idx", (2,), "int64")],
+        "method_attr": [("m.weight", (10, 4), "float32")],
+        "subscript": [("w", (10, 4), "float32"), ("idx", (2,), "int64")],
+        "binop": [("w", (10, 4), "float32"), ("idx", (2,), "int64")],
+        "starred": [("*pair[0]", (10, 4), "float32"), ("*pair[1]", (2,), "int64")],
+        "multiline": [("w", (10, 4), "float32"), ("idx", (2,), "int64")],
+        "keywords": [("w", (10, 4), "float32"), ("idx", (2,), "int64")],
+    }[case]
+    assert names == want, (case, got)
+
+
+@needs_positions
+def test_call_inputs_runs_no_code(monkeypatch):
+    monkeypatch.setattr(_torch_ops, "tensor_meta", fake_meta)
+    calls = []
+
+    class Holder:
+        @property
+        def tensor(self):
+            calls.append(1)
+            return FakeTensor(3)
+
+    h = Holder()
+    idx = FakeTensor(2, dtype="int64")
+    got = _torch_ops.call_inputs(_tb_of(lambda: divmod(h.tensor, idx.shape[0] + len(calls))))
+    assert calls == [1]                    # only the faulting call itself ran the property
+    assert [i["name"] for i in got or []] == []
+
+
+def test_call_inputs_without_a_traceback_is_none():
+    assert _torch_ops.call_inputs(None) is None
+
+
+def test_short_report_has_the_op_line_after_the_kernel():
+    inputs = [{"name": "weight", "shape": (10, 4), "dtype": "float32", "device": "cuda:0"},
+              {"name": "input", "shape": (2,), "dtype": "int64", "device": "cuda:0"}]
+    e = cuda_debug.DeviceAssertError(code=710, kernel="void k<float>(float*)",
+                                     op="aten::embedding",
+                                     op_stack=["aten::embedding", "aten::index_select"],
+                                     inputs=inputs, filename="/x/train.py", lineno=3)
+    lines = str(e).splitlines()
+    assert lines[0] == "device-side assert in k<float>"
+    assert lines[1] == "  op aten::embedding(weight: float32[10, 4], input: int64[2] on cuda:0)" \
+                       " > aten::index_select"
+    back = pickle.loads(pickle.dumps(e))
+    assert back.op_stack == e.op_stack and back.inputs == inputs and str(back) == str(e)
+    two = [dict(inputs[0]), dict(inputs[1], device="cpu")]
+    assert _torch_ops.format_inputs(two) == "weight: float32[10, 4] cuda:0, input: int64[2] cpu"
+    # dispatch mechanism: no kernel known, the op is the head
+    d = cuda_debug.DeviceAssertError(code=710, op="aten::gather", op_stack=["aten::gather"],
+                                     mechanism="dispatch")
+    assert str(d).splitlines()[:2] == ["device-side assert in a kernel of aten::gather",
+                                       "  op aten::gather"]
+
+
+# -- CUPTI held, handed over ---------------------------------------------------
+
+def test_without_torch_a_held_cupti_is_still_a_tool_conflict(fake_child):
+    c = fake_child('''
+        import cuda_debug
+        fake.fake_hold_cupti(b"CUPTI for <not provided>")      # how Kineto shows up
+        try:
+            with cuda_debug.launch_blocking():
+                pass
+        except cuda_debug.ToolConflictError as e:
+            report(dict(text=str(e), holder=e.holder, torch="torch" in sys.modules))
+    ''')
+    r = c.result
+    assert r is not None, c
+    assert r["torch"] is False
+    assert r["holder"] is None                 # a client with no name is not named "<not provided>"
+    assert "torch.profiler" in r["text"] and "<not provided>" not in r["text"]
+
+
+def test_a_profiler_starting_inside_a_scope_gets_cupti(fake_child):
+    # torch.autograd.profiler stands in for torch's: the guard wraps its entry
+    # points into Kineto while a scope holds CUPTI.
+    c = fake_child('''
+        import types, warnings
+        calls = []
+        prof = types.ModuleType("torch.autograd.profiler")
+        prof._prepare_profiler = lambda *a: calls.append(("prepare", fake.fake_cupti_enabled(-1)))
+        prof._enable_profiler = lambda *a: calls.append(("enable", fake.fake_cupti_enabled(-1)))
+        torch = types.ModuleType("torch")
+        sys.modules.update({"torch": torch, "torch.autograd.profiler": prof})
+        import cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core
+        out = {}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with cuda_debug.launch_blocking():
+                t.empty()
+                out["held"] = fake.fake_cupti_enabled(-1)
+                prof._prepare_profiler("config", "activities")      # PROFILER
+                prof._enable_profiler("config", "activities")
+                t.empty()                      # not seen: CUPTI belongs to the profiler now
+        out.update(calls=calls, synced=_core.stats()["synced"],
+                   hand_overs=_core.stats()["hand_overs"],
+                   subscribed_after=fake.fake_cupti_enabled(-1),
+                   warnings=[str(w.message) for w in caught])
+        report(out)
+    ''')
+    r = c.result
+    assert r is not None, c
+    assert r["held"] == 1
+    # CUPTI was free when the profiler's own code ran, both times
+    assert r["calls"] == [["prepare", 0], ["enable", 0]], r
+    assert r["synced"] == 1 and r["hand_overs"] == 1
+    assert r["subscribed_after"] == 0
+    assert len(r["warnings"]) == 1, r["warnings"]
+    w = r["warnings"][0]
+    assert "handed to the profiler" in w and "user_script.py:%d" % c.line_of("# PROFILER") in w
