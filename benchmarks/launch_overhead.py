@@ -19,6 +19,12 @@ reported. Configurations:
     sync_loss  (resnet50 only) no cuda_debug; torch.cuda.synchronize() after the
                loss: the price of any one synchronisation at that point
     env        CUDA_LAUNCH_BLOCKING=1, no cuda_debug
+    dispatch   (--extra) torch.profiler ran first (Kineto keeps CUPTI), then the
+               whole workload inside launch_blocking(): the dispatch-level fallback
+               that synchronises after every op
+    scope_mode (--extra) launch_blocking() plus a pass-through TorchDispatchMode:
+               what a per-op dispatch hook for op/inputs would cost (not built:
+               the ops come from the native stack at the fault instead)
 --variants adds scopes under the debug switches (read once at import) that
 take the cost apart: CUDA_DEBUG_WAIT=spin (poll cuStreamQuery instead of
 cuStreamSynchronize), CUDA_DEBUG_CAPTURE=off (no assert-text capture),
@@ -42,9 +48,15 @@ import sys
 import textwrap
 
 CHILD = textwrap.dedent(r"""
-import json, os, sys, time
+import contextlib, json, os, sys, time
 config, workloads = sys.argv[1], sys.argv[2].split(",")
 import torch
+if config == "dispatch":             # Kineto takes CUPTI, for the rest of the process
+    from torch.profiler import profile, ProfilerActivity
+    with profile(activities=[ProfilerActivity.CPU]):
+        torch.zeros(1, device="cuda").add_(1)
+    import warnings
+    warnings.simplefilter("ignore")
 if config not in ("never", "env", "sync_loss"):
     import cuda_debug
     from cuda_debug import launch_blocking, watch
@@ -55,10 +67,23 @@ if config not in ("never", "env", "sync_loss"):
 else:
     import contextlib
     launch_blocking = watch = contextlib.nullcontext
-whole = launch_blocking if config.startswith("scope") and config != "scope_loss" else None
+whole = launch_blocking if (config.startswith("scope") and config != "scope_loss") or \
+    config == "dispatch" else None
+if config == "scope_mode":
+    from torch.utils._python_dispatch import TorchDispatchMode
+    class PassThrough(TorchDispatchMode):
+        @classmethod
+        def ignore_compile_internals(cls):
+            return True
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+    @contextlib.contextmanager
+    def scope_and_mode():
+        with launch_blocking(), PassThrough():
+            yield
+    whole = scope_and_mode
 if config == "watch" or config.startswith("watch_"):
     whole = watch if config != "watch_outside" else None
-import contextlib
 region = whole or contextlib.nullcontext
 out = {"config": config, "env": os.environ.get("CUDA_LAUNCH_BLOCKING"),
        "wait": os.environ.get("CUDA_DEBUG_WAIT"), "capture": os.environ.get("CUDA_DEBUG_CAPTURE")}
@@ -221,7 +246,10 @@ def main():
                            ("outside / never (target <= 1.01)", "outside", "never"),
                            ("imported / never", "imported", "never"),
                            ("scope_loss / never (target <= 1.031)", "scope_loss", "never"),
-                           ("sync_loss / never", "sync_loss", "never")] + \
+                           ("sync_loss / never", "sync_loss", "never"),
+                           ("dispatch / scope (fallback vs CUPTI)", "dispatch", "scope"),
+                           ("dispatch / env", "dispatch", "env"),
+                           ("scope_mode / scope (per-op hook)", "scope_mode", "scope")] + \
             [("%s / %s" % (c, "never" if c.startswith("watch") else "env"), c,
               "never" if c.startswith("watch") else "env") for c in configs if c in VARIANTS]:
         if num not in med:
