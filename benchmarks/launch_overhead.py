@@ -22,6 +22,8 @@ reported. Configurations:
     dispatch   (--extra) torch.profiler ran first (Kineto keeps CUPTI), then the
                whole workload inside launch_blocking(): the dispatch-level fallback
                that synchronises after every op
+    watch_ops  (--extra) the whole workload inside watch(ops=True): each launch
+               also records its PyTorch op and input shapes
     scope_mode (--extra) launch_blocking() plus a pass-through TorchDispatchMode:
                what a per-op dispatch hook for op/inputs would cost (not built:
                the ops come from the native stack at the fault instead)
@@ -84,6 +86,8 @@ if config == "scope_mode":
     whole = scope_and_mode
 if config == "watch" or config.startswith("watch_"):
     whole = watch if config != "watch_outside" else None
+if config == "watch_ops":
+    whole = lambda: watch(ops=True)
 region = whole or contextlib.nullcontext
 out = {"config": config, "env": os.environ.get("CUDA_LAUNCH_BLOCKING"),
        "wait": os.environ.get("CUDA_DEBUG_WAIT"), "capture": os.environ.get("CUDA_DEBUG_CAPTURE")}
@@ -249,7 +253,9 @@ def main():
                            ("sync_loss / never", "sync_loss", "never"),
                            ("dispatch / scope (fallback vs CUPTI)", "dispatch", "scope"),
                            ("dispatch / env", "dispatch", "env"),
-                           ("scope_mode / scope (per-op hook)", "scope_mode", "scope")] + \
+                           ("scope_mode / scope (per-op hook)", "scope_mode", "scope"),
+                           ("watch_ops / never", "watch_ops", "never"),
+                           ("watch_ops / watch", "watch_ops", "watch")] + \
             [("%s / %s" % (c, "never" if c.startswith("watch") else "env"), c,
               "never" if c.startswith("watch") else "env") for c in configs if c in VARIANTS]:
         if num not in med:

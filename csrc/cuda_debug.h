@@ -307,6 +307,7 @@ typedef struct {
     uint8_t n_frames;
     uint8_t flags;             /* CD_WATCH_* */
     uint16_t cbid;
+    uint32_t op;               /* the thread's current PyTorch op token (watch(ops=True)), 0 none */
 } cd_watch_record;
 
 enum { CD_WATCH_MARKED = 1, CD_WATCH_GRAPH = 2, CD_WATCH_USER_LAST = 4 };
@@ -326,6 +327,9 @@ int cd_watch_get(uint64_t seq, cd_watch_record *out);
  * out[] sorted by seq; returns the count. */
 int cd_watch_incomplete(uint64_t since, uint64_t *out, int max);
 int cd_watch_context_device(int ctx_index);
+/* watch(ops=True): the op the calling thread is in (a token Python hands out
+ * per op call, 0 when none), copied into each watch record. */
+extern _Thread_local uint32_t cd_tls_op;
 
 /* ------------------------------------------------ launch_hooks.c --------- */
 

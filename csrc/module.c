@@ -492,12 +492,24 @@ static PyObject *py_watch_record(PyObject *self, PyObject *arg)
     cd_watch_record r;
     if (cd_watch_get(seq, &r) != 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(KKN(III)(III)Iii" "NiiN)", seq, (unsigned long long)r.stream,
+    return Py_BuildValue("(KKN(III)(III)Iii" "NiiNI)", seq, (unsigned long long)r.stream,
                          PyBytes_FromString(cd_interned(r.kernel) ? cd_interned(r.kernel) : ""),
                          r.grid[0], r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2],
                          r.shared_mem, (int)r.thread_id, cd_watch_context_device(r.ctx),
                          ids_tuple(r.frames, r.n_frames), (int)r.flags, (int)r.cbid,
-                         PyBool_FromLong(cd_watch_done(&r, seq) == 1));
+                         PyBool_FromLong(cd_watch_done(&r, seq) == 1), r.op);
+}
+
+/* set_op(token): this thread's current op for watch(ops=True); 0 clears. Per
+ * PyTorch op while recording ops: a thread-local store, nothing else. */
+static PyObject *py_set_op(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long v = PyLong_AsUnsignedLongMask(arg);
+    if (v == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    cd_tls_op = (uint32_t)v;
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_watch_incomplete(PyObject *self, PyObject *arg)
@@ -630,6 +642,7 @@ static PyMethodDef core_methods[] = {
     METH(asserts_for, METH_O, "the device-assert lines kept that name a kernel"),
     METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
     METH(stats, METH_NOARGS, "launch-hook counters"),
+    METH(set_op, METH_O, "set_op(token): this thread's current op for watch(ops=True)"),
     METH(cupti_hand_over, METH_NOARGS, "give CUPTI up to a starting profiler -> was it held"),
     METH(install_tee, METH_NOARGS, "install the pass-through stderr (once) -> 0 ok"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,

@@ -15,7 +15,7 @@
  * CUDA call (so also from a signal handler). Launches on a capturing stream
  * are skipped (launch_hooks.c); a graph replay is one record.
  *
- * Memory: CD_WATCH_RING records (80 bytes each, 5 MiB) and, per context, one
+ * Memory: CD_WATCH_RING records (88 bytes each, 5.5 MiB) and, per context, one
  * pinned buffer of CD_WATCH_SLOTS 32-bit slots (256 KiB), allocated at the
  * first launch seen in that context (cold path, once) and kept for the life
  * of the process. A fault can be named while it is among the last 65,536
@@ -35,6 +35,7 @@ static cd_watch_record ring[CD_WATCH_RING];
 static atomic_uint_fast64_t watch_seq;
 static _Thread_local uint64_t tls_last_seq;
 static _Thread_local int32_t tls_tid;
+_Thread_local uint32_t cd_tls_op;
 
 #define MAX_CTX 64
 typedef struct {
@@ -146,6 +147,7 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
         tls_tid = (int32_t)syscall(SYS_gettid);
     r->thread_id = tls_tid;
     r->cbid = (uint16_t)cbid;
+    r->op = cd_tls_op;
     int complete = 0;
     r->n_frames = (uint8_t)cd_frames_capture(r->frames, CD_RING_FRAMES, 1, &complete);
     uint8_t flags = complete < 0 ? CD_WATCH_USER_LAST : 0;

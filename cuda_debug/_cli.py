@@ -185,6 +185,11 @@ def _enter(mode: str, all_threads: bool):
         return None
     from ._errors import CudaUnavailableError, ToolConflictError
     from ._scope import launch_blocking, watch
+    from . import _options
+    if mode == "watch" and _options.OPTIONS.watch_ops and "torch" not in sys.modules:
+        import importlib.util
+        if importlib.util.find_spec("torch") is not None:
+            import torch  # noqa: F401  (the op recorder is a PyTorch dispatch mode)
     scope = watch() if mode == "watch" else launch_blocking(True, all_threads=all_threads)
     try:
         scope.__enter__()
@@ -349,7 +354,8 @@ def _verdict(d: dict) -> (int, str):
     free = d.get("cupti_free") or {}
     if free.get("free") is False:
         return 1, "CUPTI is held by another tool (%s): watch() and launch_blocking() would raise " \
-                  "ToolConflictError." % (free.get("holder") or "a profiler")
+                  "ToolConflictError, or with PyTorch imported synchronise after every op " \
+                  "instead." % (free.get("holder") or "a profiler")
     if free.get("free") is None:
         return 1, "CUPTI could not be subscribed: %s" % free.get("error")
     return 0, "watch() and launch_blocking() work here."

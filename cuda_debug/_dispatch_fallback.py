@@ -63,7 +63,8 @@ def _mode_class():
             kwargs = kwargs or {}
             try:
                 out = func(*args, **kwargs)
-                if torch.cuda.is_initialized():
+                # not inside launch_blocking(False) (a C scope: no CUPTI needed)
+                if _core.thread_state() >= 0 and torch.cuda.is_initialized():
                     torch.cuda.synchronize()
             except BaseException as e:
                 _record(func, args, kwargs, e, sys._getframe(1))
@@ -72,13 +73,6 @@ def _mode_class():
 
     _mode_cls = SyncEveryOp
     return _mode_cls
-
-
-def _op_name(func) -> str:
-    schema = getattr(func, "_schema", None)
-    if schema is None:
-        return str(func)
-    return schema.name + ("." + schema.overload_name if schema.overload_name else "")
 
 
 def _record(func, args, kwargs, exc, frame) -> None:
@@ -93,7 +87,7 @@ def _record(func, args, kwargs, exc, frame) -> None:
     names = [a.name for a in schema.arguments] if schema is not None else []
     pairs = [(names[i] if i < len(names) else "arg%d" % i, a) for i, a in enumerate(args)]
     pairs += list(kwargs.items())
-    rec = {"code": code, "op": _op_name(func), "inputs": _torch_ops.metas(pairs),
+    rec = {"code": code, "op": _torch_ops.schema_name(func), "inputs": _torch_ops.metas(pairs),
            "stack": traceback.StackSummary.extract(traceback.walk_stack(frame),
                                                    lookup_lines=True) if frame else None,
            "device_message": _core.recent_asserts().decode("utf-8", "replace") or None,
@@ -127,14 +121,24 @@ class DispatchScope:
     def __init__(self):
         self.fault_mark = _core.fault_seq()
         self.watch_mark = _core.watch_seq()
-        self._mode = _mode_class()()
-        self._mode.__enter__()
+        # Nested scopes share the outermost one's mode (one sync per op).
+        self._mode = None if thread_blocking() else _mode_class()()
+        if self._mode is not None:
+            self._mode.__enter__()
         self._open = True
+        _local.depth = getattr(_local, "depth", 0) + 1
 
     def close(self):
         if self._open:
             self._open = False
-            self._mode.__exit__(None, None, None)
+            _local.depth -= 1
+            if self._mode is not None:
+                self._mode.__exit__(None, None, None)
+
+
+def thread_blocking() -> bool:
+    """Is a dispatch-level scope open in this thread?"""
+    return getattr(_local, "depth", 0) > 0
 
 
 def open_fallback(what: str, holder: Optional[str], caller) -> DispatchScope:

@@ -7,6 +7,8 @@ and handed to the C core before the first scope or watch opens.
     CUDA_DEBUG_WAIT=sync|spin|none how a scope waits for a launch (none: measurements only)
     CUDA_DEBUG_PROFILE=0|1         time the launch callback (_core.stats())
     CUDA_DEBUG_CAPTURE_CHECK=1|0   0 skips the graph-capture check (measurements only)
+    CUDA_DEBUG_WATCH_OPS=0|1       watch() records each launch's PyTorch op and input
+                                   shapes, as watch(ops=True) (default 0)
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
 
 An unknown name or value is warned about at import, naming the valid ones, and
@@ -24,6 +26,7 @@ _CHOICES = {
     "CUDA_DEBUG_WAIT": ({"sync": 0, "spin": 1, "none": 2}, 0),
     "CUDA_DEBUG_PROFILE": (_BOOL, False),
     "CUDA_DEBUG_CAPTURE_CHECK": (_BOOL, True),
+    "CUDA_DEBUG_WATCH_OPS": (_BOOL, False),
 }
 _FREE = ("CUDA_DEBUG_COMMIT",)
 
@@ -34,6 +37,7 @@ class Options(NamedTuple):
     wait: int
     profile: bool
     capture_check: bool
+    watch_ops: bool
 
 
 def read(environ=os.environ) -> Options:
@@ -58,7 +62,8 @@ def read(environ=os.environ) -> Options:
                           % (name, ", ".join(sorted(known))), RuntimeWarning, stacklevel=3)
     return Options(report=values["CUDA_DEBUG_REPORT"], capture=values["CUDA_DEBUG_CAPTURE"],
                    wait=values["CUDA_DEBUG_WAIT"], profile=values["CUDA_DEBUG_PROFILE"],
-                   capture_check=values["CUDA_DEBUG_CAPTURE_CHECK"])
+                   capture_check=values["CUDA_DEBUG_CAPTURE_CHECK"],
+                   watch_ops=values["CUDA_DEBUG_WATCH_OPS"])
 
 
 def _default_name(table, default) -> str:

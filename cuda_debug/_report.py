@@ -64,6 +64,7 @@ class WatchRecord(NamedTuple):
     flags: int
     cbid: int
     done: bool
+    op: int                   # watch(ops=True): the op token of the launching thread, 0 none
 
 
 def faults(since: int = 0) -> List[RawFault]:
@@ -253,6 +254,7 @@ def _launch_dict(rec: WatchRecord) -> dict:
         "filename": fs.filename if fs else None, "lineno": fs.lineno if fs else None,
         "function": fs.name if fs else None,
         "stack": [(f.filename, f.lineno, f.name, f.line) for f in stack],
+        "op": rec.op,
     }
 
 
@@ -421,6 +423,9 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             launch_stack=traceback.StackSummary.from_list(c["stack"]), filename=c["filename"], lineno=c["lineno"],
             function=c["function"], thread="tid %d" % c["thread_id"],
             launch_api="cuGraphLaunch" if c["graph"] else None, mechanism="watch")
+        recorded = _torch_ops.recorded_op(c.get("op", 0))
+        if recorded:
+            fields.update(op=recorded[0], op_stack=[recorded[0]], inputs=recorded[1])
         if c["filename"] and c["lineno"]:
             import linecache
             fields["line"] = linecache.getline(c["filename"], c["lineno"]).strip() or None

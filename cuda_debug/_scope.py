@@ -18,8 +18,9 @@ import contextlib
 import functools
 import inspect
 import sys
+from typing import Optional
 
-from . import _core, _dispatch_fallback, _libraries, _options, _report
+from . import _core, _dispatch_fallback, _libraries, _options, _report, _torch_ops
 from ._errors import CudaError, CudaUnavailableError, ToolConflictError
 
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
@@ -204,25 +205,45 @@ class watch(_Region):
     step, not the 2x of ``CUDA_LAUNCH_BLOCKING=1``; use ``launch_blocking()``
     to raise at the launching line itself and to keep the process going after
     non-sticky errors.
+
+    ``ops=True`` (or ``CUDA_DEBUG_WATCH_OPS=1``) also records, for launches
+    made by PyTorch ops of this thread and its autograd threads, the op and
+    its input shapes (``op``, ``inputs``): a Python call per op, so it costs
+    more than watch() alone (benchmarks/RESULTS.md); without it ``op`` is None.
     """
 
     _what = "watch()"
 
-    def __init__(self):
+    def __init__(self, ops: Optional[bool] = None):
+        self.ops = _options.OPTIONS.watch_ops if ops is None else \
+            _check_bool("watch(ops)", ops)
         self._handles = []
+        self._recorders = []
 
     def _copy(self):
-        return watch()
+        return watch(self.ops)
 
     def __enter__(self):
         global _watch_epoch
         handle = _open(_core.SCOPE_WATCH, False, self._what, _report.current_frame(1))
         self._handles.append(handle)
+        recorder = None
+        if self.ops and "torch" in sys.modules and \
+                getattr(handle, "mechanism", "cupti") == "cupti":
+            try:
+                recorder = _torch_ops.OpRecording()
+            except BaseException:
+                self._handles.pop().close()
+                raise
+        self._recorders.append(recorder)
         if _watch_epoch is None:       # no lock: two first watches differ by a few launches
             _watch_epoch = handle.watch_mark
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        recorder = self._recorders.pop() if self._recorders else None
+        if recorder is not None:
+            recorder.close()
         handle = self._exit_handle()
         if exc is None:
             return False
@@ -233,7 +254,7 @@ class watch(_Region):
         self._raise(err, exc)
 
     def __repr__(self):
-        return "cuda_debug.watch()"
+        return "cuda_debug.watch(ops=True)" if self.ops else "cuda_debug.watch()"
 
 
 def is_launch_blocking() -> bool:
@@ -241,6 +262,8 @@ def is_launch_blocking() -> bool:
     s = _core.thread_state()
     if s:
         return s > 0
+    if _dispatch_fallback.thread_blocking():
+        return True
     return _core.stats()["all_threads"] > 0
 
 

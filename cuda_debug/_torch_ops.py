@@ -206,3 +206,95 @@ def format_inputs(inputs: Optional[Sequence[dict]]) -> str:
     parts = ["%s: %s[%s]%s" % (i["name"], i["dtype"], ", ".join(map(str, i["shape"])),
                                "" if one else " " + i["device"]) for i in inputs]
     return ", ".join(parts) + (" on %s" % devices.pop() if one else "")
+
+
+# -- watch(ops=True): the op each launch was made in ------------------------------
+#
+# watch() finds a fault long after its launch, when the launching C++ stack is
+# gone. With ops=True a TorchDispatchMode on the entering thread (and, through
+# PyTorch's thread-local state, its autograd threads) hands out a token per op
+# call, keeps (op, tensor shapes) in a ring under that token and puts the
+# token in the thread's C slot (_core.set_op), which every watch record copies.
+# It costs a Python call per op (measured in benchmarks/RESULTS.md), hence opt-in.
+
+_OP_RING = 1 << 16
+_op_ring: list = [None] * _OP_RING         # token & mask -> (token, func, tensor args)
+_tokens = None                             # itertools.count, made on first use
+_recorder_cls = None
+
+
+def _recorder_class():
+    global _recorder_cls, _tokens
+    if _recorder_cls is not None:
+        return _recorder_cls
+    import itertools
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from . import _core
+    _tokens = itertools.count(1)
+    set_op, ring, mask, Tensor = _core.set_op, _op_ring, _OP_RING - 1, torch.Tensor
+
+    class RecordOps(TorchDispatchMode):
+        @classmethod
+        def ignore_compile_internals(cls):
+            return True
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            token = next(_tokens) & 0xFFFFFFFF
+            ring[token & mask] = (token, func, [(i, a.shape, a.dtype, a.device)
+                                                for i, a in enumerate(args)
+                                                if isinstance(a, Tensor)])
+            set_op(token)
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                set_op(0)
+
+    _recorder_cls = RecordOps
+    return _recorder_cls
+
+
+def schema_name(func) -> str:
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return str(func)
+    return schema.name + ("." + schema.overload_name if schema.overload_name else "")
+
+
+def recorded_op(token: int):
+    """(op name, inputs) recorded under a watch record's op token, or None
+    (no op, or overwritten by 65,536 later ops)."""
+    if not token:
+        return None
+    entry = _op_ring[token & (_OP_RING - 1)]
+    if entry is None or entry[0] != token:
+        return None
+    _, func, tensors = entry
+    schema = getattr(func, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    inputs = [{"name": names[i] if i < len(names) else "arg%d" % i,
+               "shape": tuple(int(d) for d in shape),
+               "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
+              for i, shape, dtype, device in tensors]
+    return schema_name(func), inputs or None
+
+
+class OpRecording:
+    """watch(ops=True)'s hold on this thread: the mode, pushed once per thread."""
+
+    _depth = {}
+
+    def __init__(self):
+        import threading
+        self._tid = threading.get_native_id()
+        self._mode = None
+        if not self._depth.get(self._tid):
+            self._mode = _recorder_class()()
+            self._mode.__enter__()
+        self._depth[self._tid] = self._depth.get(self._tid, 0) + 1
+
+    def close(self):
+        self._depth[self._tid] -= 1
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None

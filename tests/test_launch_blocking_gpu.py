@@ -458,20 +458,30 @@ with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
     torch.cuda.synchronize()
 out["gpu_events_after_scope"] = sum(1 for e in prof.events()
                                     if e.device_type == torch.autograd.DeviceType.CUDA)
-# Order 2: the profiler holds CUPTI, then a scope is entered.
+# Order 2: the profiler holds CUPTI, then a scope is entered: with PyTorch
+# imported it falls back to the dispatch level (tests/test_torch_ops_gpu.py
+# has its faults), warning once; ToolConflictError is for code without torch.
+import warnings
 with profile(activities=[ProfilerActivity.CUDA]):
-    try:
-        with cuda_debug.launch_blocking():
-            pass
-        out["conflict"] = None
-    except cuda_debug.ToolConflictError as e:
-        out["conflict"] = str(e)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with cuda_debug.launch_blocking():
+                out["blocking"] = cuda_debug.is_launch_blocking()
+                with cuda_debug.launch_blocking(False):
+                    out["opted_out"] = cuda_debug.is_launch_blocking()
+            out["conflict"] = None
+        except cuda_debug.ToolConflictError as e:
+            out["conflict"] = str(e)
+    out["warnings"] = [str(w.message) for w in caught if "cuda_debug" in str(w.message)]
 report(out)
 """)
     r = c.result
     assert r is not None, c
     assert r["gpu_events_after_scope"] > 0, r
-    assert r["conflict"] and "CUPTI" in r["conflict"], r
+    assert r["conflict"] is None, r
+    assert r["blocking"] is True and r["opted_out"] is False, r
+    assert len(r["warnings"]) == 1 and "CUPTI" in r["warnings"][0], r
 
 
 # -- CuPy and Triton -----------------------------------------------------------

@@ -261,3 +261,52 @@ def test_a_profiler_starting_inside_a_scope_gets_cupti(fake_child):
     assert len(r["warnings"]) == 1, r["warnings"]
     w = r["warnings"][0]
     assert "handed to the profiler" in w and "user_script.py:%d" % c.line_of("# PROFILER") in w
+
+
+# -- watch(ops=True) ----------------------------------------------------------
+
+def test_watch_records_carry_the_threads_op_token(fake_child):
+    c = fake_child('''
+        import cuda_debug
+        from cuda_debug import _core, _report
+        with cuda_debug.watch(ops=True):          # no torch here: no recorder, no error
+            _core.set_op(1234)
+            fake.fake_launch(b"in_an_op", 0, 1, 1, 1, 1, 1, 1)
+            _core.set_op(0)
+            fake.fake_launch(b"outside_ops", 0, 1, 1, 1, 1, 1, 1)
+        fake.fake_ctx_sync()
+        recs = [_report.watch_record(s) for s in range(1, _core.watch_seq() + 1)]
+        report([(r.kernel.decode(), r.op) for r in recs if r is not None])
+    ''')
+    assert c.result == [["in_an_op", 1234], ["outside_ops", 0]], c
+
+
+def test_recorded_op_reads_the_ring_and_knows_when_it_was_overwritten():
+    class Arg:
+        def __init__(self, name):
+            self.name = name
+
+    schema = types.SimpleNamespace(name="aten::embedding", overload_name="",
+                                   arguments=[Arg("weight"), Arg("indices"), Arg("padding_idx")])
+    func = types.SimpleNamespace(_schema=schema)
+    token = 5
+    saved = _torch_ops._op_ring[token]
+    try:
+        _torch_ops._op_ring[token] = (token, func, [(0, (10, 4), "torch.float32", "cuda:0"),
+                                                    (1, (2,), "torch.int64", "cuda:0")])
+        op, inputs = _torch_ops.recorded_op(token)
+        assert op == "aten::embedding"
+        assert inputs == [
+            {"name": "weight", "shape": (10, 4), "dtype": "float32", "device": "cuda:0"},
+            {"name": "indices", "shape": (2,), "dtype": "int64", "device": "cuda:0"}]
+        assert _torch_ops.recorded_op(token + _torch_ops._OP_RING) is None   # slot reused
+        assert _torch_ops.recorded_op(0) is None
+    finally:
+        _torch_ops._op_ring[token] = saved
+
+
+def test_watch_ops_argument_is_strict():
+    with pytest.raises(TypeError):
+        cuda_debug.watch(ops="yes")
+    assert repr(cuda_debug.watch(ops=True)) == "cuda_debug.watch(ops=True)"
+    assert repr(cuda_debug.watch()) == "cuda_debug.watch()"

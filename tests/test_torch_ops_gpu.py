@@ -159,3 +159,35 @@ report(out)
                for w in r["warnings"]), r["warnings"]
     assert r["mechanism"] == "dispatch" and r["op"] == "aten::embedding", r
     assert r["lineno"] == c.line_of("# LAUNCH"), r
+
+
+@pytest.mark.parametrize("ops", [True, False])
+def test_watch_with_ops_names_the_op_of_the_culprit_launch(child, ops):
+    needs("torch")
+    body, outer, inner, shapes = FAULTS["embedding"]
+    c = child(CATCH + body + """
+ops = sys.argv[1] == "1"
+y = torch.zeros(4, device="cuda")
+try:
+    with cuda_debug.watch(ops=ops):
+        z = run()
+        for _ in range(3):
+            y = y * 2 + 1                      # later launches: the fault surfaces below
+        y.sum().item()
+except cuda_debug.CudaError as e:
+    r = describe(e)
+    r.update(exact=e.exact)
+    report(r)
+""", args=["1" if ops else "0"])
+    r = c.result
+    assert r is not None, c
+    assert r["mechanism"] == "watch" and r["exact"] is True, r
+    assert r["lineno"] == c.line_of("# LAUNCH"), r
+    if not ops:
+        assert r["op"] is None and r["inputs"] is None, r
+        return
+    assert r["op"] == "aten::embedding", r
+    got = [(i["name"], i["shape"], i["dtype"]) for i in r["inputs"] or []]
+    assert ("weight", [10, 4], "float32") in got and ("indices", [2], "int64") in got, got
+    assert r["text"].splitlines()[1].startswith("  op aten::embedding(weight: float32[10, 4]"), \
+        r["text"]
