@@ -67,7 +67,8 @@ def _mode_class():
                 if _core.thread_state() >= 0 and torch.cuda.is_initialized():
                     torch.cuda.synchronize()
             except BaseException as e:
-                _record(func, args, kwargs, e, sys._getframe(1))
+                # The caller's frame; none in an autograd thread running a C++ backward.
+                _record(func, args, kwargs, e, sys._getframe().f_back)
                 raise
             return out
 

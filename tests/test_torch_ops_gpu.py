@@ -191,3 +191,30 @@ except cuda_debug.CudaError as e:
     assert ("weight", [10, 4], "float32") in got and ("indices", [2], "int64") in got, got
     assert r["text"].splitlines()[1].startswith("  op aten::embedding(weight: float32[10, 4]"), \
         r["text"]
+
+
+def test_dispatch_fallback_reports_a_fault_in_the_backward_thread(child):
+    # index_select's backward (index_add_) runs in the autograd thread, with no
+    # Python frame; its saved index is made bad after the forward, through
+    # .data (no version bump), so only the backward faults.
+    needs("torch")
+    c = child(CATCH + """
+from torch.profiler import profile, ProfilerActivity
+with profile(activities=[ProfilerActivity.CPU]):
+    torch.zeros(1, device="cuda").add_(1)
+warnings.simplefilter("ignore")
+x = torch.randn(10, device="cuda", requires_grad=True)
+idx = torch.tensor([1, 2], device="cuda")
+try:
+    with cuda_debug.launch_blocking():
+        y = x.index_select(0, idx)
+        idx.data[1] = 99
+        y.sum().backward()  # LAUNCH
+except cuda_debug.CudaError as e:
+    report(describe(e))
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["mechanism"] == "dispatch" and r["cls"] == "DeviceAssertError", r
+    assert r["lineno"] == c.line_of("# LAUNCH"), r
+    assert r["op"].startswith("aten::index_add"), r
