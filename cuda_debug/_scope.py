@@ -20,7 +20,7 @@ import inspect
 import sys
 from typing import Optional
 
-from . import _core, _dispatch_fallback, _libraries, _options, _report, _torch_ops
+from . import _core, _cuda_errors, _dispatch_fallback, _libraries, _options, _report, _torch_ops
 from ._errors import CudaError, CudaUnavailableError, ToolConflictError
 
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
@@ -179,11 +179,19 @@ class launch_blocking(_Region):
         if not self.enabled:
             return False
         found_at = "launch" if exc is not None else "scope exit"
+        code = None
+        if exc is None and getattr(handle, "mechanism", None) == "dispatch":
+            # Ops the dispatch level did not see (another thread's, a launcher
+            # outside PyTorch): what they left pending is found here.
+            rc = _core.synchronize(-1)
+            code = rc if _cuda_errors.is_sticky(rc) else None
         err = _report.error_for(exc, mark=handle.fault_mark, watch_mark=_watch_epoch,
-                                found_at=found_at,
+                                found_at=found_at, code=code,
                                 frame=_report.current_frame(1) if exc is None else None)
         if err is None:
             return False
+        if getattr(handle, "mechanism", None) == "dispatch":
+            err.mechanism = "dispatch"
         self._raise(err, exc)
 
     def __repr__(self):
