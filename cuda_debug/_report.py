@@ -445,8 +445,11 @@ def build_dispatch(rec: dict, *, tb=None, frame=None, found_at: str = "launch") 
                   inputs=rec["inputs"], device_message=rec["device_message"],
                   thread=rec["thread"], kernel=_assert_function(rec["device_message"] or ""))
     stack = rec["stack"]
-    if not stack and (tb is not None or frame is not None):
-        stack = stack_from(tb=tb, frame=frame)     # an autograd thread's op: no Python frames
+    if (tb is not None or frame is not None) and \
+            not any(is_user_file(f.filename) for f in stack or ()):
+        # An autograd thread's op: no Python frames of the user's; the line is
+        # where the exception reached this thread (the backward() call).
+        stack = stack_from(tb=tb, frame=frame)
     fields.update(_location_fields(stack, True))
     return class_for(rec["code"])(code=rec["code"], **fields)
 
