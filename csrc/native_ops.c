@@ -29,6 +29,9 @@
 
 void cd_native_ops_warm(void)
 {
+    static atomic_int warmed;
+    if (atomic_exchange(&warmed, 1))
+        return;
     void *pcs[4];
     (void)backtrace(pcs, 4);
 }

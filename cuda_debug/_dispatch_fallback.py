@@ -84,9 +84,7 @@ def _record(func, args, kwargs, exc, frame) -> None:
     with _lock:
         if any(t == tid and not r["claimed"] for t, r in _faults):
             return                   # the op that faulted first is the one to report
-    schema = getattr(func, "_schema", None)
-    names = [a.name for a in schema.arguments] if schema is not None else []
-    pairs = [(names[i] if i < len(names) else "arg%d" % i, a) for i, a in enumerate(args)]
+    pairs = [(_torch_ops.arg_name(func, i), a) for i, a in enumerate(args)]
     pairs += list(kwargs.items())
     rec = {"code": code, "op": _torch_ops.schema_name(func), "inputs": _torch_ops.metas(pairs),
            "stack": traceback.StackSummary.extract(traceback.walk_stack(frame),
@@ -114,27 +112,20 @@ def take(thread_id: Optional[int] = None) -> Optional[dict]:
 
 
 class DispatchScope:
-    """The scope handle when CUPTI is held elsewhere: the mode, pushed on this
-    thread; close() pops it."""
+    """The scope handle when CUPTI is held elsewhere: the mode on this thread
+    (nested scopes share the outermost one's: one sync per op)."""
 
     mechanism = "dispatch"
 
     def __init__(self):
         self.fault_mark = _core.fault_seq()
         self.watch_mark = _core.watch_seq()
-        # Nested scopes share the outermost one's mode (one sync per op).
-        self._mode = None if thread_blocking() else _mode_class()()
-        if self._mode is not None:
-            self._mode.__enter__()
-        self._open = True
-        _local.depth = getattr(_local, "depth", 0) + 1
+        self._hold = _torch_ops.ThreadMode(_mode_class(), _local)
 
     def close(self):
-        if self._open:
-            self._open = False
-            _local.depth -= 1
-            if self._mode is not None:
-                self._mode.__exit__(None, None, None)
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
 
 
 def thread_blocking() -> bool:
@@ -142,7 +133,7 @@ def thread_blocking() -> bool:
     return getattr(_local, "depth", 0) > 0
 
 
-def open_fallback(what: str, holder: Optional[str], caller) -> DispatchScope:
+def open_fallback(what: str, holder: Optional[str]) -> DispatchScope:
     """Enter the dispatch fallback; warn once per process, saying why and what is lost."""
     global _warned_fallback
     _core.install_tee()                # the device's assert text, as in CUPTI scopes

@@ -84,7 +84,7 @@ def _open(kind: int, all_threads: bool, what: str, caller):
         if holder and "<not provided>" in holder:
             holder = None                # a client that gave no name (Kineto does not)
         if _dispatch_fallback.available():
-            return _dispatch_fallback.open_fallback(what, holder, caller)
+            return _dispatch_fallback.open_fallback(what, holder)
         who = holder or "another CUPTI client (a profiler such as torch.profiler/Kineto, " \
                         "Nsight Systems/Compute, or cuda-gdb)"
         raise ToolConflictError(
@@ -179,8 +179,9 @@ class launch_blocking(_Region):
         if not self.enabled:
             return False
         found_at = "launch" if exc is not None else "scope exit"
+        dispatch = isinstance(handle, _dispatch_fallback.DispatchScope)
         code = None
-        if exc is None and getattr(handle, "mechanism", None) == "dispatch":
+        if exc is None and dispatch:
             # Ops the dispatch level did not see (another thread's, a launcher
             # outside PyTorch): what they left pending is found here.
             rc = _core.synchronize(-1)
@@ -190,7 +191,7 @@ class launch_blocking(_Region):
                                 frame=_report.current_frame(1) if exc is None else None)
         if err is None:
             return False
-        if getattr(handle, "mechanism", None) == "dispatch":
+        if dispatch:
             err.mechanism = "dispatch"
         self._raise(err, exc)
 
@@ -237,9 +238,9 @@ class watch(_Region):
         self._handles.append(handle)
         recorder = None
         if self.ops and "torch" in sys.modules and \
-                getattr(handle, "mechanism", "cupti") == "cupti":
+                not isinstance(handle, _dispatch_fallback.DispatchScope):
             try:
-                recorder = _torch_ops.OpRecording()
+                recorder = _torch_ops.start_recording()
             except BaseException:
                 self._handles.pop().close()
                 raise

@@ -18,6 +18,7 @@ Two sources, both read only after a fault:
 import ast
 import linecache
 import sys
+import threading
 from typing import List, Optional, Sequence
 
 MAX_INPUTS = 12
@@ -263,6 +264,13 @@ def schema_name(func) -> str:
     return schema.name + ("." + schema.overload_name if schema.overload_name else "")
 
 
+def arg_name(func, i: int) -> str:
+    """The schema's name of positional argument i of an OpOverload (``arg<i>`` if unknown)."""
+    schema = getattr(func, "_schema", None)
+    args = schema.arguments if schema is not None else ()
+    return args[i].name if i < len(args) else "arg%d" % i
+
+
 def recorded_op(token: int):
     """(op name, inputs) recorded under a watch record's op token, or None
     (no op, or overwritten by 65,536 later ops)."""
@@ -272,31 +280,34 @@ def recorded_op(token: int):
     if entry is None or entry[0] != token:
         return None
     _, func, tensors = entry
-    schema = getattr(func, "_schema", None)
-    names = [a.name for a in schema.arguments] if schema is not None else []
-    inputs = [{"name": names[i] if i < len(names) else "arg%d" % i,
+    inputs = [{"name": arg_name(func, i),
                "shape": tuple(int(d) for d in shape),
                "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
               for i, shape, dtype, device in tensors]
     return schema_name(func), inputs or None
 
 
-class OpRecording:
-    """watch(ops=True)'s hold on this thread: the mode, pushed once per thread."""
+class ThreadMode:
+    """A TorchDispatchMode held by nested scopes of one thread: pushed by the
+    outermost, popped when it closes; inner ones only count."""
 
-    _depth = {}
-
-    def __init__(self):
-        import threading
-        self._tid = threading.get_native_id()
-        self._mode = None
-        if not self._depth.get(self._tid):
-            self._mode = _recorder_class()()
+    def __init__(self, mode_class, local):
+        self._local = local
+        self._mode = None if getattr(local, "depth", 0) else mode_class()
+        if self._mode is not None:
             self._mode.__enter__()
-        self._depth[self._tid] = self._depth.get(self._tid, 0) + 1
+        local.depth = getattr(local, "depth", 0) + 1
 
     def close(self):
-        self._depth[self._tid] -= 1
+        self._local.depth -= 1
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
+
+
+_recording = threading.local()
+
+
+def start_recording() -> ThreadMode:
+    """watch(ops=True)'s hold on this thread."""
+    return ThreadMode(_recorder_class(), _recording)

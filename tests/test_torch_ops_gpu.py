@@ -218,3 +218,51 @@ except cuda_debug.CudaError as e:
     assert r["mechanism"] == "dispatch" and r["cls"] == "DeviceAssertError", r
     assert r["lineno"] == c.line_of("# LAUNCH"), r
     assert r["op"].startswith("aten::index_add"), r
+
+
+def test_hand_over_while_another_thread_launches_in_its_scope(child):
+    # CUPTI is taken away while a worker thread's launches are going through
+    # the callback: nothing may crash, hang or lose a launch, and the profiler
+    # still records GPU events.
+    needs("torch")
+    body, outer, inner, shapes = FAULTS["embedding"]
+    c = child(CATCH + body + """
+import threading, time
+from torch.profiler import profile, ProfilerActivity
+warnings.simplefilter("ignore")
+stop, out = threading.Event(), {}
+def worker():
+    y, n = torch.zeros(1, device="cuda"), 0
+    with cuda_debug.launch_blocking():
+        while not stop.is_set():
+            y.add_(1)
+            n += 1
+    torch.cuda.synchronize()
+    out.update(n=n, y=y.item())
+t = threading.Thread(target=worker)
+t.start()
+time.sleep(0.3)
+x = torch.zeros(1, device="cuda")
+with cuda_debug.launch_blocking():
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(5):
+            x.add_(1)
+        torch.cuda.synchronize()
+time.sleep(0.2)
+stop.set()
+t.join(60)
+out["alive"] = t.is_alive()
+out["gpu_events"] = len([e for e in p.events() if e.device_type.name == "CUDA"])
+try:
+    with cuda_debug.launch_blocking():
+        run()
+except cuda_debug.CudaError as e:
+    out.update(describe(e))
+report(out)
+""", timeout=120)
+    r = c.result
+    assert r is not None, c
+    assert r["alive"] is False and r["n"] > 100 and r["y"] == r["n"], r
+    assert r["gpu_events"] >= 5, r
+    assert r["mechanism"] == "dispatch" and r["op"] == "aten::embedding", r
+    assert r["lineno"] == c.line_of("# LAUNCH"), r
