@@ -266,6 +266,9 @@ void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId c
 /* Copy into the ring, assign seq and `consequence`; returns the seq. */
 uint64_t cd_fault_record(cd_fault *f);
 uint64_t cd_fault_seq(void);
+/* Then, for the first records, the PyTorch ops of the native stack (slow:
+ * after recording, so other threads see the fault at once). */
+void cd_fault_add_ops(cd_fault *f);
 /* Copy the records with seq > since, oldest first, into out (at most n). */
 int cd_faults_since(uint64_t since, cd_fault *out, int n);
 

@@ -65,11 +65,6 @@ void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId c
     clock_gettime(CLOCK_REALTIME, &ts);
     f->wall_time = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
     f->n_frames = cd_frames_capture(f->frames, CD_FAULT_FRAMES, 0, &f->frames_complete);
-    /* Walking the native stack costs milliseconds (dladdr scans libtorch's
-     * symbols): the first records only, not every launch a dead context
-     * refuses after them. */
-    if (cd_fault_seq() < 8)
-        f->n_ops = cd_native_ops(f->ops, CD_FAULT_OPS);
     if (atomic_load_explicit(&cd_state.watching, memory_order_relaxed))
         f->launch_seq = cd_watch_thread_last();
     f->log_end = cd_driver_log_count();
@@ -95,6 +90,24 @@ uint64_t cd_fault_record(cd_fault *f)
 }
 
 uint64_t cd_fault_seq(void) { return atomic_load(&fault_seq); }
+
+void cd_fault_add_ops(cd_fault *f)
+{
+    /* After the record is in the ring: the walk takes tens of milliseconds
+     * (dladdr scans libtorch's symbols, under the loader's lock), and another
+     * thread meeting the dead context must find this fault recorded first.
+     * Only for the first records, not for every launch a dead context refuses. */
+    if (f->seq > 8)
+        return;
+    f->n_ops = cd_native_ops(f->ops, CD_FAULT_OPS);
+    pthread_mutex_lock(&fault_lock);
+    cd_fault *r = &ring[f->seq % CD_FAULT_RING];
+    if (r->seq == f->seq) {
+        memcpy(r->ops, f->ops, sizeof r->ops);
+        r->n_ops = f->n_ops;
+    }
+    pthread_mutex_unlock(&fault_lock);
+}
 
 int cd_faults_since(uint64_t since, cd_fault *out, int n)
 {

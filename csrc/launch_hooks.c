@@ -197,6 +197,7 @@ fault_found(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult code,
             f.consequence = 1;
     }
     cd_fault_record(&f);
+    cd_fault_add_ops(&f);
     cd_report_fault(&f);
 }
 
