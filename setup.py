@@ -2,51 +2,35 @@
 
 The build needs a C compiler, Python and NumPy headers, and the CUDA headers
 (cuda.h, cupti.h, cublas_api.h) - not nvcc and not a driver: libcuda, CUPTI and
-cuBLAS are opened at run time. The headers are looked for, in order, in
-$CUDA_HOME (or $CUDA_PATH), /usr/local/cuda, and NVIDIA's pip wheels
-(nvidia/cu13/include, or nvidia/cuda_runtime + cuda_cupti + cublas includes).
+cuBLAS are opened at run time. Where the headers are looked for is said once,
+in cuda_debug/_cuda_headers.py.
 """
 import glob
+import importlib.util
 import os
-import site
 import sys
-import sysconfig
 
 from setuptools import Extension, setup
 
 
-def _site_dirs():
-    dirs = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-    try:
-        dirs += site.getsitepackages() + [site.getusersitepackages()]
-    except AttributeError:
-        pass
-    return [d for d in dict.fromkeys(dirs) if d and os.path.isdir(d)]
+def _load_header_search():
+    """cuda_debug/_cuda_headers.py, by path: the package itself is not importable yet."""
+    spec = importlib.util.spec_from_file_location(
+        "_cuda_headers", os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_debug",
+                                      "_cuda_headers.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def cuda_include_dirs():
     """Folders holding cuda.h and cupti.h (and cublas_api.h), first found wins."""
-    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
-    candidates = []
-    for root in filter(None, roots):
-        candidates.append([os.path.join(root, "include"),
-                           os.path.join(root, "extras", "CUPTI", "include")])
-        candidates.append(glob.glob(os.path.join(root, "targets", "*", "include")))
-    for sp in _site_dirs():
-        nv = os.path.join(sp, "nvidia")
-        candidates.append([os.path.join(nv, "cu13", "include")])
-        candidates.append([os.path.join(nv, p, "include")
-                           for p in ("cuda_runtime", "cuda_cupti", "cublas", "cuda_nvcc")])
-    tried = []
-    for dirs in candidates:
-        dirs = [d for d in dirs if os.path.isdir(d)]
-        have = lambda h: any(os.path.exists(os.path.join(d, h)) for d in dirs)  # noqa: E731
-        tried.append(dirs)
-        if dirs and have("cuda.h") and have("cupti.h"):
-            return dirs
+    dirs, tried = _load_header_search().find()
+    if dirs:
+        return dirs
     sys.exit("cuda_debug: CUDA headers (cuda.h, cupti.h) not found. Set CUDA_HOME to a CUDA "
              "toolkit, or pip install nvidia-cuda-runtime nvidia-cuda-cupti nvidia-cublas "
-             "(CUDA 12/13 wheels). Looked in: %s" % tried)
+             "(CUDA 12/13 wheels). Looked in: %s" % ", ".join(tried))
 
 
 def numpy_include():
@@ -54,13 +38,15 @@ def numpy_include():
     return numpy.get_include()
 
 
-SOURCES = ["module.c", "loader.c", "launch_hooks.c", "scopes.c", "watch_ring.c", "frames.c",
-           "intern.c", "fault_records.c", "fault_report.c", "stderr_tee.c", "driver_log.c",
-           "demangle.c", "native_ops.c", "fault_kernels.c", "bench_buffers.c", "gemm_loops.c", "launch_latency.c"]
+# csrc/README.md draws the layers: every C file of csrc/ is compiled, in a
+# fixed order (by layer, then name).
+LAYERS = ["base", "capture", "report", "hooks", "testing", "bench"]
+SOURCES = ["csrc/module.c"] + [p for layer in LAYERS
+                               for p in sorted(glob.glob(os.path.join("csrc", layer, "*.c")))]
 
 core = Extension(
     "cuda_debug._core",
-    sources=[os.path.join("csrc", s) for s in SOURCES],
+    sources=SOURCES,
     include_dirs=["csrc"] + cuda_include_dirs() + [numpy_include()],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cross syntax check of csrc/*.c for aarch64 (GH200 hosts): clang with
+# Cross syntax check of csrc/**/*.c for aarch64 (GH200 hosts): clang with
 # --target=aarch64-linux-gnu against a real aarch64 glibc (Debian's
 # libc6-dev-arm64-cross, /usr/aarch64-linux-gnu/include; the host's
 # /usr/include is NOT searched), the CUDA headers (arch-independent), NumPy's
@@ -53,7 +53,7 @@ if clang "${FLAGS[@]}" "$probe/x86.c" 2>/dev/null; then
 fi
 
 status=0
-for f in csrc/*.c; do
+for f in csrc/*.c csrc/*/*.c; do
     errors=$(clang "${FLAGS[@]}" "$f" 2>&1 | grep -E '(error|warning):' || true)
     expected=$(grep -E "^$f: " "$KNOWN" 2>/dev/null | sed "s|^$f: ||" || true)
     if [ -z "$expected" ]; then

@@ -1,31 +1,79 @@
 /*
- * module.c: the cuda_debug._core method table, the Scope handle type and
- * module init (PEP 489), plus the thin Python-facing wrappers that only
- * convert values. Behaviour lives in the other files; policy and messages
- * live in Python.
+ * module.c: the one Python face of the C core: the cuda_debug._core method
+ * table, the Scope handle type and module init (PEP 489), plus the thin
+ * wrappers that only convert values between Python and the layers below
+ * (csrc/README.md draws them). Behaviour lives in those layers; policy and
+ * messages live in Python.
  */
-#include "cuda_debug.h"
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "hooks/hooks.h"
+#include "bench/bench_api.h"
+#include "testing/testing.h"
 
 #include <structmember.h>
 
 #include <stdlib.h>
 #include <string.h>
 
+/* ------------------------------------------------------- conversions -- */
+
+/* The UTF-8 texts of a list of str, as a NULL-free array of pointers into
+ * the list's own objects (valid while `list` lives): PyMem_Free(*out) after. */
+static int str_array(PyObject *list, const char ***out, int *n)
+{
+    Py_ssize_t k = PyList_GET_SIZE(list);
+    *out = PyMem_Calloc((size_t)k + 1, sizeof(char *));
+    if (!*out) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *item = PyList_GET_ITEM(list, i);
+        if (!PyUnicode_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "expected a list of str, got %.100s",
+                         Py_TYPE(item)->tp_name);
+            PyMem_Free(*out);
+            return -1;
+        }
+        Py_ssize_t len;
+        const char *s = PyUnicode_AsUTF8AndSize(item, &len);
+        if (!s || (Py_ssize_t)strlen(s) != len) {
+            if (s)
+                PyErr_SetString(PyExc_ValueError, "embedded NUL character");
+            PyMem_Free(*out);
+            return -1;
+        }
+        (*out)[i] = s;
+    }
+    *n = (int)k;
+    return 0;
+}
+
 /* --------------------------------------------------------------- loader -- */
 
 static PyObject *py_load_library(PyObject *self, PyObject *args)
 {
     (void)self;
-    int lib;
+    int lib, n_sonames, n_paths;
     PyObject *sonames, *paths;
+    const char **so_v, **path_v;
     if (!PyArg_ParseTuple(args, "iO!O!", &lib, &PyList_Type, &sonames, &PyList_Type, &paths))
         return NULL;
     if (lib < 0 || lib >= CD_LIB_COUNT) {
         PyErr_SetString(PyExc_ValueError, "unknown library id");
         return NULL;
     }
-    if (cd_load_library((enum cd_lib)lib, sonames, paths) < 0 && PyErr_Occurred())
+    if (str_array(sonames, &so_v, &n_sonames) < 0)
         return NULL;
+    if (str_array(paths, &path_v, &n_paths) < 0) {
+        PyMem_Free(so_v);
+        return NULL;
+    }
+    cd_load_library((enum cd_lib)lib, so_v, n_sonames, path_v, n_paths);
+    PyMem_Free(so_v);
+    PyMem_Free(path_v);
     const cd_library *L = &cd_libs[lib];
     return Py_BuildValue("(Osss)", L->handle ? Py_True : Py_False, L->path, L->how, L->error);
 }
@@ -39,7 +87,7 @@ static PyObject *py_driver_init(PyObject *self, PyObject *noargs)
     rc = cd_driver_ready();
     Py_END_ALLOW_THREADS
     if (rc == 0)
-        cd_driver_log_init();
+        cd_driver_log_init(cd_on_sticky_logged);
     return PyLong_FromLong(rc);
 }
 
@@ -55,12 +103,20 @@ static PyObject *py_driver_version(PyObject *self, PyObject *noargs)
     return PyLong_FromLong(v);
 }
 
+/* CUPTI may be called only once the driver initialised: CUPTI 13 called
+ * without a driver (a machine with the nvidia-cuda-cupti wheel and no GPU)
+ * recurses until the stack overflows. */
+static int cupti_callable(void)
+{
+    return cd_libs[CD_LIB_CUPTI].handle && cd_driver_ready() == 0;
+}
+
 static PyObject *py_cupti_version(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
     uint32_t v = 0;
-    if (!cd_libs[CD_LIB_CUPTI].handle || CUPTI_CHECK(cd_cupti.cuptiGetVersion(&v)))
+    if (!cupti_callable() || CUPTI_CHECK(cd_cupti.cuptiGetVersion(&v)))
         Py_RETURN_NONE;
     return PyLong_FromUnsignedLong(v);
 }
@@ -121,13 +177,9 @@ static PyObject *py_synchronize(PyObject *self, PyObject *args)
     if (device < 0) {
         rc = cd_sync_current_or_active();
     } else {
-        CUcontext ctx, popped;
         rc = cd_driver_ready();
-        if (rc == 0 && (rc = cd_device_context(device, &ctx)) == 0 &&
-            (rc = CU_CHECK(cd_drv.cuCtxPushCurrent(ctx))) == 0) {
-            rc = CU_CHECK(cd_drv.cuCtxSynchronize());
-            cd_drv.cuCtxPopCurrent(&popped);
-        }
+        if (rc == 0)
+            rc = cd_sync_device(device);
         if (rc < 0)
             rc = CUDA_ERROR_NOT_INITIALIZED;
     }
@@ -190,26 +242,72 @@ static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
     Py_RETURN_NONE;
 }
 
-/* configure(names, report, prefix, library_prefixes, user_pseudo): texts and
- * rules Python owns, handed to the C fault path once. names: {code: (name,
- * what)}, code -2 = the restart sentence. */
+/* configure(names, restart, report, prefix, error_file, signals): texts and
+ * switches Python owns, handed to the C fault path once. names: {code: (name,
+ * what)}. */
 static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"names", "report", "prefix", "library_prefixes", "user_pseudo",
-                             "error_file", "signals", NULL};
-    PyObject *names, *prefix, *libs, *pseudo;
-    const char *error_file;
+    static char *kwlist[] = {"names", "restart", "report", "prefix", "error_file", "signals",
+                             NULL};
+    PyObject *names, *key, *value;
+    const char *restart, *prefix, *error_file;
     int report, signals;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "$O!pUOOzp", kwlist, &PyDict_Type, &names,
-                                     &report, &prefix, &libs, &pseudo, &error_file, &signals))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "$O!spszp", kwlist, &PyDict_Type, &names,
+                                     &restart, &report, &prefix, &error_file, &signals))
         return NULL;
-    if (cd_report_configure(names, report, prefix, error_file) < 0 ||
-        cd_frames_configure(libs, pseudo) < 0)
-        return NULL;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(names, &pos, &key, &value)) {
+        const char *name, *what;
+        int code = (int)PyLong_AsLong(key);
+        if ((code == -1 && PyErr_Occurred()) || !PyArg_ParseTuple(value, "ss", &name, &what))
+            return NULL;
+        cd_report_name_error(code, name, what);
+    }
+    cd_report_configure(report, prefix, error_file, restart);
     if (signals && cd_install_signal_handlers() < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
     Py_RETURN_NONE;
+}
+
+/* configure_frames(library_prefixes, user_pseudo): the folders of library
+ * code and the pseudo-files of user code (the first call wins). */
+static PyObject *py_configure_frames(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *libs, *pseudo;
+    const char **lib_v, **pseudo_v;
+    int n_libs, n_pseudo;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &libs, &PyList_Type, &pseudo))
+        return NULL;
+    if (str_array(libs, &lib_v, &n_libs) < 0)
+        return NULL;
+    if (str_array(pseudo, &pseudo_v, &n_pseudo) < 0) {
+        PyMem_Free(lib_v);
+        return NULL;
+    }
+    cd_frames_configure(lib_v, n_libs, pseudo_v, n_pseudo);
+    PyMem_Free(lib_v);
+    PyMem_Free(pseudo_v);
+    Py_RETURN_NONE;
+}
+
+/* file_kind(filename) -> LOC_USER | LOC_LIBRARY | LOC_PSEUDO: the one
+ * user-frame rule (capture/frames.c), as the C fault path applies it. */
+static PyObject *py_file_kind(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "file_kind() takes a str");
+        return NULL;
+    }
+    /* As frames.c copies code objects' names: lone surrogates become U+FFFD. */
+    PyObject *b = PyUnicode_AsEncodedString(arg, "utf-8", "replace");
+    if (!b)
+        return NULL;
+    int kind = cd_file_kind(PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
+    Py_DECREF(b);
+    return PyLong_FromLong(kind);
 }
 
 /* ---------------------------------------------------------- scope handle -- */
@@ -293,8 +391,8 @@ static PyObject *py_scope_open(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "unknown scope kind");
         return NULL;
     }
-    if (kind != CD_SCOPE_OPT_OUT && !cd_libs[CD_LIB_CUPTI].handle) {
-        PyErr_SetString(PyExc_RuntimeError, "CUPTI not loaded");
+    if (kind != CD_SCOPE_OPT_OUT && !cupti_callable()) {
+        PyErr_SetString(PyExc_RuntimeError, "CUPTI not loaded, or the driver not initialised");
         return NULL;
     }
     core_state *st = PyModule_GetState(self);
@@ -339,7 +437,7 @@ static PyObject *py_cupti_result_string(PyObject *self, PyObject *arg)
     if (code == -1 && PyErr_Occurred())
         return NULL;
     const char *s = NULL;
-    if (!cd_libs[CD_LIB_CUPTI].handle ||
+    if (!cupti_callable() ||
         cd_cupti.cuptiGetResultString((CUptiResult)code, &s) != CUPTI_SUCCESS || !s)
         Py_RETURN_NONE;
     return PyUnicode_FromString(s);
@@ -443,13 +541,28 @@ static PyObject *py_location(PyObject *self, PyObject *arg)
                          loc.kind);
 }
 
+/* driver_log(from, to) -> [bytes]: the driver-log lines [from, to) still kept. */
 static PyObject *py_driver_log(PyObject *self, PyObject *args)
 {
     (void)self;
     unsigned long long from, to;
     if (!PyArg_ParseTuple(args, "KK", &from, &to))
         return NULL;
-    return cd_driver_log_lines(from, to);
+    uint64_t n = cd_driver_log_count();
+    if (to > n)
+        to = n;
+    PyObject *out = PyList_New(0);
+    char line[512];
+    for (uint64_t i = from; out && i < to; i++) {
+        long len = cd_driver_log_line(i, line, sizeof line);
+        if (len < 0)
+            continue;              /* gone: newer lines took its slot */
+        PyObject *b = PyBytes_FromStringAndSize(line, len);
+        if (!b || PyList_Append(out, b) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(b);
+    }
+    return out;
 }
 
 static PyObject *py_demangle(PyObject *self, PyObject *arg)
@@ -458,7 +571,12 @@ static PyObject *py_demangle(PyObject *self, PyObject *arg)
     const char *s = PyUnicode_AsUTF8(arg);
     if (!s)
         return NULL;
-    return cd_demangle(s);
+    char *d = cd_demangle(s);
+    if (!d)
+        Py_RETURN_NONE;
+    PyObject *r = PyUnicode_DecodeUTF8(d, (Py_ssize_t)strlen(d), "replace");
+    free(d);
+    return r;
 }
 
 static PyObject *py_short_kernel_name(PyObject *self, PyObject *arg)
@@ -625,7 +743,9 @@ static PyMethodDef core_methods[] = {
     METH(error_string, METH_O, "cuGetErrorString text or None"),
     METH(last_call, METH_NOARGS, "this thread's last failed CUDA call, or None"),
     METH(set_options, METH_VARARGS | METH_KEYWORDS, "the CUDA_DEBUG_* switches"),
-    METH(configure, METH_VARARGS | METH_KEYWORDS, "texts and rules for the C fault path"),
+    METH(configure, METH_VARARGS | METH_KEYWORDS, "texts and switches for the C fault path"),
+    METH(configure_frames, METH_VARARGS, "configure_frames(library_prefixes, user_pseudo)"),
+    METH(file_kind, METH_O, "file_kind(filename) -> LOC_USER | LOC_LIBRARY | LOC_PSEUDO"),
     METH(scope_open, METH_VARARGS, "scope_open(kind, all_threads) -> (status, Scope | code[, holder])"),
     METH(thread_state, METH_NOARGS, "this thread's scope state: +1 block, -1 opted out, 0"),
     METH(cupti_result_string, METH_O, "CUPTI result text"),
@@ -725,6 +845,20 @@ static int core_exec(PyObject *m)
             v = cd_frames_supported;
         if (PyModule_AddIntConstant(m, ints[i].name, v) < 0)
             return -1;
+    }
+#define CD_STICKY_ITEM(code) code,
+    static const int sticky[] = {CD_STICKY_CODES(CD_STICKY_ITEM)};
+    PyObject *t = PyTuple_New((Py_ssize_t)CD_N_OF(sticky));
+    for (size_t i = 0; t && i < CD_N_OF(sticky); i++) {
+        PyObject *v = PyLong_FromLong(sticky[i]);
+        if (!v)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, (Py_ssize_t)i, v);
+    }
+    if (!t || PyModule_AddObject(m, "STICKY_CODES", t) < 0) {
+        Py_XDECREF(t);
+        return -1;
     }
     return add_callback_ids(m);
 }

@@ -18,7 +18,7 @@ Also here: a profiler started while a scope holds CUPTI. Kineto would get no
 GPU events, and never again in this process; the wrapper around
 torch.autograd.profiler's _prepare_profiler/_enable_profiler (installed while
 torch is imported and a scope holds CUPTI) hands CUPTI over first
-(csrc/launch_hooks.c: cd_cupti_hand_over). The open scopes stop seeing
+(csrc/base/subscription.c: cd_cupti_hand_over). The open scopes stop seeing
 launches; scopes entered later use the fallback above.
 """
 import sys
@@ -188,7 +188,7 @@ def _guarded(orig):
 
 
 def _caller_where() -> Optional[str]:
-    from ._report import is_user_file
+    from ._locations import is_user_file
     f = sys._getframe(2)
     while f is not None:
         if is_user_file(f.f_code.co_filename):

@@ -180,7 +180,7 @@ def short_kernel_name(name: Optional[str]) -> Optional[str]:
     """``void at::native::(anonymous namespace)::k<float, long>(float*, long)`` ->
     ``k<float, long>``: no return type, namespaces or parameter list; long
     template arguments abbreviated (``index_elementwise_kernel<128, 4, …>``).
-    The rule lives in C (csrc/demangle.c), shared with the fault-time report."""
+    The rule lives in C (csrc/base/demangle.c), shared with the fault-time report."""
     if not name:
         return name
     from . import _core

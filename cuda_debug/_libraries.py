@@ -1,6 +1,6 @@
 """Where libcuda, CUPTI and cuBLAS come from: the search policy.
 
-The C loader (csrc/loader.c) opens what this module tells it to:
+The C loader (csrc/base/loader.c) opens what this module tells it to:
 
 - the driver, ``libcuda.so.1``: through the system loader only (``ldconfig``,
   ``LD_LIBRARY_PATH``). It comes with the NVIDIA driver, never with a toolkit

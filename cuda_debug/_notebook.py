@@ -23,7 +23,7 @@ import ast
 import sys
 from typing import List, Optional
 
-from . import _core, _cuda_errors, _report, _sticky
+from . import _core, _cuda_errors, _locations, _report, _sticky
 from ._errors import CudaError
 
 _RED, _BOLD, _RESET = "\x1b[0;31m", "\x1b[1m", "\x1b[0m"
@@ -109,8 +109,8 @@ def _render_traceback_(self):
 
 def _user_frame(tb):
     """(filename, lineno, function, line) of the innermost user frame of `tb`."""
-    stack = _report.stack_from(tb=tb)
-    fs = _report.user_frame(stack)
+    stack = _locations.stack_from(tb=tb)
+    fs = _locations.user_frame(stack)
     if fs is None:
         return None, None, None, None
     return fs.filename, fs.lineno, fs.name, fs.line

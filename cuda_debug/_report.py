@@ -11,20 +11,18 @@ Callers (scope and watch exit, ``check()``, ``last_error()``, ``cuda_debug.testi
 re-parse formatted text.
 """
 import os
-import site
-import sys
-import sysconfig
-import tempfile
 import threading
 import traceback
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 from . import _core, _cuda_errors, _dispatch_fallback, _torch_ops
+from . import _locations
+from ._locations import is_user_file, stack_from, stack_from_ids, user_frame
 from ._errors import CudaError, class_for
 
 
 class RawFault(NamedTuple):
-    """A C fault record, named (csrc/cuda_debug.h: cd_fault)."""
+    """A C fault record, named (csrc/report/report.h: cd_fault)."""
     seq: int
     code: int
     at_launch: int
@@ -51,7 +49,7 @@ class RawFault(NamedTuple):
 
 
 class WatchRecord(NamedTuple):
-    """A watch-ring record (csrc/cuda_debug.h: cd_watch_record)."""
+    """A watch-ring record (csrc/capture/capture.h: cd_watch_record)."""
     seq: int
     stream: int
     kernel: bytes
@@ -78,113 +76,6 @@ def watch_record(seq: int) -> Optional[WatchRecord]:
 
 def _text(b: bytes) -> str:
     return b.decode("utf-8", "replace")
-
-
-# -- which frames are the user's ------------------------------------------------
-
-#: Pseudo-files that hold the user's own code (interactive input).
-USER_PSEUDO = ("<stdin>", "<ipython-input-", "<ipython-")
-
-
-def library_prefixes() -> List[str]:
-    """Folders whose code is library code: the standard library, every
-    site-packages, cuda_debug itself, and where PyTorch Inductor writes its
-    generated code."""
-    paths = set()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        p = sysconfig.get_paths().get(key)
-        if p:
-            paths.add(p)
-    try:
-        paths.update(site.getsitepackages())
-    except AttributeError:
-        pass
-    paths.add(os.path.dirname(os.path.abspath(__file__)))
-    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if not inductor:
-        try:
-            import getpass
-            inductor = os.path.join(tempfile.gettempdir(), "torchinductor_" + getpass.getuser())
-        except Exception:
-            inductor = None
-    if inductor:
-        paths.add(inductor)
-    real = {os.path.realpath(p) for p in paths}
-    return sorted(real, key=len, reverse=True)
-
-
-_PREFIXES = None
-
-
-def is_user_file(filename: str, outermost: bool = False) -> bool:
-    """False for the standard library, site-packages (torch, triton, cupy...),
-    cuda_debug itself, Inductor's generated code and pseudo-files such as
-    ``<frozen ...>`` or FX's ``<eval_with_key>``. ``<string>`` (``python -c``,
-    but also code generated with exec) is the user's only as the outermost
-    frame. The C fault path applies the same rule (frames.c: classify)."""
-    global _PREFIXES
-    if not filename:
-        return False
-    if filename.startswith("<"):
-        if filename.startswith(USER_PSEUDO):
-            return True
-        return outermost and filename == "<string>"
-    if "site-packages" in filename or "dist-packages" in filename:
-        return False
-    # Cython modules report relative paths (cupy_backends/cuda/api/driver.pyx);
-    # scripts run by Python always have absolute ones.
-    if filename.endswith((".pyx", ".pxd", ".pxi")) or not os.path.isabs(filename):
-        return False
-    if _PREFIXES is None:
-        _PREFIXES = library_prefixes()
-    real = os.path.realpath(filename)
-    return not any(real == p or real.startswith(p + os.sep) for p in _PREFIXES)
-
-
-def stack_from(tb=None, frame=None) -> traceback.StackSummary:
-    """The stack of a traceback (the frames above its first frame, then the
-    traceback down to where it was raised), or of `frame`; outermost first."""
-    pairs = []
-    if tb is not None:
-        outer = list(traceback.walk_stack(tb.tb_frame.f_back))
-        pairs = outer[::-1] + list(traceback.walk_tb(tb))
-    elif frame is not None:
-        pairs = list(traceback.walk_stack(frame))[::-1]
-    return traceback.StackSummary.extract(pairs, lookup_lines=True)
-
-
-_locations: Dict[int, tuple] = {}
-
-
-def location(loc_id: int) -> Optional[tuple]:
-    """(filename, function, lineno, kind) of an interned location id."""
-    if loc_id not in _locations:
-        _locations[loc_id] = _core.location(loc_id)
-    return _locations[loc_id]
-
-
-def stack_from_ids(ids: Sequence[int]) -> traceback.StackSummary:
-    """A StackSummary (outermost first) from C location ids (innermost first)."""
-    entries = []
-    for loc_id in reversed(ids):
-        loc = location(loc_id)
-        if loc is None:
-            continue
-        filename, function, lineno, _ = loc
-        entries.append((filename or "?", lineno, function or "?", None))
-    stack = traceback.StackSummary.from_list(entries)
-    for fs in stack:
-        fs.line                       # linecache, now (the file may change later)
-    return stack
-
-
-def user_frame(stack: traceback.StackSummary, complete: bool = True):
-    """The innermost frame of user code (the last one if all are library)."""
-    n = len(stack)
-    for i in range(n - 1, -1, -1):
-        if is_user_file(stack[i].filename, outermost=complete and i == 0):
-            return stack[i]
-    return stack[-1] if n else None
 
 
 def inductor_provenance(kernel: Optional[str], stack) -> Optional[str]:
@@ -222,11 +113,10 @@ def configure_core() -> None:
     from . import _errors, _options
     names = {code: (_cuda_errors.name(code), cls.what or _cuda_errors.name(code))
              for code, cls in _errors.BY_CODE.items()}
-    names[-2] = ("", _errors.RESTART)
     rank = os.environ.get("RANK")
-    _core.configure(names=names, report=_options.OPTIONS.report,
+    _locations.configure()
+    _core.configure(names=names, restart=_errors.RESTART, report=_options.OPTIONS.report,
                     prefix="[rank %s] " % rank if rank not in (None, "") else "",
-                    library_prefixes=library_prefixes(), user_pseudo=list(USER_PSEUDO),
                     error_file=os.environ.get("TORCHELASTIC_ERROR_FILE") or None,
                     signals=_options.OPTIONS.report)
     configure_core.done = True
@@ -532,7 +422,3 @@ def mentions(exc: BaseException, code: int) -> bool:
     if code >= 100:
         words.append(str(code))
     return any(w in text for w in words)
-
-
-def current_frame(depth: int = 1):
-    return sys._getframe(depth + 1)

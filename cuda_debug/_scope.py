@@ -3,13 +3,13 @@
 ``launch_blocking()``: kernels launched by this thread inside the block run
 synchronously; a fault raises at its launching line. ``watch()``: every
 thread's kernels keep running asynchronously; each launch leaves a record and
-a completion marker (csrc/watch_ring.c), so a fault that surfaces later,
+a completion marker (csrc/capture/watch_ring.c), so a fault that surfaces later,
 anywhere, names its launch.
 
 Both take CUPTI's driver launch callbacks when the first of them opens and
 give them back when the last one closes (profilers can take CUPTI between).
 Opening, draining the work queued before it, taking CUPTI and recording the
-open scope are one C call (csrc/scopes.c): a KeyboardInterrupt cannot leave
+open scope are one C call (csrc/hooks/scopes.c): a KeyboardInterrupt cannot leave
 CUPTI held. Per thread, the C core keeps a small stack of open scopes; a scope
 closes by its own token, so asyncio tasks interleaving scopes on one thread
 never unblock each other early.
@@ -20,7 +20,8 @@ import inspect
 import sys
 from typing import Optional
 
-from . import _core, _cuda_errors, _dispatch_fallback, _libraries, _options, _report, _torch_ops
+from . import (_core, _cuda_errors, _dispatch_fallback, _libraries, _locations, _options, _report,
+               _torch_ops)
 from ._errors import CudaError, CudaUnavailableError, ToolConflictError
 
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
@@ -171,7 +172,7 @@ class launch_blocking(_Region):
 
     def __enter__(self):
         kind = _core.SCOPE_BLOCK if self.enabled else _core.SCOPE_OPT_OUT
-        self._handles.append(_open(kind, self.all_threads, self._what, _report.current_frame(1)))
+        self._handles.append(_open(kind, self.all_threads, self._what, _locations.current_frame(1)))
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -188,7 +189,7 @@ class launch_blocking(_Region):
             code = rc if _cuda_errors.is_sticky(rc) else None
         err = _report.error_for(exc, mark=handle.fault_mark, watch_mark=_watch_epoch,
                                 found_at=found_at, code=code,
-                                frame=_report.current_frame(1) if exc is None else None)
+                                frame=_locations.current_frame(1) if exc is None else None)
         if err is None:
             return False
         if dispatch:
@@ -234,7 +235,7 @@ class watch(_Region):
 
     def __enter__(self):
         global _watch_epoch
-        handle = _open(_core.SCOPE_WATCH, False, self._what, _report.current_frame(1))
+        handle = _open(_core.SCOPE_WATCH, False, self._what, _locations.current_frame(1))
         self._handles.append(handle)
         recorder = None
         if self.ops and "torch" in sys.modules and \
@@ -293,7 +294,7 @@ def check(device=None) -> None:
     if rc == 0:
         return
     raise _report.error_for(None, code=rc, watch_mark=_watch_epoch, found_at="check",
-                            frame=_report.current_frame(1))
+                            frame=_locations.current_frame(1))
 
 
 def last_error():

@@ -5,7 +5,7 @@ Two sources, both read only after a fault:
 
 * ``launch_blocking()`` (mechanism "cupti"): the C fault path keeps the
   ``at::_ops::<name>::call`` frames of the launching thread's native stack
-  (csrc/native_ops.c), so the operators cost nothing until a fault. The
+  (csrc/capture/native_ops.c), so the operators cost nothing until a fault. The
   inputs are the tensor arguments of the Python call that entered PyTorch,
   read from the live frame of the exception's traceback: the call expression
   at the faulting instruction is parsed and its plain names evaluated in that

@@ -18,7 +18,7 @@ fault is found::
 A sticky fault kills the CUDA context of the whole process: run these in a
 child process unless you mean to end this one.
 """
-from . import _core, _libraries, _report
+from . import _core, _libraries, _locations, _report
 
 __all__ = ["device_assert", "illegal_address", "trap", "misaligned_address", "bad_launch",
            "empty", "spin", "FAULTS"]
@@ -32,7 +32,7 @@ def _launch(kind: str, device: int, stream: int, arg: int = 0) -> None:
     if rc == 0:
         return
     raise _report.error_for(None, mark=seq, code=rc, watch_mark=watch_epoch(),
-                            found_at="launch", frame=_report.current_frame(2))
+                            found_at="launch", frame=_locations.current_frame(2))
 
 
 def device_assert(device: int = 0, stream: int = 0) -> None:

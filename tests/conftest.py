@@ -23,7 +23,7 @@ import cuda_debug  # noqa: E402  (cheap: the package imports lazily)
 
 PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(cuda_debug.__file__)))
 # The source tree (csrc/: generators, headers), or None when tests/ runs without it.
-SOURCE_TREE = ROOT if os.path.isfile(os.path.join(ROOT, "csrc", "cuda_debug.h")) else None
+SOURCE_TREE = ROOT if os.path.isfile(os.path.join(ROOT, "csrc", "base", "base.h")) else None
 
 
 def need_source_tree(what):

@@ -12,7 +12,7 @@ import traceback
 import pytest
 
 import cuda_debug
-from cuda_debug import _core, _cuda_errors, _errors, _libraries, _report
+from cuda_debug import _core, _cuda_errors, _errors, _libraries, _locations, _report
 
 from conftest import PKG_PARENT, gpu_unavailable_reason, need_source_tree
 
@@ -256,19 +256,19 @@ def test_tool_conflict_and_unavailable_pickle_with_their_extras():
 
 
 def test_user_frames_skip_libraries():
-    assert not _report.is_user_file(traceback.__file__)
-    assert not _report.is_user_file(_report.__file__)
-    assert not _report.is_user_file("/x/site-packages/torch/nn/functional.py")
-    assert not _report.is_user_file("<frozen runpy>")
-    assert not _report.is_user_file("cupy_backends/cuda/api/driver.pyx")
-    assert _report.is_user_file(__file__)
-    assert _report.is_user_file("<ipython-input-3-abc>")
-    assert _report.is_user_file("<stdin>")
-    assert _report.is_user_file("<string>", outermost=True)      # python -c
-    assert not _report.is_user_file("<string>")                  # exec'd code (Inductor)
-    assert not _report.is_user_file("<eval_with_key>.3")         # torch.fx
-    inductor = [p for p in _report.library_prefixes() if "torchinductor_" in p]
-    assert inductor and not _report.is_user_file(os.path.join(inductor[0], "ab", "cab.py"))
+    assert not _locations.is_user_file(traceback.__file__)
+    assert not _locations.is_user_file(_report.__file__)
+    assert not _locations.is_user_file("/x/site-packages/torch/nn/functional.py")
+    assert not _locations.is_user_file("<frozen runpy>")
+    assert not _locations.is_user_file("cupy_backends/cuda/api/driver.pyx")
+    assert _locations.is_user_file(__file__)
+    assert _locations.is_user_file("<ipython-input-3-abc>")
+    assert _locations.is_user_file("<stdin>")
+    assert _locations.is_user_file("<string>", outermost=True)      # python -c
+    assert not _locations.is_user_file("<string>")                  # exec'd code (Inductor)
+    assert not _locations.is_user_file("<eval_with_key>.3")         # torch.fx
+    inductor = [p for p in _locations.library_prefixes() if "torchinductor_" in p]
+    assert inductor and not _locations.is_user_file(os.path.join(inductor[0], "ab", "cab.py"))
 
 
 def test_scope_exit_translation_rules():
@@ -291,7 +291,7 @@ def test_fault_kernels_header_is_up_to_date():
     if nvcc is None:
         pytest.skip("no nvcc here to rebuild the PTX")
     root = need_source_tree("regenerating the fault kernels' PTX")
-    p = subprocess.run([sys.executable, os.path.join(root, "csrc", "gen_fault_kernels.py"),
+    p = subprocess.run([sys.executable, os.path.join(root, "csrc", "testing", "gen_fault_kernels.py"),
                         "--check", "--nvcc", nvcc], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
 

@@ -2,7 +2,7 @@
 
 The fakes are a libcuda.so.1 and a libcupti.so.13 compiled by the test session
 against the real cuda.h / cupti.h and preloaded in a child process, so the
-REAL cuda_debug launch callback (csrc/launch_hooks.c) runs on every launch, at
+REAL cuda_debug launch callback (csrc/hooks/launch_callback.c) runs on every launch, at
 API enter and exit, exactly as CUPTI calls it: this file proves the harness
 drives the hot path and the fault path. Every test runs in a child (a sticky
 fault kills the context of its process) with a timeout: a hang is a failure.
@@ -270,6 +270,12 @@ def test_ld_library_path_finds_the_fakes(fake_child):
     if gpu_unavailable_reason() is None:
         pytest.skip("a real driver and CUPTI are installed here: the system search finds them "
                     "before LD_LIBRARY_PATH's fakes (the preloading tests cover this machine)")
+    import glob
+    import site
+    wheels = [p for d in site.getsitepackages() for p in glob.glob(d + "/nvidia/*/lib/libcupti.so*")]
+    if wheels:
+        pytest.skip("NVIDIA's CUPTI wheel is installed (%s): cuda.pathfinder finds it before "
+                    "LD_LIBRARY_PATH's fake (the preloading tests cover this machine)" % wheels[0])
     c = fake_child('''
         import cuda_debug, cuda_debug.testing as t
         from cuda_debug import _libraries
@@ -360,3 +366,29 @@ def test_hostile_assert_text_does_not_crash(fake_child, text):
         assert "bad " in msg and " bytes" in msg
     else:
         assert "before_nul" in msg and "after_nul" not in msg
+
+
+def test_cupti_is_never_called_before_the_driver_initialised(fake_child):
+    """CUPTI 13 called on a machine whose driver does not initialise (the
+    nvidia-cuda-cupti wheel of a PyTorch install, no GPU) recursed until the
+    stack overflowed: `cuda-debug doctor` died of SIGSEGV. The fake CUPTI
+    aborts the same way when called before a successful cuInit."""
+    c = fake_child('''
+        fake.fake_set_init_result(100)             # CUDA_ERROR_NO_DEVICE
+        import cuda_debug
+        from cuda_debug import _core, _environment
+        d = _environment.full()
+        try:
+            with cuda_debug.launch_blocking():
+                pass
+            entered = "yes"
+        except cuda_debug.CudaUnavailableError as e:
+            entered = e.missing
+        report(dict(init=d["init"], cupti=d["cupti"]["found"], version=d["cupti_version"],
+                    text=_core.cupti_result_string(39), entered=entered))
+    ''')
+    assert c.returncode == 0, c
+    r = c.result
+    assert r["init"]["code"] == 100 and r["cupti"] is True
+    assert r["version"] is None and r["text"] is None
+    assert r["entered"] == "gpu"

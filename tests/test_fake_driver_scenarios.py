@@ -431,7 +431,7 @@ def test_assert_text_printed_by_a_driver_thread_reaches_the_report(fake_child):
 
 def test_frames_read_without_the_gil_name_the_launching_line(fake_child):
     """The fault record carries the launching thread's frames, read in C
-    without the GIL (csrc/frames.c, one reader per Python version): innermost
+    without the GIL (csrc/capture/frames.c, one reader per Python version): innermost
     first, the user's function and line, through library frames."""
     c = run(fake_child, '''
         import cuda_debug, cuda_debug.testing as t

@@ -157,12 +157,14 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     wanted = {"setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", ".ci/run",
               ".ci/check_aarch64.sh", ".ci/aarch64_known_errors"}
-    for folder, exts in (("csrc", (".c", ".h", ".cu", ".py")), ("cuda_debug", (".py",)),
+    for folder, exts in (("csrc", (".c", ".h", ".cu", ".py", ".md")), ("cuda_debug", (".py",)),
                          ("tests", (".py",))):
-        wanted |= {"%s/%s" % (folder, f) for f in os.listdir(os.path.join(root, folder))
-                   if f.endswith(exts)}
-    assert {"csrc/cuda_debug.h", "csrc/fault_kernels_ptx.h", "csrc/fault_kernels.cu",
-            "csrc/gen_cuda_errors.py", "tests/conftest.py"} <= wanted
+        for d, _, files in os.walk(os.path.join(root, folder)):
+            wanted |= {os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
+                       for f in files if f.endswith(exts) and "__pycache__" not in d}
+    assert {"csrc/base/base.h", "csrc/testing/fault_kernels_ptx.h",
+            "csrc/testing/fault_kernels.cu", "csrc/base/gen_cuda_errors.py", "csrc/README.md",
+            "tests/conftest.py"} <= wanted
     assert not wanted - names, "missing from the sdist: %s" % sorted(wanted - names)
     assert not [n for n in names if n.endswith((".so", ".pyc", ".o"))]
 

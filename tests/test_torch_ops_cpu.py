@@ -1,7 +1,7 @@
 """PyTorch-aware reports and living with profilers, without PyTorch or a GPU.
 
 - The ATen operators of a faulting launch, read from the native stack by the
-  C fault path (csrc/native_ops.c): the fake driver launches from inside
+  C fault path (csrc/capture/native_ops.c): the fake driver launches from inside
   functions exported under libtorch's mangled names.
 - The call-expression reader that names the tensors of the faulting call
   (_torch_ops.call_inputs), on objects that stand in for tensors.

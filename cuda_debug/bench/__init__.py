@@ -18,14 +18,15 @@ The parts:
                    types, the memory check, peaks, tolerances
 ``_native.py``     the calls into the C core and the names of its raw tuples
 ``_results.py``    the result schema, result objects, table / CSV / JSON / plot
-``_child.py``      the ``launch_blocking`` mode: a ``CUDA_LAUNCH_BLOCKING=1`` child
+``_child.py``      the ``launch_blocking`` mode: starts a ``CUDA_LAUNCH_BLOCKING=1`` child
+``_child_main.py`` that child's side: runs the spec, reports on stdout
 ``_clocks.py``     SM clocks and the driver version through NVML
 ``_progress.py``   the progress line
 ``_cli.py``        ``python -m cuda_debug bench``
 =================  ==============================================================
 
-The timing loops are C (``csrc/gemm_loops.c``, ``csrc/launch_latency.c``,
-``csrc/bench_buffers.c``) calling cuBLAS, loaded at run time like the rest of
+The timing loops are C (``csrc/bench/gemm_loops.c``, ``csrc/bench/launch_latency.c``,
+``csrc/bench/bench_buffers.c``) calling cuBLAS, loaded at run time like the rest of
 cuda_debug; they return raw per-repeat samples. Nothing here imports PyTorch.
 """
 from ._config import (APIS, BASE_MODES, DTYPES, FLAG_NAMES, MODES, TOLERANCE,

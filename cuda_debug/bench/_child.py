@@ -5,7 +5,8 @@ context creation, so a child is the only honest way to measure it).
 Protocol: the parent writes one JSON spec on the child's stdin; the child
 writes tagged lines on its stdout: ``progress`` events (relayed to the
 parent's progress line, so it works in notebooks too) and one ``result``. Its
-stderr is the parent's."""
+stderr is the parent's. This module is the parent's side; the child runs
+``_child_main.py``."""
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ _ERRORS = {"ValueError": ValueError, "TypeError": TypeError, "MemoryError": Memo
 
 def command() -> list:
     return [sys.executable, "-c",
-            "import sys; from cuda_debug.bench._child import main; sys.exit(main())"]
+            "import sys; from cuda_debug.bench._child_main import main; sys.exit(main())"]
 
 
 def environment() -> dict:
@@ -74,33 +75,3 @@ def run(spec: dict, on_event: Optional[Callable[[str, str], None]] = None,
             if key in raw:
                 raw[key] = np.asarray(raw[key], dtype=np.float64)
     return result
-
-
-def _emit(kind: str, doc: dict) -> None:
-    sys.stdout.write(TAG + kind + " " + json.dumps(doc) + "\n")
-    sys.stdout.flush()
-
-
-def main() -> int:
-    """The child: a JSON spec on stdin, tagged lines on stdout."""
-    from ._results import jsonable
-    out = {"env": os.environ.get("CUDA_LAUNCH_BLOCKING"), "pid": os.getpid(), "results": [],
-           "error": None}
-    try:
-        spec = json.loads(sys.stdin.read())
-        if spec["kind"] == "gemm":
-            from ._gemm import child_runs
-            runs = child_runs(spec)
-        elif spec["kind"] == "latency":
-            from ._latency import child_runs
-            runs = child_runs(spec)
-        else:
-            raise ValueError("unknown child kind %r" % spec["kind"])
-        for text, thunk in runs:
-            _emit("progress", {"event": "show", "text": text})
-            out["results"].append(jsonable(thunk()))
-            _emit("progress", {"event": "step", "text": text})
-    except Exception as e:
-        out["error"] = {"type": type(e).__name__, "message": str(e)}
-    _emit("result", out)
-    return 0

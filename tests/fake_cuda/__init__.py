@@ -27,15 +27,12 @@ see ``child.py``); ``fake_stats()``, ``cbid(name)``, ``FAKE_DIR`` come with it.
 
 This module imports nothing but the standard library: the child imports it.
 """
-import glob
 import hashlib
 import os
 import re
 import shutil
-import site
 import subprocess
 import sys
-import sysconfig
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -55,34 +52,23 @@ class Unavailable(Exception):
     """The fakes cannot be built here (no C compiler, no CUDA headers)."""
 
 
-def _site_dirs():
-    dirs = [sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")]
-    try:
-        dirs += site.getsitepackages() + [site.getusersitepackages()]
-    except AttributeError:
-        pass
-    return [d for d in dict.fromkeys(dirs) if d and os.path.isdir(d)]
+def _header_search():
+    """cuda_debug/_cuda_headers.py (the one search), by path: this module is
+    imported by children before cuda_debug, and must not import the package."""
+    import importlib.util
+    spec = importlib.util.find_spec("cuda_debug")
+    folder = os.path.dirname(spec.origin) if spec and spec.origin else \
+        os.path.join(os.path.dirname(TESTS), "cuda_debug")
+    hs = importlib.util.spec_from_file_location("_cuda_headers", os.path.join(folder,
+                                                                             "_cuda_headers.py"))
+    module = importlib.util.module_from_spec(hs)
+    hs.loader.exec_module(module)
+    return module
 
 
 def cuda_include_dirs():
-    """Folders holding cuda.h and cupti.h, searched like setup.py does; None if none."""
-    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
-    candidates = []
-    for root in filter(None, roots):
-        candidates.append([os.path.join(root, "include"),
-                           os.path.join(root, "extras", "CUPTI", "include")])
-        candidates.append(glob.glob(os.path.join(root, "targets", "*", "include")))
-    for sp in _site_dirs():
-        nv = os.path.join(sp, "nvidia")
-        candidates.append([os.path.join(nv, "cu13", "include")])
-        candidates.append([os.path.join(nv, p, "include")
-                           for p in ("cuda_runtime", "cuda_cupti", "cublas", "cuda_nvcc")])
-    for dirs in candidates:
-        dirs = [d for d in dirs if os.path.isdir(d)]
-        have = lambda h: any(os.path.exists(os.path.join(d, h)) for d in dirs)  # noqa: E731
-        if dirs and have("cuda.h") and have("cupti.h"):
-            return dirs
-    return None
+    """Folders holding cuda.h and cupti.h (cuda_debug/_cuda_headers.py); None if none."""
+    return _header_search().find()[0]
 
 
 def compiler():

@@ -27,6 +27,7 @@ c_uint, c_size = ctypes.c_uint, ctypes.c_size_t
 
 _SIGNATURES = {
     "fake_reset": (None, []),
+    "fake_set_init_result": (None, [c_int]),
     "fake_reset_stats": (None, []),
     "fake_set_kernel": (None, [c_char_p, c_int, c_int, c_char_p, c_long, c_longlong]),
     "fake_set_assert_site": (c_int, [c_char_p, c_char_p, c_int, c_char_p]),

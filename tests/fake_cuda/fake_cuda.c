@@ -609,7 +609,18 @@ int fakecuda_ctx_valid(CUcontext ctx) { return ctx == CTX; }
             return logret(api, (CUresult)s_);                                 \
     } while (0)
 
-CUresult CUDAAPI cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
+/* fake_set_init_result(100): cuInit fails as on a machine with a driver and no
+ * GPU; nothing counts as initialised then (fakecuda_initialised). */
+static int init_result, initialised;
+FAKE_EXPORT void fake_set_init_result(int rc) { init_result = rc; }
+int fakecuda_initialised(void) { return initialised; }
+CUresult CUDAAPI cuInit(unsigned int flags)
+{
+    (void)flags;
+    if (init_result == 0)
+        initialised = 1;
+    return (CUresult)init_result;
+}
 
 CUresult CUDAAPI cuDriverGetVersion(int *v)
 {
@@ -1529,7 +1540,7 @@ FAKE_EXPORT int fake_launch(const char *name, uintptr_t stream, unsigned gx, uns
 /* PyTorch's operator entry points, as libtorch exports them
  * (at::_ops::index_select::call, at::_ops::embedding::call and ::redispatch):
  * fake_aten_embedding launches `name` from inside them, so the native stack at
- * the launch holds the frames cuda_debug's fault path reads (native_ops.c).
+ * the launch holds the frames cuda_debug's fault path reads (csrc/capture/native_ops.c).
  * Mangled names are plain C identifiers. Each does work after its call, so
  * the compiler cannot turn the call into a jump and drop the frame. */
 static volatile int aten_depth;

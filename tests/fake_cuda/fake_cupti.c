@@ -8,6 +8,7 @@
 #include "fake_common.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *subscriber,
@@ -54,8 +55,21 @@ static const struct {
     {CUPTI_ERROR_UNKNOWN, "CUPTI_ERROR_UNKNOWN"},
 };
 
+/* The real CUPTI 13 called before the driver initialised (no GPU, or no
+ * cuInit yet) recurses inside cuptiGetVersion/cuptiGetResultString until the
+ * stack overflows (seen with the nvidia-cuda-cupti wheel on a machine without
+ * a driver): the fake dies as loudly. */
+static void need_driver(const char *fn)
+{
+    if (!fakecuda_initialised()) {
+        fprintf(stderr, "fake CUPTI: %s called before the driver initialised\n", fn);
+        abort();
+    }
+}
+
 CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, const char **str)
 {
+    need_driver("cuptiGetResultString");
     for (size_t i = 0; i < sizeof results / sizeof results[0]; i++)
         if (results[i].r == result) {
             *str = results[i].s;
@@ -67,6 +81,7 @@ CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, const char **str)
 
 CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *version)
 {
+    need_driver("cuptiGetVersion");
     *version = CUPTI_API_VERSION;
     return CUPTI_SUCCESS;
 }

@@ -16,7 +16,7 @@
 #define _GNU_SOURCE 1
 #endif
 #define BENCH_DEFINE_ARRAY_API
-#include "bench.h"
+#include "bench/bench.h"
 
 #include <stdlib.h>
 #include <string.h>

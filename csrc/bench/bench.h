@@ -1,5 +1,5 @@
 /*
- * bench.h: what the benchmark's C files share (and nothing else includes).
+ * bench/bench.h: what the benchmark's C files share (and nothing else includes).
  *
  *   bench_buffers.c   per-device slots (stream, L2-flush buffer, random
  *                     operands), the lock, sample arrays handed to NumPy,
@@ -15,7 +15,11 @@
 #ifndef CUDA_DEBUG_BENCH_H
 #define CUDA_DEBUG_BENCH_H
 
-#include "cuda_debug.h"
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "bench/bench_api.h"
+#include "testing/testing.h"
 
 #ifndef BENCH_DEFINE_ARRAY_API
 #define NO_IMPORT_ARRAY

@@ -1,5 +1,5 @@
 /*
- * frames.c: the launching thread's Python location, read without the GIL.
+ * capture/frames.c: the launching thread's Python location, read without the GIL.
  *
  * PyTorch, CuPy and Triton release the GIL around kernel launches, so the
  * CUPTI callback runs on a thread that is blocked inside a C call made from
@@ -19,15 +19,16 @@
  * (tstate->current_frame). Other versions build with no reader: reports then
  * take the launching line from the framework's traceback only.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE 1
-#endif
-#include "cuda_debug.h"
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>           /* first: it sets the feature macros (_GNU_SOURCE) */
+
+#include "capture/capture.h"
 
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
 #  ifndef Py_BUILD_CORE
@@ -54,41 +55,20 @@ static char user_pseudo[8][64];
 static int n_user_pseudo;
 static atomic_int configured;
 
-int cd_frames_configure(PyObject *library_prefixes, PyObject *pseudo)
+void cd_frames_configure(const char *const *library_prefixes, int n_prefixes,
+                         const char *const *pseudo, int n_pseudo)
 {
     if (atomic_load(&configured))
-        return 0;
-    PyObject *seq = PySequence_Fast(library_prefixes, "library prefixes must be a sequence");
-    if (!seq)
-        return -1;
-    int n = 0;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && n < MAX_PREFIXES; i++) {
-        const char *p = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
-        if (!p) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (strlen(p) + 1 < PREFIX_LEN && p[0])
-            snprintf(lib_prefixes[n++], PREFIX_LEN, "%s", p);
-    }
-    Py_DECREF(seq);
-    seq = PySequence_Fast(pseudo, "pseudo-file names must be a sequence");
-    if (!seq)
-        return -1;
-    int m = 0;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && m < 8; i++) {
-        const char *p = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
-        if (!p) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        snprintf(user_pseudo[m++], sizeof user_pseudo[0], "%s", p);
-    }
-    Py_DECREF(seq);
+        return;
+    int n = 0, m = 0;
+    for (int i = 0; i < n_prefixes && n < MAX_PREFIXES; i++)
+        if (library_prefixes[i][0] && strlen(library_prefixes[i]) + 1 < PREFIX_LEN)
+            snprintf(lib_prefixes[n++], PREFIX_LEN, "%s", library_prefixes[i]);
+    for (int i = 0; i < n_pseudo && m < 8; i++)
+        snprintf(user_pseudo[m++], sizeof user_pseudo[0], "%s", pseudo[i]);
     n_lib_prefixes = n;
     n_user_pseudo = m;
     atomic_store(&configured, 1);
-    return 0;
 }
 
 static int ends_with(const char *s, size_t n, const char *suffix)
@@ -97,24 +77,39 @@ static int ends_with(const char *s, size_t n, const char *suffix)
     return n >= k && !memcmp(s + n - k, suffix, k);
 }
 
-/* The same rule as _report.is_user_file (Python), applied once per location. */
-static int classify(const char *file, size_t n)
+/* The user-frame rule, the one implementation (cuda_debug/_locations.py says
+ * it in words; Python calls this through _core.file_kind). Applied once per
+ * code location, on the cold path. */
+int cd_file_kind(const char *file, size_t n)
 {
-    if (n == 0)
+    if (n == 0 || memchr(file, '\0', n))
         return CD_LOC_LIBRARY;
     if (file[0] == '<') {
         for (int i = 0; i < n_user_pseudo; i++)
             if (!strncmp(file, user_pseudo[i], strlen(user_pseudo[i])))
                 return CD_LOC_USER;
-        return strcmp(file, "<string>") == 0 ? CD_LOC_PSEUDO : CD_LOC_LIBRARY;
+        return n == 8 && memcmp(file, "<string>", 8) == 0 ? CD_LOC_PSEUDO : CD_LOC_LIBRARY;
     }
-    if (file[0] != '/' || ends_with(file, n, ".pyx") || ends_with(file, n, ".pxd") ||
-        ends_with(file, n, ".pxi"))
+    /* Cython modules report relative source paths (cupy_backends/cuda/api/driver.pyx). */
+    if (ends_with(file, n, ".pyx") || ends_with(file, n, ".pxd") || ends_with(file, n, ".pxi"))
         return CD_LOC_LIBRARY;
-    if (strstr(file, "site-packages") || strstr(file, "dist-packages"))
+    if (memmem(file, n, "site-packages", 13) || memmem(file, n, "dist-packages", 13))
         return CD_LOC_LIBRARY;
-    char real[PATH_MAX];
-    const char *path = realpath(file, real) ? real : file;
+    /* A relative path (runpy.run_path("train.py"), exec of compile(src, "x.py"))
+     * is relative to the current folder, as linecache reads it. */
+    char joined[PATH_MAX], real[PATH_MAX];
+    const char *path = file;
+    if (file[0] != '/') {
+        size_t k;
+        if (!getcwd(joined, sizeof joined) || (k = strlen(joined)) + 1 + n + 1 > sizeof joined)
+            return CD_LOC_USER;
+        joined[k] = '/';
+        memcpy(joined + k + 1, file, n);
+        joined[k + 1 + n] = '\0';
+        path = joined;
+    }
+    if (realpath(path, real))
+        path = real;
     for (int i = 0; i < n_lib_prefixes; i++) {
         size_t k = strlen(lib_prefixes[i]);
         if (!strncmp(path, lib_prefixes[i], k) && (path[k] == '/' || path[k] == '\0'))
@@ -228,7 +223,7 @@ static uint32_t intern_location(PyCodeObject *code, int offset)
     size_t un = copy_unicode(code->co_name, func, sizeof func);
 #endif
     int lineno = PyCode_Addr2Line(code, offset * (int)sizeof(_Py_CODEUNIT));
-    int kind = classify(file, fn);
+    int kind = cd_file_kind(file, fn);
     uint32_t file_id = cd_intern(file, fn), func_id = cd_intern(func, un);
 
     while (atomic_flag_test_and_set_explicit(&loc_lock, memory_order_acquire))
@@ -282,7 +277,7 @@ static int code_kind(PyCodeObject *code)
         if (k == 0) {
             char file[1024];
             size_t fn = copy_unicode(code->co_filename, file, sizeof file);
-            int kind = classify(file, fn);
+            int kind = cd_file_kind(file, fn);
             uintptr_t expected = 0;
             codes[i].check = check;          /* a racing reader sees key 0 until below */
             codes[i].kind = kind;
@@ -291,7 +286,7 @@ static int code_kind(PyCodeObject *code)
         }
     }
     char file[1024];
-    return classify(file, copy_unicode(code->co_filename, file, sizeof file));
+    return cd_file_kind(file, copy_unicode(code->co_filename, file, sizeof file));
 }
 
 /* ----------------------------------------------------------- the walk -- */

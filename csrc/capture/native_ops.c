@@ -1,5 +1,5 @@
 /*
- * native_ops.c: the PyTorch (ATen) operators a faulting launch was made from,
+ * capture/native_ops.c: the PyTorch (ATen) operators a faulting launch was made from,
  * read from the launching thread's native stack at the fault.
  *
  * ATen enters every operator through at::_ops::<name>::call (and, past
@@ -18,7 +18,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "cuda_debug.h"
+#include "capture/capture.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>

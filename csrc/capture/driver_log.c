@@ -1,16 +1,17 @@
 /*
- * driver_log.c: the driver's own error log (cuLogsRegisterCallback, CUDA >= 12.9).
+ * capture/driver_log.c: the driver's own error log (cuLogsRegisterCallback, CUDA >= 12.9).
  *
  * The driver logs lines such as "Returning 710 (CUDA_ERROR_ASSERT) from
  * cuStreamSynchronize". We keep the last LOG_LINES of them, numbered, so a
  * fault record can say which lines preceded it (its log_end). A line that
  * reports a sticky error is also the earliest moment watch mode hears of a
- * fault found by somebody else's call: the culprit report is written then.
+ * fault found by somebody else's call: the hook the layer above registered
+ * (cd_driver_log_init) is called then, after the line is kept.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "cuda_debug.h"
+#include "capture/capture.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char log_ring[LOG_LINES][LOG_LEN];
 static atomic_uint_fast64_t log_count;   /* lines ever logged */
 static CUlogsCallbackHandle log_handle;
+static cd_sticky_logged_fn on_sticky_hook;
 
 /* "... Returning 710 (CUDA_ERROR_ASSERT) ..." -> 710, else 0. */
 static int returned_code(const char *msg, size_t n)
@@ -47,41 +49,35 @@ static void on_driver_log(void *data, CUlogLevel level, char *message, size_t le
     atomic_store(&log_count, i + 1);
     pthread_mutex_unlock(&log_lock);
     int code = returned_code(message, n);
-    if (cd_is_sticky(code) && atomic_load_explicit(&cd_state.watching, memory_order_relaxed))
-        cd_report_watch_culprit(code, "driver log", 0);
+    cd_sticky_logged_fn hook = on_sticky_hook;
+    if (cd_is_sticky(code) && hook)
+        hook(code);
 }
 
-void cd_driver_log_init(void)
+void cd_driver_log_init(cd_sticky_logged_fn on_sticky)
 {
+    on_sticky_hook = on_sticky;
     if (!log_handle && cd_drv.cuLogsRegisterCallback)
         CU_CHECK(cd_drv.cuLogsRegisterCallback(on_driver_log, NULL, &log_handle));
 }
 
 uint64_t cd_driver_log_count(void) { return atomic_load(&log_count); }
 
-/* Lines [from, to) still in the ring: a line is gone once LOG_LINES newer
- * ones were logged after it (its slot holds a newer line). */
-PyObject *cd_driver_log_lines(uint64_t from, uint64_t to)
+long cd_driver_log_line(uint64_t i, char *out, size_t cap)
 {
-    PyObject *out = PyList_New(0);
-    if (!out)
-        return NULL;
+    long n = -1;
+    if (!cap)
+        return -1;
     pthread_mutex_lock(&log_lock);
-    uint64_t n = atomic_load(&log_count);
-    if (to > n)
-        to = n;
-    if (n > LOG_LINES && from < n - LOG_LINES)
-        from = n - LOG_LINES;
-    for (uint64_t i = from; i < to; i++) {
-        PyObject *b = PyBytes_FromString(log_ring[i % LOG_LINES]);
-        if (!b || PyList_Append(out, b) < 0) {
-            Py_XDECREF(b);
-            Py_DECREF(out);
-            pthread_mutex_unlock(&log_lock);
-            return NULL;
-        }
-        Py_DECREF(b);
+    uint64_t count = atomic_load(&log_count);
+    if (i < count && count - i <= LOG_LINES) {   /* else overwritten by a newer line */
+        size_t len = strnlen(log_ring[i % LOG_LINES], LOG_LEN);
+        if (len >= cap)
+            len = cap - 1;
+        memcpy(out, log_ring[i % LOG_LINES], len);
+        out[len] = '\0';
+        n = (long)len;
     }
     pthread_mutex_unlock(&log_lock);
-    return out;
+    return n;
 }

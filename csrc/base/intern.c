@@ -1,5 +1,5 @@
 /*
- * intern.c: one arena of strings that outlive what they were copied from.
+ * base/intern.c: one arena of strings that outlive what they were copied from.
  *
  * File and function names of Python code objects, and kernel names, are
  * copied here the first time they are seen (like tracemalloc interns its
@@ -15,7 +15,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "cuda_debug.h"
+#include "base/base.h"
 
 #include <string.h>
 #include <sched.h>

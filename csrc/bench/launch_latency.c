@@ -1,5 +1,5 @@
 /*
- * launch_latency.c: empty-kernel launch timing loops behind
+ * bench/launch_latency.c: empty-kernel launch timing loops behind
  * cuda_debug.bench.launch_latency (the per-launch price behind the GEMM
  * slowdowns).
  *
@@ -8,13 +8,13 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "bench.h"
+#include "bench/bench.h"
 
-/* For CD_KERNEL_EMPTY only: the PTX text itself lives in fault_kernels.c. */
+/* For CD_KERNEL_EMPTY only: the PTX text itself lives in testing/fault_kernels.c. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-const-variable"
 #pragma GCC diagnostic ignored "-Wunused-variable"
-#include "fault_kernels_ptx.h"
+#include "testing/fault_kernels_ptx.h"
 #pragma GCC diagnostic pop
 
 #include <stdlib.h>

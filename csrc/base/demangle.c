@@ -1,5 +1,5 @@
 /*
- * demangle.c: C++ kernel names for reports, through __cxa_demangle of the
+ * base/demangle.c: C++ kernel names for reports, through __cxa_demangle of the
  * libstdc++ that PyTorch/CuPy already loaded (or the system's), and the short
  * names reports lead with. Cold paths only: reports, and the first launch of
  * each kernel while watching.
@@ -7,7 +7,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "cuda_debug.h"
+#include "base/base.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -33,22 +33,20 @@ static cxa_demangle_fn find_demangler(void)
     return fn;
 }
 
-PyObject *cd_demangle(const char *mangled)
+char *cd_demangle(const char *mangled)
 {
     if (!mangled || strncmp(mangled, "_Z", 2) != 0)
-        Py_RETURN_NONE;
+        return NULL;
     cxa_demangle_fn fn = find_demangler();
     if (!fn)
-        Py_RETURN_NONE;
+        return NULL;
     int status = 0;
     char *out = fn(mangled, NULL, NULL, &status);
     if (status != 0 || !out) {
         free(out);
-        Py_RETURN_NONE;
+        return NULL;
     }
-    PyObject *r = PyUnicode_DecodeUTF8(out, (Py_ssize_t)strlen(out), "replace");
-    free(out);
-    return r;
+    return out;
 }
 
 /* ------------------------------------------------------ short names -- */

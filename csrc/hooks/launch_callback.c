@@ -1,5 +1,5 @@
 /*
- * launch_hooks.c: the CUPTI launch callback, the hot path of every kernel
+ * hooks/launch_callback.c: the CUPTI launch callback, the hot path of every kernel
  * launch in the process while a launch_blocking() scope or a watch() is open.
  *
  * At API exit of a launch (cuLaunchKernel, cuLaunchKernelEx, cooperative,
@@ -10,7 +10,7 @@
  *     refusal is the moment to write the culprit report;
  *   - the stream is being captured into a graph: nothing (a sync or a marker
  *     would break the capture);
- *   - watching: a ring record and a completion marker (watch_ring.c);
+ *   - watching: a ring record and a completion marker (capture/watch_ring.c);
  *   - blocking: wait for the stream, the thread's stderr window open; if the
  *     wait fails, record the fault, write the report to fd 2, and write the
  *     error into the launch's own return value, so the launcher (PyTorch,
@@ -20,23 +20,16 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "cuda_debug.h"
+#include "hooks/hooks.h"
 
 #include <string.h>
 #include <sched.h>
 #include <time.h>
 
-cd_state_t cd_state = {
-    .sub_lock = PTHREAD_MUTEX_INITIALIZER,
-    .capture_on = 1,
-    .capture_check = 1,
-    .capture_cache = 1,
-};
-
 /* Capture-status cache. Asking the driver whether a stream is capturing
  * costs an API call per launch; instead each thread remembers the last
  * stream it found NOT capturing, and the generation at which it looked.
- * capture_gen moves on every call that can start a capture (CD_CAPTURE_CBIDS)
+ * cd_state.capture_gen moves on every call that can start a capture (CD_CAPTURE_CBIDS)
  * and on every subscribe (captures begun while we were not subscribed are
  * unknown), which sends every thread back to the driver once. A capturing
  * stream is never cached. The generation moves at the API's exit: a launch by
@@ -44,70 +37,8 @@ cd_state_t cd_state = {
  * call, could still be synchronised (the capture then fails with 900);
  * launching on a stream while another thread begins to capture it is already
  * a race in the program. */
-static atomic_uint_fast64_t capture_gen = 1;
 static _Thread_local CUstream tls_clear_stream;
 static _Thread_local uint64_t tls_clear_gen;
-
-#define CD_IS_PTSZ_CASE(id, ptsz) case id: return ptsz;
-static inline int is_ptsz(CUpti_CallbackId cbid)
-{
-    switch (cbid) {
-        CD_LAUNCH_CBIDS(CD_IS_PTSZ_CASE)
-    default:
-        return 0;
-    }
-}
-
-/* The three launch-parameter structs name their dimensions alike. */
-#define COPY_LAUNCH_DIMS(f, p)                                                          \
-    do {                                                                                \
-        if (f) {                                                                        \
-            (f)->grid[0] = (p)->gridDimX, (f)->grid[1] = (p)->gridDimY;                 \
-            (f)->grid[2] = (p)->gridDimZ;                                               \
-            (f)->block[0] = (p)->blockDimX, (f)->block[1] = (p)->blockDimY;             \
-            (f)->block[2] = (p)->blockDimZ;                                             \
-            (f)->shared_mem = (p)->sharedMemBytes;                                      \
-        }                                                                               \
-    } while (0)
-
-CUstream cd_launch_stream(CUpti_CallbackId cbid, const void *params, cd_launch_dims *f)
-{
-    CUstream s = NULL;
-    switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
-        const cuLaunchKernel_params *p = params;
-        s = p->hStream;
-        COPY_LAUNCH_DIMS(f, p);
-        break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
-        const cuLaunchCooperativeKernel_params *p = params;
-        s = p->hStream;
-        COPY_LAUNCH_DIMS(f, p);
-        break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
-        const CUlaunchConfig *c = ((const cuLaunchKernelEx_params *)params)->config;
-        if (c) {
-            s = c->hStream;
-            COPY_LAUNCH_DIMS(f, c);
-        }
-        break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
-        s = ((const cuGraphLaunch_params *)params)->hStream;
-        break;
-    default:
-        break;
-    }
-    if (!s && is_ptsz(cbid))
-        s = CU_STREAM_PER_THREAD;
-    return s;
-}
 
 static inline uint64_t now_ns(void)
 {
@@ -144,7 +75,7 @@ static inline CUresult wait_stream(CUstream s)
  * while another stream captures in global mode). */
 static inline int capturing(CUstream s)
 {
-    uint64_t gen = atomic_load_explicit(&capture_gen, memory_order_relaxed);
+    uint64_t gen = atomic_load_explicit(&cd_state.capture_gen, memory_order_relaxed);
     if (!cd_state.capture_check ||
         (cd_state.capture_cache && s == tls_clear_stream && gen == tls_clear_gen))
         return 0;
@@ -258,8 +189,8 @@ static inline int is_collective(const char *sym)
 }
 
 #define CD_CAPTURE_CASE(id, ptsz) case id:
-static void CUPTIAPI on_launch(void *userdata, CUpti_CallbackDomain domain,
-                               CUpti_CallbackId cbid, const void *data)
+void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                           const void *data)
 {
     (void)userdata;
     (void)domain;
@@ -268,7 +199,7 @@ static void CUPTIAPI on_launch(void *userdata, CUpti_CallbackDomain domain,
         return;
     switch (cbid) {
         CD_CAPTURE_CBIDS(CD_CAPTURE_CASE)
-        atomic_fetch_add_explicit(&capture_gen, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&cd_state.capture_gen, 1, memory_order_relaxed);
         return;
     default:
         break;
@@ -305,91 +236,8 @@ static void CUPTIAPI on_launch(void *userdata, CUpti_CallbackDomain domain,
         atomic_fetch_add_explicit(&cd_state.ns_callback, now_ns() - t0, memory_order_relaxed);
 }
 
-/* ------------------------------------------------ taking CUPTI, giving it back -- */
-
-#define CD_ID_ENTRY(id, ptsz) id,
-static const CUpti_CallbackId launch_cbids[] = {CD_LAUNCH_CBIDS(CD_ID_ENTRY)};
-static const CUpti_CallbackId capture_cbids[] = {CD_CAPTURE_CBIDS(CD_ID_ENTRY)};
-#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
-
-/* Under sub_lock. */
-static int subscribe(char *holder, size_t holder_len)
+void cd_on_sticky_logged(int code)
 {
-    CUpti_SubscriberHandle sub = NULL;
-    int rc;
-    if (cd_cupti.cuptiSubscribe_v2) {
-        CUpti_SubscriberParams p;
-        memset(&p, 0, sizeof p);
-        p.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
-        p.subscriberName = "cuda_debug";
-        p.oldSubscriberName = holder;
-        p.oldSubscriberSize = holder_len;
-        rc = CUPTI_CHECK(cd_cupti.cuptiSubscribe_v2(&sub, on_launch, NULL, &p));
-    } else {
-        rc = CUPTI_CHECK(cd_cupti.cuptiSubscribe(&sub, on_launch, NULL));
-    }
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < N_OF(launch_cbids); i++) {
-        rc = CUPTI_CHECK(cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API,
-                                                      launch_cbids[i]));
-        if (rc) {
-            cd_cupti.cuptiUnsubscribe(sub);
-            return rc;
-        }
-    }
-    /* Capture ids are optional: an older CUPTI lacks some. Without all of
-     * them the capture-status cache cannot be trusted: ask every launch. */
-    int refused = 0;
-    for (size_t i = 0; i < N_OF(capture_cbids); i++)
-        if (cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, capture_cbids[i]))
-            refused++;
-    cd_state.capture_cache = refused == 0;
-    atomic_store(&cd_state.n_capture_ids_refused, (uint_fast64_t)refused);
-    if (cd_state.capture_on)
-        cd_tee_install();
-    cd_native_ops_warm();
-    cd_state.subscriber = sub;
-    atomic_fetch_add(&capture_gen, 1);
-    atomic_fetch_add(&cd_state.n_subscribes, 1);
-    return 0;
-}
-
-/* Under sub_lock. */
-int cd_cupti_acquire(char *holder, size_t holder_len)
-{
-    if (holder_len)
-        holder[0] = '\0';
-    int rc = 0;
-    if (!cd_state.subscriber)
-        rc = subscribe(holder, holder_len);
-    return rc;
-}
-
-/* Give CUPTI to a profiler that is starting while scopes are open (Python
- * calls this just before torch.profiler initialises Kineto, which would get
- * no GPU events, for the rest of the process, if we kept it). The open
- * scopes stop seeing launches; their closes find nothing to release. Returns
- * 1 if CUPTI was held and is now free. */
-int cd_cupti_hand_over(void)
-{
-    pthread_mutex_lock(&cd_state.sub_lock);
-    int had = cd_state.subscriber != NULL;
-    if (had) {
-        CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
-        cd_state.subscriber = NULL;
-        atomic_fetch_add(&cd_state.n_hand_overs, 1);
-    }
-    pthread_mutex_unlock(&cd_state.sub_lock);
-    return had;
-}
-
-/* Under sub_lock: unsubscribe when no scope or watch needs the callback. */
-void cd_cupti_release(void)
-{
-    if (cd_state.subscriber && atomic_load(&cd_state.active) == 0 &&
-        atomic_load(&cd_state.watching) == 0) {
-        CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
-        cd_state.subscriber = NULL;
-    }
+    if (atomic_load_explicit(&cd_state.watching, memory_order_relaxed))
+        cd_report_watch_culprit(code, "driver log", 0);
 }

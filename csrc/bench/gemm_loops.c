@@ -21,7 +21,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "bench.h"
+#include "bench/bench.h"
 
 #include <math.h>
 #include <stdlib.h>

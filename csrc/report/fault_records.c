@@ -1,10 +1,10 @@
 /*
- * fault_records.c: the ring of fault records.
+ * report/fault_records.c: the ring of fault records.
  *
  * Every fault the launch callback sees (a wait that returned an error, a
  * launch refused) becomes a record: kernel, configuration, stream, thread,
- * the launching thread's Python frames (frames.c), the text that thread got
- * from the driver during its wait (stderr_tee.c). Records go into a ring of
+ * the launching thread's Python frames (capture/frames.c), the text that thread got
+ * from the driver during its wait (capture/stderr_tee.c). Records go into a ring of
  * CD_FAULT_RING, numbered from 1, so two threads faulting at once each keep
  * their own, and the first fault is not overwritten by the refusals it causes.
  *
@@ -18,7 +18,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "cuda_debug.h"
+#include "report/report.h"
 
 #include <string.h>
 #include <sys/prctl.h>

@@ -1,5 +1,5 @@
 /*
- * fault_report.c: write the report at the moment of the fault, before we may die.
+ * report/fault_report.c: write the report at the moment of the fault, before we may die.
  *
  * A process can be killed a millisecond after a fault is found: NCCL's
  * watchdog aborts it, torchrun sends SIGTERM, a notebook kernel is restarted.
@@ -20,11 +20,12 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "cuda_debug.h"
+#include "report/report.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,37 +45,29 @@ static atomic_int elastic_written;
 atomic_int cd_report_written;          /* the culprit block of watch mode: once */
 static atomic_int consequences;        /* one-line notes for refusals, a few at most */
 
-int cd_report_configure(PyObject *table, int on, PyObject *pfx, const char *error_file)
+/* Called before the first scope (Python: _report.configure_core), while no
+ * fault path can run: plain stores. */
+void cd_report_configure(int on, const char *pfx, const char *error_file, const char *text)
 {
     enabled = on;
     snprintf(elastic_file, sizeof elastic_file, "%s", error_file ? error_file : "");
-    const char *p = pfx && pfx != Py_None ? PyUnicode_AsUTF8(pfx) : "";
-    if (!p)
-        return -1;
-    snprintf(prefix, sizeof prefix, "%s", p);
-    if (!table || table == Py_None)
-        return 0;
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    int n = 0;
-    while (PyDict_Next(table, &pos, &key, &value) && n < MAX_NAMES) {
-        const char *name, *what;
-        int code = (int)PyLong_AsLong(key);
-        if (code == -1 && PyErr_Occurred())
-            return -1;
-        if (!PyArg_ParseTuple(value, "ss", &name, &what))
-            return -1;
-        if (code == -2) {          /* the restart sentence */
-            snprintf(restart, sizeof restart, "%s", what);
-            continue;
-        }
-        names[n].code = code;
-        snprintf(names[n].name, sizeof names[n].name, "%s", name);
-        snprintf(names[n].what, sizeof names[n].what, "%s", what);
-        n++;
-    }
-    n_names = n;
-    return 0;
+    snprintf(prefix, sizeof prefix, "%s", pfx ? pfx : "");
+    if (text)
+        snprintf(restart, sizeof restart, "%s", text);
+}
+
+void cd_report_name_error(int code, const char *name, const char *what)
+{
+    int i = 0;
+    while (i < n_names && names[i].code != code)
+        i++;
+    if (i == MAX_NAMES)
+        return;
+    names[i].code = code;
+    snprintf(names[i].name, sizeof names[i].name, "%s", name);
+    snprintf(names[i].what, sizeof names[i].what, "%s", what);
+    if (i == n_names)
+        n_names++;
 }
 
 /* ---------------------------------------------- a writer with no malloc -- */
@@ -86,18 +79,65 @@ typedef struct {
     int raw;                       /* 1: no rank prefix (the JSON) */
 } out_t;
 
+/* The length of the valid UTF-8 sequence at s (of n bytes), 0 if invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    size_t k;
+    unsigned min;
+    if (s[0] >= 0xC2 && s[0] <= 0xDF)
+        k = 2, min = 0x80;
+    else if (s[0] >= 0xE0 && s[0] <= 0xEF)
+        k = 3, min = 0x800;
+    else if (s[0] >= 0xF0 && s[0] <= 0xF4)
+        k = 4, min = 0x10000;
+    else
+        return 0;
+    if (n < k)
+        return 0;
+    unsigned c = s[0] & (0x7F >> k);
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        c = (c << 6) | (s[i] & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+        return 0;
+    return k;
+}
+
+/* Never trust text we did not make: control characters become '?', bytes
+ * that are not valid UTF-8 (a thread name cut inside a character, a binary
+ * kernel name) are written escaped, \xe5, so that a reader decoding stderr as
+ * UTF-8 never fails. */
 static void put(out_t *o, const char *s, size_t len)
 {
-    for (size_t i = 0; i < len && o->n < sizeof o->buf - 2; i++) {
+    const size_t room = sizeof o->buf - 6;
+    for (size_t i = 0; i < len && o->n < room;) {
         if (o->line_start && prefix[0] && !o->raw) {
-            for (const char *p = prefix; *p && o->n < sizeof o->buf - 2; p++)
+            for (const char *p = prefix; *p && o->n < room; p++)
                 o->buf[o->n++] = *p;
         }
-        char c = s[i];
+        unsigned char c = (unsigned char)s[i];
         o->line_start = c == '\n';
-        if (c != '\n' && c != '\t' && (unsigned char)c < 0x20)
-            c = '?';               /* NUL, escapes: never trust text we did not make */
-        o->buf[o->n++] = c;
+        if (c < 0x80) {
+            o->buf[o->n++] = c != '\n' && c != '\t' && (c < 0x20 || c == 0x7F) ? '?' : (char)c;
+            i++;
+            continue;
+        }
+        size_t k = utf8_seq((const unsigned char *)s + i, len - i);
+        if (k && o->n + k <= room) {
+            memcpy(o->buf + o->n, s + i, k);
+            o->n += k;
+            i += k;
+        } else if (!k) {
+            o->buf[o->n++] = '\\';
+            o->buf[o->n++] = 'x';
+            o->buf[o->n++] = "0123456789abcdef"[c >> 4];
+            o->buf[o->n++] = "0123456789abcdef"[c & 15];
+            i++;
+        } else {
+            break;
+        }
     }
 }
 

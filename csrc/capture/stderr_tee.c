@@ -1,5 +1,5 @@
 /*
- * stderr_tee.c: catch the device's assert text without holding back anyone's output.
+ * capture/stderr_tee.c: catch the device's assert text without holding back anyone's output.
  *
  * When a kernel fails an assert, the driver prints "file:line: kernel: block:
  * [..], thread: [..] Assertion `...` failed." through libc's `stderr` FILE,
@@ -25,7 +25,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "cuda_debug.h"
+#include "capture/capture.h"
 
 #include <errno.h>
 #include <stdio.h>

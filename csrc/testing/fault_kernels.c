@@ -1,10 +1,10 @@
 /*
- * fault_kernels.c: launch the embedded PTX kernels (csrc/fault_kernels.cu)
+ * testing/fault_kernels.c: launch the embedded PTX kernels (fault_kernels.cu)
  * through the driver, asynchronously, like any framework would. Used by
  * cuda_debug.testing, the test suite, the README demo and the latency bench.
  */
-#include "cuda_debug.h"
-#include "fault_kernels_ptx.h"
+#include "testing/testing.h"
+#include "testing/fault_kernels_ptx.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /*
- * watch_ring.c: watch mode. Name the faulting launch while kernels run asynchronously.
+ * capture/watch_ring.c: watch mode. Name the faulting launch while kernels run asynchronously.
  *
- * At each launch's API exit (launch_hooks.c calls cd_watch_launch), without
+ * At each launch's API exit (hooks/launch_callback.c calls cd_watch_launch), without
  * the GIL, a lock, or an allocation:
  *   1. take a sequence number; write a record into the ring (stream, interned
  *      kernel name, grid/block, thread, the launching Python location as
@@ -13,7 +13,7 @@
  * arrives. Per stream, the first launch whose slot lacks its number is that
  * stream's culprit, readable from host memory after the context died, with no
  * CUDA call (so also from a signal handler). Launches on a capturing stream
- * are skipped (launch_hooks.c); a graph replay is one record.
+ * are skipped (hooks/launch_callback.c); a graph replay is one record.
  *
  * Memory: CD_WATCH_RING records (88 bytes each, 5.5 MiB) and, per context, one
  * pinned buffer of CD_WATCH_SLOTS 32-bit slots (256 KiB), allocated at the
@@ -24,7 +24,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "cuda_debug.h"
+#include "capture/capture.h"
 
 #include <string.h>
 #include <sys/syscall.h>
@@ -151,7 +151,7 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
     int complete = 0;
     r->n_frames = (uint8_t)cd_frames_capture(r->frames, CD_RING_FRAMES, 1, &complete);
     uint8_t flags = complete < 0 ? CD_WATCH_USER_LAST : 0;
-    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch || cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz)
+    if (cd_is_graph_launch(cbid))
         flags |= CD_WATCH_GRAPH;
 
     int ci = context_index(cb);

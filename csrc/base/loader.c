@@ -1,5 +1,5 @@
 /*
- * loader.c: run-time loading of libcuda, CUPTI and cuBLAS.
+ * base/loader.c: run-time loading of libcuda, CUPTI and cuBLAS.
  *
  * Policy (which names, which folders, in what order) lives in Python
  * (cuda_debug/_libraries.py); this file only opens what it is given:
@@ -12,7 +12,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include "cuda_debug.h"
+#include "base/base.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -89,28 +89,20 @@ static int try_handle(enum cd_lib lib, void *handle, const char *how)
     return 0;
 }
 
-int cd_load_library(enum cd_lib lib, PyObject *sonames, PyObject *paths)
+int cd_load_library(enum cd_lib lib, const char *const *sonames, int n_sonames,
+                    const char *const *paths, int n_paths)
 {
     cd_library *L = &cd_libs[lib];
     if (L->handle)
         return 0;
     L->error[0] = '\0';
-    Py_ssize_t i, n;
-
-    n = PyList_GET_SIZE(sonames);
-    for (i = 0; i < n; i++) {
-        const char *so = PyUnicode_AsUTF8(PyList_GET_ITEM(sonames, i));
-        if (!so)
-            return -1;
-        void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+    for (int i = 0; i < n_sonames; i++) {
+        void *h = dlopen(sonames[i], RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
         if (h && try_handle(lib, h, "already loaded") == 0)
             return 0;
     }
-    n = PyList_GET_SIZE(paths);
-    for (i = 0; i < n; i++) {
-        const char *p = PyUnicode_AsUTF8(PyList_GET_ITEM(paths, i));
-        if (!p)
-            return -1;
+    for (int i = 0; i < n_paths; i++) {
+        const char *p = paths[i];
         void *h = dlopen(p, RTLD_NOW | RTLD_GLOBAL);
         if (!h) {   /* keep every candidate's reason, first first */
             const char *e = dlerror();
@@ -137,28 +129,5 @@ int cd_driver_ready(void)
         rc = CU_CHECK(cd_drv.cuInit(0));
         atomic_store(&driver_init_result, rc);
     }
-    return rc;
-}
-
-/* Primary contexts retained by us, one per device, never released: the
- * frameworks share the same primary context and tear it down at exit. */
-static CUcontext retained[CD_MAX_DEVICES];
-static pthread_mutex_t retain_lock = PTHREAD_MUTEX_INITIALIZER;
-
-int cd_device_context(int ordinal, CUcontext *ctx)
-{
-    int rc = cd_driver_ready();
-    if (rc != 0)
-        return rc < 0 ? CUDA_ERROR_NOT_INITIALIZED : rc;
-    if (ordinal < 0 || ordinal >= CD_MAX_DEVICES)
-        return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&retain_lock);
-    if (!retained[ordinal]) {
-        CUdevice dev;
-        if ((rc = CU_CHECK(cd_drv.cuDeviceGet(&dev, ordinal))) == 0)
-            rc = CU_CHECK(cd_drv.cuDevicePrimaryCtxRetain(&retained[ordinal], dev));
-    }
-    *ctx = retained[ordinal];
-    pthread_mutex_unlock(&retain_lock);
     return rc;
 }

@@ -1,0 +1,266 @@
+/*
+ * base/base.h: the bottom layer of the C core. Everything above includes it;
+ * it includes nothing of ours but cupti_ids.h and cuda_errors.h.
+ *
+ *   state.c          the one process-wide state struct (cd_state)
+ *   loader.c         dlopen/dlsym of libcuda, CUPTI, cuBLAS
+ *   contexts.c       primary contexts; synchronising the current or active ones
+ *   launch_params.c  a launch's stream and configuration, from CUPTI's params
+ *   subscription.c   taking CUPTI (subscribe, enable the ids), giving it back
+ *   intern.c         the string arena: file, function and kernel names
+ *   demangle.c       C++ demangling and short kernel names
+ *
+ * Nothing here links libcuda, CUPTI or cuBLAS: the headers give us types and
+ * prototypes (used through __typeof__), the loader fills the function tables.
+ * Nothing here knows Python: the layers above hand plain C values down.
+ */
+#ifndef CD_BASE_H
+#define CD_BASE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+
+#include <cuda.h>
+#include <cupti.h>
+
+#include "base/cupti_ids.h"
+#include "base/cuda_errors.h"
+
+#define CD_STR2(x) #x
+#define CD_STR(x) CD_STR2(x)
+#define CD_N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---------------------------------------------------------- loader.c -- */
+
+/* Driver entry points. cuda.h maps some names to versioned symbols through
+ * macros (cuMemAlloc -> cuMemAlloc_v2): CD_STR(name) expands the macro first,
+ * so dlsym looks up the real exported symbol, with the ABI of these headers. */
+#define CD_DRIVER_REQUIRED(X)                                                   \
+    X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)      \
+    X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                      \
+    X(cuDeviceGetAttribute) X(cuDeviceTotalMem)                                \
+    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxGetState)                  \
+    X(cuCtxGetCurrent) X(cuCtxPushCurrent) X(cuCtxPopCurrent)                  \
+    X(cuCtxSynchronize) X(cuStreamCreate) X(cuStreamDestroy)                   \
+    X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamIsCapturing)             \
+    X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) \
+    X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH)  \
+    X(cuMemsetD8)                                                              \
+    X(cuMemsetD32Async) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)    \
+    X(cuEventSynchronize) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer)
+
+/* Entry points whose unversioned export has the same signature as the
+ * versioned one of these headers: an older driver that lacks the versioned
+ * symbol is served by the plain one. (No such fallback for the others: the
+ * plain cuMemAlloc, cuCtxPushCurrent... are the 32-bit legacy ABIs.) */
+#define CD_DRIVER_FALLBACK(X) X(cuEventElapsedTime) X(cuStreamWriteValue32)
+
+/* Entry points that older drivers lack: NULL when absent. */
+#define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback)
+
+#define CD_CUPTI_FUNCS(X)                                                       \
+    X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback)               \
+    X(cuptiGetResultString) X(cuptiGetVersion)
+
+#define CD_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetDeviceId)
+
+#define CD_DECLARE_PTR(name) __typeof__(name) *name;
+
+typedef struct {
+    CD_DRIVER_REQUIRED(CD_DECLARE_PTR)
+    CD_DRIVER_FALLBACK(CD_DECLARE_PTR)
+    CD_DRIVER_OPTIONAL(CD_DECLARE_PTR)
+} cd_driver_api;
+
+typedef struct {
+    CD_CUPTI_FUNCS(CD_DECLARE_PTR)
+    CD_CUPTI_OPTIONAL(CD_DECLARE_PTR)
+} cd_cupti_api;
+
+/* cuBLAS is declared in bench/gemm_loops.c (only the benchmark uses it). */
+
+enum cd_lib { CD_LIB_CUDA = 0, CD_LIB_CUPTI = 1, CD_LIB_CUBLAS = 2, CD_LIB_COUNT = 3 };
+
+typedef struct {
+    void *handle;          /* dlopen handle, NULL until loaded */
+    char path[4096];       /* where it was found (dlinfo), "" until loaded */
+    char how[32];          /* "already loaded", "system loader", "path" */
+    char error[1024];      /* last dlopen/dlsym error text */
+} cd_library;
+
+extern cd_driver_api cd_drv;
+extern cd_cupti_api cd_cupti;
+extern cd_library cd_libs[CD_LIB_COUNT];
+
+/* Try each candidate (bare sonames go to the system loader, paths are opened
+ * as given) after first looking for an already-loaded copy of `sonames`.
+ * Returns 0 on success, -1 with cd_libs[lib].error set. Callers serialise
+ * (Python calls it under the GIL). */
+int cd_load_library(enum cd_lib lib, const char *const *sonames, int n_sonames,
+                    const char *const *paths, int n_paths);
+void *cd_sym(enum cd_lib lib, const char *name);
+
+/* Driver ready: libcuda loaded, cuInit(0) done. Returns the CUresult of cuInit,
+ * or -1 when libcuda is not loaded. */
+int cd_driver_ready(void);
+
+/* The one checking macro: every CUDA / CUPTI / cuBLAS call made from Python-
+ * facing code goes through it. On failure it records the call text, file and
+ * line in cd_last_call (read by Python as _core.last_call()) and evaluates to
+ * the nonzero status; nothing is printed, nothing exits. */
+typedef struct {
+    int status;
+    const char *lib;       /* "cuda", "cupti", "cublas" */
+    const char *call;      /* the call's source text */
+    const char *file;
+    int line;
+} cd_call_record;
+
+extern _Thread_local cd_call_record cd_last_call;
+
+static inline int cd_check_(int status, const char *lib, const char *call,
+                            const char *file, int line)
+{
+    if (status != 0) {
+        cd_last_call.status = status;
+        cd_last_call.lib = lib;
+        cd_last_call.call = call;
+        cd_last_call.file = file;
+        cd_last_call.line = line;
+    }
+    return status;
+}
+#define CD_CHECK(lib, expr) cd_check_((int)(expr), lib, #expr, __FILE__, __LINE__)
+#define CU_CHECK(expr) CD_CHECK("cuda", expr)
+#define CUPTI_CHECK(expr) CD_CHECK("cupti", expr)
+
+/* Sticky CUresults: the context is dead after them (the table generated from
+ * cuda.h, cuda_errors.h, the same one Python's _cuda_errors.py has). */
+#define CD_STICKY_CASE(code) case code:
+static inline int cd_is_sticky(int code)
+{
+    switch (code) {
+        CD_STICKY_CODES(CD_STICKY_CASE)
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* -------------------------------------------------------- contexts.c -- */
+
+/* The primary context of device `ordinal` (retained once per device for the
+ * life of the process, shared with PyTorch/CuPy). Callers push/pop it around
+ * their work rather than replacing the thread's current context. */
+#define CD_MAX_DEVICES 64
+int cd_device_context(int ordinal, CUcontext *ctx);
+/* cuCtxSynchronize of the thread's current context or, when none is current,
+ * of every device whose primary context is active. Call without the GIL. */
+int cd_sync_current_or_active(void);
+/* cuCtxSynchronize of one device's primary context (pushed, then popped). */
+int cd_sync_device(int ordinal);
+
+/* ----------------------------------------------------------- state.c -- */
+
+/* How the callback waits for the launched work. NONE is for measuring the
+ * cost of being subscribed alone (it makes no launch synchronous). */
+enum cd_wait_mode { CD_WAIT_SYNC = 0, CD_WAIT_SPIN = 1, CD_WAIT_NONE = 2 };
+
+/*
+ * Process-wide state of the launch hooks. One struct, one place.
+ *   sub_lock     protects subscriber and the subscribe/unsubscribe transitions,
+ *                and the writes of active, watching, all_threads; taken only at
+ *                scope/watch entry and exit, never by the callback.
+ *   active       open launch_blocking() scopes in the process (enabled ones);
+ *                read lock-free (relaxed) by the callback: nonzero means
+ *                follower threads (PyTorch autograd workers) block.
+ *   watching     open watch() blocks; read lock-free by the callback.
+ *   all_threads  open scopes that asked for every thread; read lock-free.
+ *   capture_gen  moves on every call that can start a stream capture and on
+ *                every subscribe: the callback's capture-status cache is valid
+ *                for one generation (hooks/launch_callback.c).
+ *   wait_mode, capture_on, profile, capture_check: set at
+ *                import from the environment (Python validates them), under
+ *                sub_lock and only while nothing is subscribed.
+ *   capture_cache: 0 when CUPTI refused a capture-begin id (ask every launch).
+ *   counters     relaxed atomics, statistics only.
+ */
+typedef struct {
+    pthread_mutex_t sub_lock;
+    CUpti_SubscriberHandle subscriber;
+    atomic_int active;
+    atomic_int watching;
+    atomic_int all_threads;
+    atomic_uint_fast64_t capture_gen;
+    int wait_mode;
+    int capture_on;
+    int profile;                         /* CUDA_DEBUG_PROFILE=1: time the callback */
+    int capture_check;                   /* 0 only to measure: skip cuStreamIsCapturing */
+    int capture_cache;
+
+    atomic_uint_fast64_t n_synced;       /* launches waited for */
+    atomic_uint_fast64_t n_follower;     /* of which on follower threads */
+    atomic_uint_fast64_t ns_capture_check, ns_wait, ns_callback;   /* with profile */
+    atomic_uint_fast64_t n_skipped_capture;
+    atomic_uint_fast64_t n_subscribes;
+    atomic_uint_fast64_t n_refused;      /* launches refused with a sticky error */
+    atomic_uint_fast64_t n_watched;      /* launches put in the watch ring */
+    atomic_uint_fast64_t n_unmarked;     /* of which without a completion marker */
+    atomic_uint_fast64_t n_capture_ids_refused;
+    atomic_uint_fast64_t n_hand_overs;   /* CUPTI given to a starting profiler */
+    atomic_uint_fast64_t ns_watch;       /* with profile: time in cd_watch_launch */
+    atomic_uint_fast64_t ns_marker;      /* with profile: of which in cuStreamWriteValue32 */
+    atomic_int watch_alloc_rc;           /* last failed completion-slot allocation */
+    atomic_int watch_write_rc;           /* last failed cuStreamWriteValue32 */
+} cd_state_t;
+
+extern cd_state_t cd_state;
+
+/* --------------------------------------------------- launch_params.c -- */
+
+/* The launch's stream, and (when d is not NULL) its configuration, from the
+ * params of one of the CD_LAUNCH_CBIDS; NULL stream of a _ptsz id is
+ * CU_STREAM_PER_THREAD. */
+typedef struct {
+    unsigned grid[3], block[3], shared_mem;
+} cd_launch_dims;
+CUstream cd_launch_stream(CUpti_CallbackId cbid, const void *params, cd_launch_dims *d);
+int cd_is_graph_launch(CUpti_CallbackId cbid);
+
+/* ---------------------------------------------------- subscription.c -- */
+
+/* Take CUPTI for `callback` (the driver launch and capture ids of
+ * cupti_ids.h), unless it is already held by us: 0, or the CUptiResult with
+ * `holder` filled (the other tool's name). Under cd_state.sub_lock. Returns 0
+ * with *fresh = 1 when this call subscribed. */
+int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size_t holder_len);
+/* Under sub_lock: unsubscribe when no scope or watch needs the callback. */
+void cd_cupti_release(void);
+/* Give CUPTI up now, whatever is open (takes sub_lock); 1 if it was held. */
+int cd_cupti_hand_over(void);
+
+/* ---------------------------------------------------------- intern.c -- */
+
+/* Strings that outlive what they were copied from (file, function and kernel
+ * names), in one fixed arena: an id is 1 + the offset, 0 means "none". Never
+ * freed; when the arena is full new strings get id 0. Insertion takes a
+ * spinlock (cold: once per distinct string); reading an id needs nothing. */
+uint32_t cd_intern(const char *s, size_t n);
+const char *cd_interned(uint32_t id);
+size_t cd_intern_used(void);
+/* A kernel's name by CUPTI's symbolName pointer: lock-free lookup, copied
+ * (and its short name computed) on first sight. 0 for NULL/"" or full. */
+uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id);
+
+/* -------------------------------------------------------- demangle.c -- */
+
+/* The demangled name of a mangled C++ symbol, malloc'd (free() it), or NULL
+ * when it is not mangled or cannot be demangled. Cold paths only. */
+char *cd_demangle(const char *mangled);
+/* The short readable name of a mangled or plain kernel name, into out:
+ * `void at::native::k<float, ...>(...)` -> `k<float, …>`. Fault path. */
+size_t cd_short_kernel_name(const char *name, char *out, size_t cap);
+
+#endif

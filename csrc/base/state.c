@@ -1,0 +1,13 @@
+/*
+ * base/state.c: the one process-wide state struct of the launch hooks
+ * (cd_state; base.h says what protects each field).
+ */
+#include "base/base.h"
+
+cd_state_t cd_state = {
+    .sub_lock = PTHREAD_MUTEX_INITIALIZER,
+    .capture_gen = 1,
+    .capture_on = 1,
+    .capture_check = 1,
+    .capture_cache = 1,
+};

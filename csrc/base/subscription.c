@@ -1,0 +1,91 @@
+/*
+ * base/subscription.c: taking CUPTI and giving it back.
+ *
+ * One CUPTI subscriber per process: the first scope or watch subscribes
+ * (with the callback the layer above hands in) and enables the driver launch
+ * ids, then the capture ids (optional: an older CUPTI lacks some); the last
+ * one to close unsubscribes, so profilers can take CUPTI between. A profiler
+ * starting while scopes are open is given CUPTI at once (hand-over).
+ */
+#include "base/base.h"
+
+#include <string.h>
+
+#define CD_ID_ENTRY(id, ptsz) id,
+static const CUpti_CallbackId launch_cbids[] = {CD_LAUNCH_CBIDS(CD_ID_ENTRY)};
+static const CUpti_CallbackId capture_cbids[] = {CD_CAPTURE_CBIDS(CD_ID_ENTRY)};
+
+/* Under sub_lock. */
+static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_len)
+{
+    CUpti_SubscriberHandle sub = NULL;
+    int rc;
+    if (cd_cupti.cuptiSubscribe_v2) {
+        CUpti_SubscriberParams p;
+        memset(&p, 0, sizeof p);
+        p.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+        p.subscriberName = "cuda_debug";
+        p.oldSubscriberName = holder;
+        p.oldSubscriberSize = holder_len;
+        rc = CUPTI_CHECK(cd_cupti.cuptiSubscribe_v2(&sub, callback, NULL, &p));
+    } else {
+        rc = CUPTI_CHECK(cd_cupti.cuptiSubscribe(&sub, callback, NULL));
+    }
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < CD_N_OF(launch_cbids); i++) {
+        rc = CUPTI_CHECK(cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API,
+                                                      launch_cbids[i]));
+        if (rc) {
+            cd_cupti.cuptiUnsubscribe(sub);
+            return rc;
+        }
+    }
+    /* Without all capture ids the capture-status cache cannot be trusted:
+     * the callback then asks every launch. */
+    int refused = 0;
+    for (size_t i = 0; i < CD_N_OF(capture_cbids); i++)
+        if (cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, capture_cbids[i]))
+            refused++;
+    cd_state.capture_cache = refused == 0;
+    atomic_store(&cd_state.n_capture_ids_refused, (uint_fast64_t)refused);
+    cd_state.subscriber = sub;
+    /* Captures begun while we were not subscribed are unknown. */
+    atomic_fetch_add(&cd_state.capture_gen, 1);
+    atomic_fetch_add(&cd_state.n_subscribes, 1);
+    return 0;
+}
+
+int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size_t holder_len)
+{
+    if (holder_len)
+        holder[0] = '\0';
+    *fresh = 0;
+    if (cd_state.subscriber)
+        return 0;
+    int rc = subscribe(callback, holder, holder_len);
+    *fresh = rc == 0;
+    return rc;
+}
+
+int cd_cupti_hand_over(void)
+{
+    pthread_mutex_lock(&cd_state.sub_lock);
+    int had = cd_state.subscriber != NULL;
+    if (had) {
+        CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
+        cd_state.subscriber = NULL;
+        atomic_fetch_add(&cd_state.n_hand_overs, 1);
+    }
+    pthread_mutex_unlock(&cd_state.sub_lock);
+    return had;
+}
+
+void cd_cupti_release(void)
+{
+    if (cd_state.subscriber && atomic_load(&cd_state.active) == 0 &&
+        atomic_load(&cd_state.watching) == 0) {
+        CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
+        cd_state.subscriber = NULL;
+    }
+}

@@ -1,0 +1,20 @@
+/*
+ * bench/bench_api.h: the benchmark's Python-facing functions, for module.c's
+ * method table (the rest of bench/ is private to it: bench.h). A side layer:
+ * bench/ calls base/ and testing/ only.
+ */
+#ifndef CD_BENCH_API_H
+#define CD_BENCH_API_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "base/base.h"
+
+PyObject *cd_py_gemm(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *cd_py_launch_latency(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *cd_py_gemm_types(PyObject *self, PyObject *unused);
+PyObject *cd_py_bench_release(PyObject *self, PyObject *arg);
+PyObject *cd_py_mem_info(PyObject *self, PyObject *arg);
+
+#endif

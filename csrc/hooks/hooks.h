@@ -1,0 +1,51 @@
+/*
+ * hooks/hooks.h: the top of the C runtime, what runs at each launch and at
+ * each scope's entry and exit. Calls report/, capture/ and base/; only
+ * module.c calls it.
+ *
+ *   thread_state.c     per-thread scope stacks: does this thread block now?
+ *   launch_callback.c  the CUPTI launch callback (the hot path)
+ *   scopes.c           opening and closing launch_blocking() scopes and
+ *                      watch() blocks: drain, take CUPTI, push the state
+ */
+#ifndef CD_HOOKS_H
+#define CD_HOOKS_H
+
+#include "report/report.h"
+
+/* --------------------------------------------------- thread_state.c -- */
+
+/* Scope kinds. */
+enum { CD_SCOPE_BLOCK = 1, CD_SCOPE_OPT_OUT = 2, CD_SCOPE_WATCH = 3 };
+#define CD_MAX_SCOPE_DEPTH 64
+/* This thread's innermost open scope: +1 block, -1 opted out, 0 none. */
+int cd_thread_state(void);
+/* Should this thread's launch be waited for (its state, else the all-threads
+ * count, else: a follower thread while any scope is open)? Hot path. */
+int cd_thread_wants_blocking(void);
+/* Push a scope (state +1 or -1) with its token: 0, or -1 when the stack is full. */
+int cd_thread_push(uint32_t token, int state);
+void cd_thread_pop(uint32_t token);
+int cd_thread_depth(void);
+
+/* ------------------------------------------------ launch_callback.c -- */
+
+/* The CUPTI callback, for cd_cupti_acquire. */
+void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                           const void *data);
+/* The driver log's hook (cd_driver_log_init): a sticky error logged while
+ * watching writes the culprit block. */
+void cd_on_sticky_logged(int code);
+
+/* ----------------------------------------------------------- scopes.c -- */
+
+/* Open a scope: drain (blocking/watch), take CUPTI, push the thread state.
+ * may_drain: 0 while this thread captures a CUDA graph.
+ * Returns 0 and a token, or: 1 = the drain found a sticky error (*code),
+ * 2 = CUPTI refused (*code = CUptiResult, holder filled), 3 = too deep
+ * (*code = the depth). Call without the GIL. */
+int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int *code,
+                  char *holder, size_t holder_len);
+void cd_scope_close(int kind, int all_threads, uint32_t token);
+
+#endif

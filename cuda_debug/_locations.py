@@ -1,0 +1,130 @@
+"""Which frames are the user's, and stacks as ``traceback.StackSummary``.
+
+One rule, one implementation: ``csrc/capture/frames.c`` (``cd_file_kind``)
+classifies a file name as user code, library code or a pseudo-file, when the
+C launch callback first sees a code location, and Python asks the same
+function (``_core.file_kind``), so the fd-2 block written by C and the Python
+exception always agree. The rule:
+
+- ``<stdin>``, ``<ipython-input-...>``, ``<ipython-...>``: user code;
+  ``<string>`` (``python -c``, but also code made with ``exec``): the user's only
+  as the outermost frame; any other ``<...>`` (``<frozen runpy>``, FX's
+  ``<eval_with_key>``): library;
+- Cython sources (``.pyx``, ``.pxd``, ``.pxi``, reported as relative paths):
+  library;
+- a path with ``site-packages`` or ``dist-packages`` in it: library;
+- the path resolved (a relative one against the current folder, symbolic links
+  followed) inside a library folder (:func:`library_prefixes`): library;
+- anything else, a relative ``train.py`` included: user code.
+
+Python hands the folders to C once (:func:`configure`).
+"""
+import os
+import sys
+import traceback
+
+from . import _core
+
+#: Pseudo-files that hold the user's own code (interactive input).
+USER_PSEUDO = ("<stdin>", "<ipython-input-", "<ipython-")
+
+
+def library_prefixes():
+    """Folders whose code is library code: the standard library, every
+    site-packages, cuda_debug itself, and where PyTorch Inductor writes its
+    generated code."""
+    import site
+    import sysconfig
+    import tempfile
+    paths = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            paths.add(p)
+    try:
+        paths.update(site.getsitepackages())
+    except AttributeError:
+        pass
+    paths.add(os.path.dirname(os.path.abspath(__file__)))
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not inductor:
+        try:
+            import getpass
+            inductor = os.path.join(tempfile.gettempdir(), "torchinductor_" + getpass.getuser())
+        except Exception:
+            inductor = None
+    if inductor:
+        paths.add(inductor)
+    real = {os.path.realpath(p) for p in paths}
+    return sorted(real, key=len, reverse=True)
+
+
+_configured = False
+
+
+def configure():
+    """Give C the library folders and user pseudo-files, once per process
+    (before the first scope; C keeps the first configuration)."""
+    global _configured
+    if not _configured:
+        _core.configure_frames(library_prefixes(), list(USER_PSEUDO))
+        _configured = True
+
+
+def file_kind(filename):
+    """``_core.LOC_USER``, ``LOC_LIBRARY`` or ``LOC_PSEUDO`` (``<string>``)."""
+    configure()
+    return _core.file_kind(filename or "")
+
+
+def is_user_file(filename, outermost=False):
+    """Is `filename` the user's code? (The rule is in the module docstring.)
+    ``<string>`` counts only as the `outermost` frame."""
+    kind = file_kind(filename)
+    return kind == _core.LOC_USER or (outermost and kind == _core.LOC_PSEUDO)
+
+
+def stack_from(tb=None, frame=None):
+    """The stack of a traceback (the frames above its first frame, then the
+    traceback down to where it was raised), or of `frame`; outermost first."""
+    pairs = []
+    if tb is not None:
+        outer = list(traceback.walk_stack(tb.tb_frame.f_back))
+        pairs = outer[::-1] + list(traceback.walk_tb(tb))
+    elif frame is not None:
+        pairs = list(traceback.walk_stack(frame))[::-1]
+    return traceback.StackSummary.extract(pairs, lookup_lines=True)
+
+
+def location(loc_id):
+    """(filename, function, lineno, kind) of a C location id, or None."""
+    return _core.location(loc_id)
+
+
+def stack_from_ids(ids):
+    """A StackSummary (outermost first) from C location ids (innermost first)."""
+    entries = []
+    for loc_id in reversed(ids):
+        loc = location(loc_id)
+        if loc is None:
+            continue
+        filename, function, lineno, _ = loc
+        entries.append((filename or "?", lineno, function or "?", None))
+    stack = traceback.StackSummary.from_list(entries)
+    for fs in stack:
+        fs.line                       # linecache, now (the file may change later)
+    return stack
+
+
+def user_frame(stack, complete=True):
+    """The innermost frame of user code (the last one if all are library)."""
+    n = len(stack)
+    for i in range(n - 1, -1, -1):
+        if is_user_file(stack[i].filename, outermost=complete and i == 0):
+            return stack[i]
+    return stack[-1] if n else None
+
+
+def current_frame(depth=1):
+    """The caller's frame, `depth` levels above the function calling this."""
+    return sys._getframe(depth + 1)

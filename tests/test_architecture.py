@@ -1,0 +1,325 @@
+"""The house: layers you can see from the file tree, no circles.
+
+- csrc/: every file is in a layer folder (csrc/README.md draws them); the
+  include graph and the call graph (read from each object file's symbols:
+  what it defines, what it needs) point down only, and the graph of C files is
+  acyclic.
+- cuda_debug/: the import graph of the package's modules, function-level
+  imports included, is acyclic.
+- One implementation of each rule: the user-frame rule (C's and Python's
+  answers are the same function's), the CUDA header search, the sticky set.
+"""
+import ast
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+import pytest
+
+from conftest import need_source_tree
+
+# Which layers each layer may call or include (its own included).
+ALLOWED = {
+    "base": {"base"},
+    "capture": {"base", "capture"},
+    "report": {"base", "capture", "report"},
+    "hooks": {"base", "capture", "report", "hooks"},
+    "testing": {"base", "testing"},
+    "bench": {"base", "testing", "bench"},
+    "module": {"base", "capture", "report", "hooks", "testing", "bench", "module"},
+}
+PYTHON_H_ALLOWED = {"module", "bench", "testing", "capture/frames.c"}
+
+
+def _layer(rel):
+    """csrc-relative path -> layer name."""
+    return "module" if rel == "module.c" else rel.split("/", 1)[0]
+
+
+def _csrc_files(root):
+    out = []
+    for d, _, files in os.walk(os.path.join(root, "csrc")):
+        for f in files:
+            if "__pycache__" not in d:
+                out.append(os.path.relpath(os.path.join(d, f), os.path.join(root, "csrc"))
+                           .replace(os.sep, "/"))
+    return sorted(out)
+
+
+def test_every_c_file_is_in_a_layer():
+    root = need_source_tree("the layout of csrc/")
+    files = _csrc_files(root)
+    loose = [f for f in files if "/" not in f and f not in ("module.c", "README.md")]
+    assert not loose, "files outside the layer folders: %s" % loose
+    unknown = {f.split("/")[0] for f in files if "/" in f} - set(ALLOWED)
+    assert not unknown, "folders that are no layer: %s (add them to csrc/README.md)" % unknown
+    readme = open(os.path.join(root, "csrc", "README.md")).read()
+    assert 20 <= len(readme.splitlines()) <= 45
+    for layer in ALLOWED:
+        if layer != "module":
+            assert layer + "/" in readme
+
+
+def test_includes_point_down():
+    root = need_source_tree("the includes of csrc/")
+    bad = []
+    for rel in _csrc_files(root):
+        if not rel.endswith((".c", ".h")):
+            continue
+        text = open(os.path.join(root, "csrc", rel), encoding="utf-8").read()
+        for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, re.M):
+            if not os.path.exists(os.path.join(root, "csrc", inc)):
+                assert "/" in inc, "%s includes %s by a bare name: write its layer" % (rel, inc)
+                continue                # the interpreter's own headers (internal/...)
+            target = inc.split("/", 1)[0]
+            if target not in ALLOWED[_layer(rel)]:
+                bad.append("%s includes %s" % (rel, inc))
+        if "<Python.h>" in text and _layer(rel) not in PYTHON_H_ALLOWED and \
+                rel not in PYTHON_H_ALLOWED:
+            bad.append("%s includes Python.h (only %s may)" % (rel, sorted(PYTHON_H_ALLOWED)))
+    assert not bad, "\n".join(bad)
+
+
+def _compile_flags():
+    sys.path.insert(0, os.path.join(need_source_tree("compiling csrc/"), "cuda_debug"))
+    try:
+        import _cuda_headers
+    finally:
+        sys.path.pop(0)
+    dirs, _ = _cuda_headers.find()
+    if not dirs:
+        pytest.skip("no CUDA headers here")
+    try:
+        import numpy
+    except ImportError:
+        pytest.skip("no NumPy headers here")
+    cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    root = need_source_tree("compiling csrc/")
+    return cc, ["-std=gnu11", "-O0", "-fPIC", "-c", "-I" + os.path.join(root, "csrc"),
+                "-I" + sysconfig.get_paths()["include"], "-I" + numpy.get_include(),
+                "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION"] + ["-I" + d for d in dirs]
+
+
+def _symbols(obj):
+    """(defined, undefined) global symbol names of an object file."""
+    out = subprocess.run(["nm", "-P", obj], capture_output=True, text=True, check=True).stdout
+    defined, undefined = set(), set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        name, kind = parts[0], parts[1]
+        if kind == "U":
+            undefined.add(name)
+        elif kind in "TDBRV" or kind in "W":
+            defined.add(name)
+    return defined, undefined
+
+
+@pytest.fixture(scope="module")
+def call_graph():
+    """{file: {file it calls or reads}} from the symbols of each compiled csrc/ file."""
+    root = need_source_tree("compiling csrc/")
+    if not shutil.which("nm"):
+        pytest.skip("no nm (binutils)")
+    cc, flags = _compile_flags()
+    sources = [f for f in _csrc_files(root) if f.endswith(".c")]
+    work = tempfile.mkdtemp(prefix="cuda_debug_arch_")
+
+    def build(rel):
+        obj = os.path.join(work, rel.replace("/", "__") + ".o")
+        p = subprocess.run([cc] + flags + [os.path.join(root, "csrc", rel), "-o", obj],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, "%s does not compile:\n%s" % (rel, p.stderr)
+        return rel, _symbols(obj)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            syms = dict(pool.map(build, sources))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    owner = {}
+    for rel, (defined, _) in syms.items():
+        for name in defined:
+            owner.setdefault(name, rel)
+    return {rel: {owner[n] for n in undefined if n in owner and owner[n] != rel}
+            for rel, (_, undefined) in syms.items()}
+
+
+def test_calls_point_down(call_graph):
+    bad = ["%s -> %s" % (a, b) for a, targets in sorted(call_graph.items()) for b in sorted(targets)
+           if _layer(b) not in ALLOWED[_layer(a)]]
+    assert not bad, "calls up a layer:\n" + "\n".join(bad)
+    # the graph reads what it should: the callback calls into report/ and capture/
+    assert "report/fault_records.c" in call_graph["hooks/launch_callback.c"]
+    assert "capture/watch_ring.c" in call_graph["hooks/launch_callback.c"]
+
+
+def _cycles(graph):
+    """The strongly connected components with more than one node (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+    sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_c_files_call_no_circle(call_graph):
+    assert _cycles(call_graph) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _python_imports(pkg_dir):
+    """{module: {cuda_debug module it imports}}, function-level imports included."""
+    mods = {}
+    for d, _, files in os.walk(pkg_dir):
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(d, f), os.path.dirname(pkg_dir))[:-3]
+                name = rel.replace(os.sep, ".")
+                mods[name[:-len(".__init__")] if name.endswith(".__init__") else name] = \
+                    os.path.join(d, f)
+    known = set(mods) | {"cuda_debug._core"}
+    graph = {}
+    for mod, path in mods.items():
+        is_pkg = path.endswith("__init__.py")
+        deps = set()
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in known}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    base = base[:len(base) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                subs = {target + "." + a.name for a in node.names} & known
+                deps |= subs
+                if len(subs) < len(node.names) and target in known:
+                    deps.add(target)
+        deps.discard(mod)
+        deps.discard("cuda_debug._core")
+        graph[mod] = deps
+    return graph
+
+
+def test_python_modules_import_no_circle():
+    import cuda_debug
+    graph = _python_imports(os.path.dirname(os.path.abspath(cuda_debug.__file__)))
+    assert "cuda_debug._report" in graph and "cuda_debug.bench._gemm" in graph
+    assert _cycles(graph) == []
+
+
+# -- one implementation of each rule ------------------------------------------
+
+def test_one_header_search():
+    """setup.py, the fake driver and the error-table test use cuda_debug/_cuda_headers.py."""
+    root = need_source_tree("setup.py")
+    users = {"setup.py": "_cuda_headers.py", "tests/fake_cuda/__init__.py": "_cuda_headers.py",
+             "tests/test_error_table.py": "_cuda_headers.py"}
+    for rel, needle in users.items():
+        text = open(os.path.join(root, rel), encoding="utf-8").read()
+        assert needle in text, rel
+        assert "nvidia/cu13" not in text and '"cu13"' not in text, \
+            "%s spells out a header folder of its own" % rel
+
+
+def test_sticky_set_is_one_table():
+    from cuda_debug import _core, _cuda_errors
+    assert set(_core.STICKY_CODES) == set(_cuda_errors.STICKY)
+
+
+def test_user_frame_rule_is_one_rule(fake_child):
+    """The same file names, seen by the C launch callback (the kind it gave each
+    code location while watching) and by Python (_locations.is_user_file), give
+    the same answer, and the expected one: relative, absolute, pseudo-files,
+    site-packages, the Inductor cache, Cython, symlinks into a library folder,
+    a relative name resolved against the current folder."""
+    c = fake_child('''
+        import os, tempfile
+        import cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core, _locations, _report
+        tmp = tempfile.mkdtemp()
+        stdlib = os.path.dirname(os.__file__)
+        os.symlink(stdlib, os.path.join(tmp, "lib_link"))
+        inductor = [p for p in _locations.library_prefixes() if "torchinductor_" in p][0]
+        L, U, P = _core.LOC_LIBRARY, _core.LOC_USER, _core.LOC_PSEUDO
+        cases = [
+            ("train.py", U, None),                    # runpy.run_path("train.py")
+            ("sub/model.py", U, None),
+            (os.path.join(tmp, "user.py"), U, None),
+            ("<stdin>", U, None), ("<ipython-input-3-abc>", U, None),
+            ("<string>", P, None), ("<frozen runpy>", L, None), ("<eval_with_key>.3", L, None),
+            ("/x/site-packages/torch/nn/functional.py", L, None),
+            ("/usr/lib/python3/dist-packages/numpy/core.py", L, None),
+            (os.path.join(inductor, "ab", "cab.py"), L, None),
+            ("cupy_backends/cuda/api/driver.pyx", L, None),
+            (os.path.join(tmp, "lib_link", "json", "decoder.py"), L, None),
+            (os.path.join(os.path.dirname(cuda_debug.__file__), "_scope.py"), L, None),
+            ("json/decoder.py", L, stdlib),           # relative, resolved against the cwd
+            ("json/decoder.py", U, tmp),
+        ]
+        out, keep = [], []
+        with cuda_debug.watch():
+            for name, want, cwd in cases:
+                old = os.getcwd()
+                if cwd:
+                    os.chdir(cwd)
+                try:
+                    before = _core.watch_seq()
+                    code = compile("t.empty()\\n", name, "exec")
+                    keep.append(code)           # alive: its address is not reused
+                    exec(code, {"t": t})
+                    rec = _report.watch_record(before + 1)
+                    kinds = [loc[3] for loc in map(_core.location, rec.frames)
+                             if loc and loc[0] == name]
+                    out.append(dict(name=name, want=want, c=kinds[0] if kinds else None,
+                                    py=_core.file_kind(name),
+                                    user=_locations.is_user_file(name)))
+                finally:
+                    os.chdir(old)
+        report(out)
+    ''')
+    assert c.result is not None, c
+    assert len(c.result) == 16
+    for r in c.result:
+        assert r["c"] == r["want"], r           # what the callback recorded
+        assert r["py"] == r["want"], r          # what Python is told
+        assert r["user"] == (r["want"] == 1), r
