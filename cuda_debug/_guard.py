@@ -252,9 +252,18 @@ def _mark(wrapper, orig):
     return wrapper
 
 
+_PLAIN = frozenset((int, slice, type(None), type(Ellipsis)))
+
+
 def _plain(index) -> bool:
+    """x[0], x[1:, 2], x[..., None]: nothing to check, decided without a call."""
     t = type(index)
-    return t is int or t is slice or index is None or index is Ellipsis
+    if t is tuple:
+        for part in index:
+            if type(part) not in _PLAIN:
+                return False
+        return True
+    return t in _PLAIN
 
 
 def _getitem_wrapper(orig):
