@@ -34,9 +34,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import textwrap
+
+import _common                        # noqa: E402  (benchmarks/ is sys.path[0])
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -86,6 +87,11 @@ def reads_per(fn):
         _guard._read = real
     return count[0]
 
+def measure(name, step):
+    timed(step, 5, blocks=1)                 # warm-up
+    out[name + "_ms"] = timed(step, steps) * 1e3
+    out[name + "_reads"] = reads_per(step)
+
 if "lm" in workloads:
     class LM(torch.nn.Module):
         def __init__(self):
@@ -105,9 +111,7 @@ if "lm" in workloads:
         loss = F.cross_entropy(model(tokens).view(-1, 32000), targets.view(-1))
         loss.backward()
         opt.step()
-    timed(lm_step, 5, blocks=1)
-    out["lm_ms"] = timed(lm_step, steps) * 1e3
-    out["lm_reads"] = reads_per(lm_step)
+    measure("lm", lm_step)
     del model, opt
 
 if "resnet50" in workloads:
@@ -119,9 +123,7 @@ if "resnet50" in workloads:
         sgd.zero_grad(set_to_none=True)
         net(xb).square().mean().backward()
         sgd.step()
-    timed(resnet_step, 5, blocks=1)
-    out["resnet50_ms"] = timed(resnet_step, steps) * 1e3
-    out["resnet50_reads"] = reads_per(resnet_step)
+    measure("resnet50", resnet_step)
     del net, sgd
 
 if "calls" in workloads:
@@ -156,18 +158,12 @@ def run_child(config, workloads, steps):
     for k in ("CUDA_LAUNCH_BLOCKING", "CUDA_DEBUG_GUARD"):
         env.pop(k, None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    p = subprocess.run([sys.executable, "-c", CHILD, config, ",".join(workloads), str(steps)],
-                       capture_output=True, text=True, env=env, timeout=900)
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError("child %s failed:\n%s" % (config, p.stderr[-3000:]))
+    return _common.child_result([sys.executable, "-c", CHILD, config, ",".join(workloads),
+                                 str(steps)], env, 900, config)
 
 
 def versions():
     import torch
-    sys.path.insert(0, HERE)
-    import _common
     env = _common.environment()
     return dict(gpu=env.get("gpu"), driver=env.get("driver"), torch=torch.__version__,
                 cuda=torch.version.cuda, commit=env.get("git_commit") or "?")

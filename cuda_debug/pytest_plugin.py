@@ -126,7 +126,6 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "cuda_guard(enabled=True): run this test inside cuda_debug.guard(); False "
                    "opts it out of --cuda-guard")
-    config.pluginmanager.register(GuardPlugin(config), "cuda_debug-guard")
     plugin = CudaDebugPlugin(config)
     config.stash[_PLUGIN] = plugin
     config.pluginmanager.register(plugin, "cuda_debug-session")
@@ -136,9 +135,6 @@ def pytest_unconfigure(config):
     plugin = config.stash.get(_PLUGIN, None)
     if plugin is not None:
         config.pluginmanager.unregister(plugin)
-    guard = config.pluginmanager.get_plugin("cuda_debug-guard")
-    if guard is not None:
-        config.pluginmanager.unregister(guard)
 
 
 @pytest.fixture(name=FIXTURE)
@@ -263,6 +259,7 @@ class CudaDebugPlugin:
         self.not_run = 0
         self.exit_after: Optional[str] = None     # xdist worker: exit after this test
         self.previous: Optional[str] = None       # the test that ran before this one
+        self.guard = _Guard(config)
 
     # -- session --------------------------------------------------------------------
 
@@ -337,7 +334,10 @@ class CudaDebugPlugin:
         DeviceAssertError...); the translation replaces the phase's outcome."""
         want = self._wanted(item)
         scope = self._enter(item, *want) if want else None
+        region = self.guard.enter(item)
         outcome = yield
+        if region is not None:
+            region.__exit__(None, None, None)
         if scope is None:
             return
         excinfo = outcome.excinfo
@@ -499,44 +499,34 @@ class CudaDebugPlugin:
                           "later CUDA call in the process)." % (self.stopped_at, _plural(self.not_run)))
 
 
-class GuardPlugin:
+
+class _Guard:
     """--cuda-guard, ini cuda_guard, CUDA_DEBUG_GUARD=1, marker cuda_guard: each
     phase of a test inside cuda_debug.guard(). A GuardError is an ordinary
     failure of that test (nothing was launched): no fail fast."""
 
     def __init__(self, config):
         from . import _options
-        self.every_test = bool(config.getoption("cuda_guard")) or bool(config.getini(GUARD_INI)) \
-            or _options.OPTIONS.guard
-        self.how = GUARD_OPTION if config.getoption("cuda_guard") else \
-            "ini %s" % GUARD_INI if config.getini(GUARD_INI) else "CUDA_DEBUG_GUARD=1"
+        option, ini = bool(config.getoption("cuda_guard")), bool(config.getini(GUARD_INI))
+        self.every_test = option or ini or _options.OPTIONS.guard
+        self.how = GUARD_OPTION if option else "ini %s" % GUARD_INI if ini else "CUDA_DEBUG_GUARD=1"
 
-    def pytest_report_header(self, config):
-        if self.every_test:
-            return "cuda_debug guard: on, every test (%s)" % self.how
-        return None
+    def header(self) -> Optional[str]:
+        return "cuda_debug guard: on, every test (%s)" % self.how if self.every_test else None
 
-    def _phase(self, item):
+    def enter(self, item):
+        """The entered guard() for this phase of `item`, or None."""
         m = item.get_closest_marker(GUARD_MARKER)
         on = (m.args[0] if m.args else m.kwargs.get("enabled", True)) if m is not None \
             else self.every_test
-        region = None
-        if on:
-            from ._guard import guard
-            region = guard()
-            region.__enter__()
-        yield
-        if region is not None:
-            region.__exit__(None, None, None)
+        if not on:
+            return None
+        from ._guard import guard
+        region = guard()
+        region.__enter__()
+        return region
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_setup(self, item):
-        yield from self._phase(item)
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_call(self, item):
-        yield from self._phase(item)
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_teardown(self, item, nextitem):
-        yield from self._phase(item)
+def pytest_report_header(config):
+    plugin = config.stash.get(_PLUGIN, None)
+    return plugin.guard.header() if plugin is not None else None

@@ -7,6 +7,8 @@ API enter and exit, exactly as CUPTI calls it: this file proves the harness
 drives the hot path and the fault path. Every test runs in a child (a sticky
 fault kills the context of its process) with a timeout: a hang is a failure.
 """
+import os
+
 import pytest
 
 ASSERT_TEXT = ("fault_kernels.cu:14: check_index: block: [0,0,0], thread: [3,0,0] "
@@ -270,6 +272,13 @@ def test_ld_library_path_finds_the_fakes(fake_child):
     if gpu_unavailable_reason() is None:
         pytest.skip("a real driver and CUPTI are installed here: the system search finds them "
                     "before LD_LIBRARY_PATH's fakes (the preloading tests cover this machine)")
+    import glob
+    import site
+    wheels = [p for sp in site.getsitepackages()
+              for p in glob.glob(os.path.join(sp, "nvidia", "*", "lib", "libcupti.so*"))]
+    if wheels:
+        pytest.skip("an NVIDIA CUPTI wheel is installed (%s, e.g. by PyTorch): cuda.pathfinder "
+                    "finds it before LD_LIBRARY_PATH's fake" % wheels[0])
     c = fake_child('''
         import cuda_debug, cuda_debug.testing as t
         from cuda_debug import _libraries
