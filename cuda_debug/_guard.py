@@ -211,7 +211,8 @@ def _run(check, args, kwargs):
     saved = tls.state
     tls.state = -1
     try:
-        return check(*args, **kwargs)
+        with torch.no_grad():
+            return check(*args, **kwargs)
     except Exception:
         return None
     finally:
@@ -375,8 +376,8 @@ def _on(t) -> bool:
     """Check this op? Its tensor is on a CUDA device, no CUDA graph is being
     captured (a host read would break the capture) and torch.jit.trace is not
     recording (the checks would land in the trace)."""
-    if torch._C._get_tracing_state() is not None:
-        return False
+    if not isinstance(t, torch.Tensor) or torch._C._get_tracing_state() is not None:
+        return False                  # (torch.fx's proxies are not tensors)
     if t.is_cuda:
         return not torch.cuda.is_current_stream_capturing()
     return _CHECK_CPU
@@ -388,7 +389,8 @@ def _read(scalars):
         return []
     floating = any(s.is_floating_point() for s in scalars)
     dtype = torch.float64 if floating else torch.int64
-    return torch.stack([s if s.dtype == dtype else s.to(dtype) for s in scalars]).tolist()
+    device = next((s.device for s in scalars if s.is_cuda), scalars[0].device)
+    return torch.stack([s.to(device, dtype) for s in scalars]).tolist()
 
 
 def _interval(lo, hi, closed: bool = False) -> str:
