@@ -61,7 +61,8 @@ def __dir__():
 
 
 def load_ipython_extension(ipython):
-    """``%load_ext cuda_debug``: the %cuda_watch / %launch_blocking magics and short reports."""
+    """``%load_ext cuda_debug``: the %cuda_guard / %cuda_watch / %launch_blocking magics and
+    short reports."""
     from . import _notebook
     _notebook.load(ipython)
 

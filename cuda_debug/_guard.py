@@ -171,7 +171,7 @@ def install() -> bool:
                 check = CHECKS[name.rstrip("_")]
                 setattr(owner, name, _wrap(orig, check, _op_name(owner, name)))
         for name, make in (("__getitem__", _getitem_wrapper), ("__setitem__", _setitem_wrapper)):
-            orig = torch.Tensor.__getitem__ if name == "__getitem__" else torch.Tensor.__setitem__
+            orig = getattr(torch.Tensor, name)
             if not getattr(orig, "__cuda_debug_guard__", False):
                 setattr(torch.Tensor, name, make(orig))
         _register_with_torchscript()
