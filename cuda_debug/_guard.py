@@ -301,34 +301,49 @@ _DEFAULT_BOUNDS = {
     "scatter_reduce": ("0", "n"), "take": ("-n", "n"), "take_along_dim": (None, None),
     "take_along_dim_flat": ("0", "n"), "index_add": ("0", "n"), "index_copy": ("0", "n"),
     "index_fill": ("-n", "n"), "index": ("-n", "n"), "index_put": ("-n", "n"),
-    "nll_loss": ("0", "n"),
+    "nll_loss": ("0", "n"), "bce_target": ("0", "n"),
 }
 
 
 def _probes():
+    """One call per op on a CPU dimension of size 2, the index value left open.
+    Every tensor is made on the CPU explicitly (a default device of "cuda"
+    would make a probe assert on the GPU)."""
     F = torch.nn.functional
-    z, one = torch.zeros(2), torch.ones(1)
+    cpu = torch.device("cpu")
+    z, one, table = torch.zeros(2, device=cpu), torch.ones(1, device=cpu), torch.zeros(2, 1, device=cpu)
 
     def idx(v):
-        return torch.tensor([v])
+        return torch.tensor([v], device=cpu)
     return {
-        "embedding": lambda v: F.embedding(idx(v), torch.zeros(2, 1)),
-        "embedding_bag": lambda v: F.embedding_bag(idx(v), torch.zeros(2, 1), idx(0)),
+        "embedding": lambda v: F.embedding(idx(v), table),
+        "embedding_bag": lambda v: F.embedding_bag(idx(v), table, idx(0)),
         "index_select": lambda v: z.index_select(0, idx(v)),
         "gather": lambda v: z.gather(0, idx(v)),
         "scatter": lambda v: z.scatter(0, idx(v), 1.0),
         "scatter_add": lambda v: z.scatter_add(0, idx(v), one),
         "scatter_reduce": lambda v: z.scatter_reduce(0, idx(v), one, "sum"),
         "take": lambda v: torch.take(z, idx(v)),
-        "take_along_dim": lambda v: torch.take_along_dim(z.view(2, 1), idx(v).view(1, 1), 0),
+        "take_along_dim": lambda v: torch.take_along_dim(table, idx(v).view(1, 1), 0),
         "take_along_dim_flat": lambda v: torch.take_along_dim(z, idx(v)),
         "index_add": lambda v: z.index_add(0, idx(v), one),
         "index_copy": lambda v: z.index_copy(0, idx(v), one),
         "index_fill": lambda v: z.index_fill(0, idx(v), 1.0),
         "index": lambda v: z[idx(v)],
         "index_put": lambda v: z.clone().index_put_((idx(v),), one),
-        "nll_loss": lambda v: F.nll_loss(torch.zeros(1, 2), idx(v)),
+        "nll_loss": lambda v: F.nll_loss(table.view(1, 2), idx(v)),
+        "bce_target": lambda v: F.binary_cross_entropy(one / 2, torch.tensor([float(v)], device=cpu)),
     }
+
+
+def _modes_off():
+    """No TorchDispatchMode (a FakeTensorMode would accept any index) while probing."""
+    try:
+        from torch.utils._python_dispatch import _disable_current_modes
+    except ImportError:
+        import contextlib
+        return contextlib.nullcontext()
+    return _disable_current_modes()
 
 
 _bounds_cache = {}
@@ -345,12 +360,13 @@ def _accepts(probe, v) -> bool:
 def _semantics(op: str):
     sem = _bounds_cache.get(op)
     if sem is None:
-        probe = _probes()[op]
-        if not _accepts(probe, 0):          # the probe itself is broken: the table says
-            sem = _DEFAULT_BOUNDS[op]
-        else:
-            lo = None if _accepts(probe, -3) else "-n" if _accepts(probe, -1) else "0"
-            sem = (lo, None if _accepts(probe, 2) else "n")
+        with _modes_off():
+            probe = _probes()[op]
+            if not _accepts(probe, 0):          # the probe itself is broken: the table says
+                sem = _DEFAULT_BOUNDS[op]
+            else:
+                lo = None if _accepts(probe, -3) else "-n" if _accepts(probe, -1) else "0"
+                sem = (lo, None if _accepts(probe, 2) else "n")
         _bounds_cache[op] = sem
     return sem
 
@@ -362,12 +378,8 @@ def _bounds(op: str, n: int):
 
 
 def _bce_checks_target() -> bool:
-    sem = _bounds_cache.get("bce_target")
-    if sem is None:
-        F = torch.nn.functional
-        sem = _bounds_cache["bce_target"] = not _accepts(
-            lambda v: F.binary_cross_entropy(torch.full((1,), 0.5), torch.tensor([v])), 1.5)
-    return sem
+    """Does binary_cross_entropy refuse a target outside [0, 1] (PyTorch >= 2.x does)?"""
+    return _semantics("bce_target")[1] == "n"
 
 
 # -- the checks -----------------------------------------------------------------------

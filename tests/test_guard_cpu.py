@@ -194,6 +194,31 @@ def test_cpu_tensors_are_not_checked_by_default():
     assert not isinstance(info.value, cuda_debug.GuardError)   # PyTorch's own
 
 
+def test_semantics_are_asked_of_cpu_pytorch_whatever_mode_is_on(monkeypatch):
+    """The probes run on CPU tensors made explicitly so: a default device (here
+    meta, on a GPU machine possibly cuda) or a FakeTensorMode changes nothing."""
+    _guard.install()
+    monkeypatch.setattr(_guard, "_bounds_cache", {})
+    clean = {op: _guard._semantics(op) for op in _guard._DEFAULT_BOUNDS}
+    assert clean["index_select"] == ("0", "n") and clean["index"] == ("-n", "n")
+    assert clean["take"] == ("-n", "n") and clean["nll_loss"] == ("0", "n")
+    from torch._subclasses import FakeTensorMode
+    for mode in (torch.device("meta"), FakeTensorMode()):
+        monkeypatch.setattr(_guard, "_bounds_cache", {})
+        with mode:
+            assert {op: _guard._semantics(op) for op in _guard._DEFAULT_BOUNDS} == clean, mode
+
+
+def test_a_probe_that_cannot_run_falls_back_to_the_table(monkeypatch):
+    _guard.install()
+    monkeypatch.setattr(_guard, "_bounds_cache", {})
+    broken = {op: (lambda v: 1 / 0) for op in _guard._DEFAULT_BOUNDS}
+    monkeypatch.setattr(_guard, "_probes", lambda: broken)
+    assert _guard._bounds("index_fill", 5) == (-5, 5)
+    assert _guard._bounds("gather", 5) == (0, 5)
+    assert _guard._bounds("take_along_dim", 5) == (None, None)
+
+
 class _Reads:
     def __init__(self, monkeypatch):
         self.n = 0
