@@ -163,18 +163,21 @@ def install() -> bool:
         compiler = getattr(torch, "compiler", None)
         _compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
         import torch.nn.functional as F
+        patched = []
         for owner, names in ((F, _FUNCTIONAL), (torch, _FUNCTIONS), (torch.Tensor, _METHODS)):
             for name in names:
                 orig = getattr(owner, name, None)
                 if orig is None or getattr(orig, "__cuda_debug_guard__", False):
                     continue
                 check = CHECKS[name.rstrip("_")]
-                setattr(owner, name, _wrap(orig, check, _op_name(owner, name)))
+                patched.append((owner, name, orig, _wrap(orig, check, _op_name(owner, name))))
         for name, make in (("__getitem__", _getitem_wrapper), ("__setitem__", _setitem_wrapper)):
             orig = getattr(torch.Tensor, name)
             if not getattr(orig, "__cuda_debug_guard__", False):
-                setattr(torch.Tensor, name, make(orig))
-        _register_with_torchscript()
+                patched.append((torch.Tensor, name, orig, make(orig)))
+        for owner, name, orig, wrapper in patched:
+            setattr(owner, name, wrapper)
+        _known_to_torch(patched)
         _installed = True
     return True
 
@@ -187,19 +190,20 @@ def _op_name(owner, name: str) -> str:
     return "F." + name
 
 
-def _register_with_torchscript():
-    """torch.jit.script resolves torch.<op> by identity: the wrappers are the same builtins."""
+def _known_to_torch(patched):
+    """Where PyTorch knows its functions by identity, the wrappers are the same:
+    torch.jit.script's builtins (torch.<op>), and the refs' pass-through set
+    (torch._prims_common, built at import: Tensor.__getitem__)."""
     try:
         from torch.jit import _builtins
+        for owner, name, _, wrapper in patched:
+            if owner is torch:
+                _builtins._register_builtin(wrapper, "aten::" + name)
     except Exception:
-        return
-    for name in _FUNCTIONS:
-        fn = getattr(torch, name, None)
-        if getattr(fn, "__cuda_debug_guard__", False):
-            try:
-                _builtins._register_builtin(fn, "aten::" + name)
-            except Exception:
-                return
+        pass
+    passthrough = getattr(sys.modules.get("torch._prims_common"), "torch_function_passthrough", None)
+    if isinstance(passthrough, set):
+        passthrough.update(w for _, _, orig, w in patched if orig in passthrough)
 
 
 def _run(check, args, kwargs):

@@ -302,6 +302,10 @@ def test_guard_false_turns_the_checks_off_inside(cpu_checked):
 
 def test_torchscript_and_tracing_see_pytorch_not_the_wrappers(cpu_checked):
     _guard.install()
+    from torch.jit import _builtins
+    import torch._prims_common
+    assert _builtins._find_builtin(torch.gather) == "aten::gather"
+    assert torch.Tensor.__getitem__ in torch._prims_common.torch_function_passthrough
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for m in (torch.nn.Embedding(5, 3), torch.nn.CrossEntropyLoss(), torch.nn.NLLLoss(),
