@@ -382,7 +382,7 @@ def _bounds(op: str, n: int):
 
 
 def _bce_checks_target() -> bool:
-    """Does binary_cross_entropy refuse a target outside [0, 1] (PyTorch >= 2.x does)?"""
+    """Does binary_cross_entropy refuse a target outside [0, 1] (2.15 does)?"""
     return _semantics("bce_target")[1] == "n"
 
 
@@ -409,12 +409,12 @@ def _read(scalars):
     return torch.stack([s.to(device, dtype) for s in scalars]).tolist()
 
 
-def _interval(lo, hi, closed: bool = False) -> str:
+def _interval(lo, hi) -> str:
     if hi is None:
         return ">= %s" % lo
     if lo is None:
         return "< %s" % hi
-    return "[%s, %s%s" % (lo, hi, "]" if closed else ")")
+    return "[%s, %s)" % (lo, hi)
 
 
 def _finding(cls, argument, t, bad, kind, rule, valid, shapes):
