@@ -86,3 +86,13 @@ def write_results_section(path: str, name: str, title: str, body: str) -> None:
         text = text.rstrip("\n") + "\n\n## %s\n\n%s\n" % (title, block)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def child_result(cmd, env: dict, timeout: float, what: str) -> dict:
+    """Run a benchmark child; the JSON it printed on its ``RESULT `` line."""
+    import json
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError("child %s failed:\n%s" % (what, p.stderr[-3000:]))

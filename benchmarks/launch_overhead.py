@@ -181,12 +181,9 @@ def run_child(config, workloads):
     if config == "env":
         env["CUDA_LAUNCH_BLOCKING"] = "1"
     env.update(VARIANTS.get(config, {}))
-    p = subprocess.run([sys.executable, "-c", CHILD, config, ",".join(workloads)],
-                       capture_output=True, text=True, env=env, timeout=600)
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError("child %s failed:\n%s" % (config, p.stderr[-3000:]))
+    import _common
+    return _common.child_result([sys.executable, "-c", CHILD, config, ",".join(workloads)],
+                                env, 600, config)
 
 
 def versions():

@@ -6,6 +6,9 @@
     with cuda_debug.launch_blocking():      # synchronous launches for this region
         loss = criterion(logits, target)    # a device assert raises right here
 
+    with cuda_debug.guard():                # a label outside [0, C) raises GuardIndexError
+        loss = criterion(logits, target)    # before any kernel runs: the process lives on
+
 Errors: CudaError and its subclasses (DeviceAssertError, IllegalAddressError, ...)
 carry the kernel, the launching line and the device's assert text.
 """
@@ -22,6 +25,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "._scope": ["watch", "is_watching", "launch_blocking", "is_launch_blocking", "check",
                 "last_error"],
+    "._guard": ["guard", "is_guarding", "GuardError", "GuardIndexError", "GuardValueError"],
     "._errors": ["CudaError", "CudaUnavailableError", "ToolConflictError", "LaunchError",
                  "StickyCudaError", "DeviceAssertError", "IllegalAddressError",
                  "LaunchFailureError", "MisalignedAddressError", "IllegalInstructionError",
@@ -57,7 +61,8 @@ def __dir__():
 
 
 def load_ipython_extension(ipython):
-    """``%load_ext cuda_debug``: the %cuda_watch / %launch_blocking magics and short reports."""
+    """``%load_ext cuda_debug``: the %cuda_guard / %cuda_watch / %launch_blocking magics and
+    short reports."""
     from . import _notebook
     _notebook.load(ipython)
 

@@ -8,7 +8,10 @@
     (what, which kernel, which line, the device's assert text) instead of a long
     traceback. Where there is no usable GPU or CUPTI, it says so once and runs
     the script without watching (the rule of every cuda_debug entry point).
-    Exit status:
+    ``--guard`` (or ``CUDA_DEBUG_GUARD=1``) also runs it inside
+    ``cuda_debug.guard(all_threads=True)``: an index, label or probability
+    that would make a kernel assert raises a GuardError, printed as its short
+    report, before anything is launched. Exit status:
 
     - the script's own (0 when it returns, its ``sys.exit`` code);
     - 1: it raised an exception that is not a sticky CUDA error (including
@@ -43,9 +46,9 @@ USAGE = """\
 usage: python -m cuda_debug <command> [options]
 
 commands:
-  run [--launch-blocking|--no-watch] script.py [args...]
+  run [--launch-blocking|--no-watch] [--guard] script.py [args...]
                                                 run a script; a CUDA fault names its kernel and line
-  run [--launch-blocking|--no-watch] -m module [args...]
+  run [--launch-blocking|--no-watch] [--guard] -m module [args...]
                                                 the same for a module
   doctor [--json]                               driver, GPU, CUDA/CUPTI/cuBLAS, conflicts
   bench ...                                     GEMM and launch-latency benchmarks
@@ -108,6 +111,10 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="neither watch nor block: only translate the errors")
     p.add_argument("--all-threads", action="store_true",
                    help="with --launch-blocking: block launches from every thread")
+    p.add_argument("--guard", action="store_true",
+                   help="also inside cuda_debug.guard(all_threads=True): an index, class label or "
+                        "probability that would make a kernel assert raises a GuardError before "
+                        "anything is launched (also CUDA_DEBUG_GUARD=1)")
     p.add_argument("--traceback", action="store_true",
                    help="print the full Python traceback too, not only the short report")
     p.add_argument("-m", dest="module", metavar="module",
@@ -118,7 +125,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 _RUN_FLAGS = {"--launch-blocking": "launch_blocking", "--no-watch": "no_watch",
-              "--all-threads": "all_threads", "--traceback": "traceback"}
+              "--all-threads": "all_threads", "--traceback": "traceback", "--guard": "guard"}
 
 
 def _is_module_name(name: str) -> bool:
@@ -174,8 +181,9 @@ def run_main(argv: List[str]) -> int:
         if os.path.isdir(target) and not os.path.exists(os.path.join(target, "__main__.py")):
             return _usage_error(parser, "%s is a folder without __main__.py" % target)
     mode = "block" if opts["launch_blocking"] else "none" if opts["no_watch"] else "watch"
+    from . import _options
     return _run(target, args, module=module, mode=mode, all_threads=opts["all_threads"],
-                full_traceback=opts["traceback"])
+                full_traceback=opts["traceback"], guard=opts["guard"] or _options.OPTIONS.guard)
 
 
 def _enter(mode: str, all_threads: bool):
@@ -201,7 +209,7 @@ def _enter(mode: str, all_threads: bool):
 
 
 def _run(target: str, args: List[str], module: bool, mode: str, all_threads: bool,
-         full_traceback: bool) -> int:
+         full_traceback: bool, guard: bool = False) -> int:
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     try:
         if module:
@@ -216,10 +224,15 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
             with contextlib.ExitStack() as stack:
                 if scope is not None:
                     stack.push(scope)
+                if guard:
+                    from ._guard import guard as guard_region
+                    stack.enter_context(guard_region(all_threads=True))
                 if module:
                     runpy.run_module(target, run_name="__main__", alter_sys=True)
                 else:
-                    runpy.run_path(target, run_name="__main__")
+                    # absolute, as `python script.py` makes it: relative file names
+                    # are library code to the user-frame rule (_report.is_user_file)
+                    runpy.run_path(os.path.abspath(target), run_name="__main__")
         except SystemExit as e:
             return _exit_status(e.code)
         except KeyboardInterrupt:
@@ -287,8 +300,14 @@ def _print_traceback(e: BaseException) -> None:
 def _report(e: BaseException, full_traceback: bool) -> int:
     """Print what happened; the exit status."""
     from . import _report as rep, _sticky
-    from ._errors import CudaError
+    from ._errors import CudaError, GuardError
     from ._scope import watch_epoch
+    if isinstance(e, GuardError):             # nothing was launched: its own short report
+        if full_traceback:
+            _print_traceback(e)
+            sys.stderr.write("\n")
+        sys.stderr.write(_ranked("%s: %s" % (type(e).__name__, e)) + "\n")
+        return EXIT_ERROR
     err = e if isinstance(e, CudaError) else rep.error_for(
         e, watch_mark=watch_epoch(), found_at="run")
     if err is not None:

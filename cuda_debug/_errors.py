@@ -307,3 +307,99 @@ def format_report(err: CudaError) -> str:
     elif isinstance(err, LaunchError):
         lines.append("  The CUDA context is still usable.")
     return "\n".join(lines)
+
+
+# -- guard(): the checks that run before a kernel could assert ------------------
+
+GUARD_FIELDS = ("op", "argument", "values", "positions", "count", "numel", "valid", "rule",
+                "shapes", "filename", "lineno", "function", "line")
+
+GUARD_TAIL = ("Checked by cuda_debug.guard() before launching: nothing ran, the CUDA "
+              "context is still usable.")
+
+
+class GuardError(Exception):
+    """An input that would have made a kernel fault (a device-side assert),
+    found by ``cuda_debug.guard()`` before the launch: nothing ran and the CUDA
+    context is still usable. Also an ``IndexError`` (GuardIndexError) or a
+    ``ValueError`` (GuardValueError), as Python would raise.
+
+    ``op``, ``argument``: the op and its offending argument; ``values`` and
+    ``positions``: up to 5 offending values and where they are in ``argument``;
+    ``count`` of them in all, out of ``numel``; ``valid``: the valid range;
+    ``shapes``: the op's tensors (name, shape, dtype, device);
+    ``filename``/``lineno``/``function``/``line``: the user's line."""
+
+    def __init__(self, message=None, **fields):
+        for f in GUARD_FIELDS:
+            setattr(self, f, fields.pop(f, None))
+        if fields:
+            raise TypeError("GuardError got unknown fields %s" % ", ".join(sorted(fields)))
+        self.message = message
+        super().__init__(message if message is not None else format_guard(self))
+
+    def __str__(self) -> str:
+        return self.message if self.message is not None else format_guard(self)
+
+    def __reduce__(self):
+        return (_rebuild_guard, (type(self), self.message,
+                                 {f: getattr(self, f, None) for f in GUARD_FIELDS}))
+
+
+def _rebuild_guard(cls, message, fields):
+    return cls(message, **fields)
+
+
+class GuardIndexError(GuardError, IndexError):
+    """An index, class label or target outside the range the op accepts."""
+
+
+class GuardValueError(GuardError, ValueError):
+    """A value the op cannot take (a probability outside [0, 1], a negative or
+    non-finite sampling weight, offsets that go backwards)."""
+
+
+for _cls in (GuardError, GuardIndexError, GuardValueError):
+    _cls.__module__ = "cuda_debug"
+
+__all__ += ["GuardError", "GuardIndexError", "GuardValueError"]
+
+
+def _number(v) -> str:
+    if isinstance(v, float):
+        return "%.6g" % v
+    return str(v)
+
+
+def _position(p) -> str:
+    return "[%s]" % ", ".join(str(i) for i in p)
+
+
+def format_guard(err: GuardError) -> str:
+    """``F.embedding: 2 of 6 values in input are outside [0, 10), the rows of
+    weight: 10 at [1], -1 at [4]``, then the tensors, the user's line, and
+    that nothing ran."""
+    count = err.count or 0
+    samples = ", ".join("%s at %s" % (_number(v), _position(p))
+                        for v, p in zip(err.values or (), err.positions or ()))
+    if count > len(err.values or ()) and samples:
+        samples += " (the first %d)" % len(err.values)
+    noun_one, noun_many = _NOUNS.get(err.rule[0] if err.rule else None, _NOUNS["value"])
+    head = "%s: %d of %s %s in %s %s %s" % (
+        err.op or "?", count, err.numel if err.numel is not None else "?",
+        noun_one if err.numel == 1 else noun_many, err.argument or "?",
+        "is" if count == 1 else "are",
+        err.rule[1] if err.rule else "outside %s" % err.valid)
+    lines = [head + (": " + samples if samples else "")]
+    if err.shapes:
+        from ._torch_ops import format_inputs
+        lines.append("  " + format_inputs(err.shapes))
+    where = _where(err)
+    if where:
+        lines.append("  " + where)
+    lines.append("  " + GUARD_TAIL)
+    return "\n".join(lines)
+
+
+#: what a rule counts -> (singular, plural)
+_NOUNS = {"value": ("value", "values"), "row sum": ("row sum", "row sums")}

@@ -2,6 +2,10 @@
 
 - ``%%launch_blocking`` runs one cell inside ``cuda_debug.launch_blocking()``
   (``%%launch_blocking --all-threads`` blocks launches from every thread).
+- ``%cuda_guard on`` / ``off``: ``cuda_debug.guard()`` across cells: an
+  index, label or probability that would make a kernel assert raises a
+  GuardError in its cell, before anything runs, and the kernel lives on;
+  ``%%cuda_guard`` guards one cell.
 - ``%cuda_watch on`` / ``off``: ``cuda_debug.watch()`` across cells: kernels
   stay asynchronous, and a fault that surfaces later names its launching cell
   and line.
@@ -24,7 +28,7 @@ import sys
 from typing import List, Optional
 
 from . import _core, _cuda_errors, _locations, _report, _sticky
-from ._errors import CudaError
+from ._errors import CudaError, GuardError
 
 _RED, _BOLD, _RESET = "\x1b[0;31m", "\x1b[1m", "\x1b[0m"
 
@@ -200,7 +204,7 @@ def _running_cell_number(shell) -> int:
     return shell.execution_count
 
 
-def _run_cell_body(shell, cell: str, all_threads: bool):
+def _run_cell_body(shell, cell: str, all_threads: bool, scope=None):
     """Run a cell's body in a scope; its last expression is the magic's value
     (displayed as Out[n]). Line numbers are the cell's, magic line included."""
     number = _running_cell_number(shell)
@@ -217,7 +221,7 @@ def _run_cell_body(shell, cell: str, all_threads: bool):
     body = shell.compile(ast.Module(tree.body, type_ignores=[]), name, "exec")
     tail = shell.compile(last, name, "eval") if last is not None else None
     ns = shell.user_ns
-    with _make_scope(all_threads):
+    with scope if scope is not None else _make_scope(all_threads):
         exec(body, shell.user_global_ns, ns)
         if tail is not None:
             return eval(tail, shell.user_global_ns, ns)
@@ -314,6 +318,38 @@ def _cuda_watch_magic(line: str):
     return None
 
 
+_guard_region = None            # the guard() of %cuda_guard on
+
+
+def _cuda_guard_magic(line: str, cell: Optional[str] = None):
+    """%cuda_guard on|off: keep cuda_debug.guard() open across cells (the
+    listed ops check their inputs; a bad one raises GuardError in its cell and
+    nothing is launched). %%cuda_guard guards one cell. %cuda_guard alone says
+    whether it is on."""
+    global _guard_region
+    from IPython.core.error import UsageError
+    from ._guard import guard
+    words = line.split()
+    if cell is not None:
+        if words:
+            raise UsageError("%%%%cuda_guard takes no arguments, not %s" % " ".join(words))
+        return _run_cell_body(_state.shell, cell, False, scope=guard())
+    if words and (len(words) != 1 or words[0].lower() not in ("on", "off")):
+        raise UsageError("usage: %cuda_guard [on|off]")
+    if words and words[0].lower() == "on" and _guard_region is None:
+        _guard_region = guard()
+        _guard_region.__enter__()
+    elif words and words[0].lower() == "off" and _guard_region is not None:
+        region, _guard_region = _guard_region, None
+        region.__exit__(None, None, None)
+    print("cuda_guard: %s" % ("on" if _guard_region is not None else "off"))
+    return None
+
+
+def _render_guard_(self):
+    return render(self)
+
+
 # -- load / unload --------------------------------------------------------------------
 
 def load(ipython) -> None:
@@ -323,7 +359,9 @@ def load(ipython) -> None:
     _state = _State(ipython)
     ipython.register_magic_function(_launch_blocking_magic, "line_cell", "launch_blocking")
     ipython.register_magic_function(_cuda_watch_magic, "line", "cuda_watch")
+    ipython.register_magic_function(_cuda_guard_magic, "line_cell", "cuda_guard")
     CudaError._render_traceback_ = _render_traceback_
+    GuardError._render_traceback_ = _render_guard_
     if not ipython.custom_exceptions:
         ipython.set_custom_exc((RuntimeError,), _custom_exc)
         _state.custom_exc = True
@@ -349,8 +387,20 @@ def unload(ipython) -> None:
             ipython.set_custom_exc((), None)
         if "_render_traceback_" in CudaError.__dict__:
             del CudaError._render_traceback_
+        _unload_guard(ipython.magics_manager.magics)
         magics = ipython.magics_manager.magics
         magics["line"].pop("launch_blocking", None)
         magics["line"].pop("cuda_watch", None)
         magics["cell"].pop("launch_blocking", None)
         _state = None
+
+
+def _unload_guard(magics) -> None:
+    global _guard_region
+    region, _guard_region = _guard_region, None
+    if region is not None:
+        region.__exit__(None, None, None)
+    if "_render_traceback_" in GuardError.__dict__:
+        del GuardError._render_traceback_
+    magics["line"].pop("cuda_guard", None)
+    magics["cell"].pop("cuda_guard", None)

@@ -62,8 +62,10 @@ def is_gpu_exception(exc: BaseException) -> bool:
     """Could `exc` be a framework's CUDA error? RuntimeError and its subclasses
     (torch, CuPy, Triton, JAX raise those) or anything raised from a GPU
     framework's module; never an AssertionError (a test that prints a child's
-    output saying "device-side assert triggered" did not poison this process)."""
-    if isinstance(exc, (AssertionError, KeyboardInterrupt, SystemExit)):
+    output saying "device-side assert triggered" did not poison this process),
+    nor a GuardError (raised before anything was launched)."""
+    from ._errors import GuardError
+    if isinstance(exc, (AssertionError, KeyboardInterrupt, SystemExit, GuardError)):
         return False
     return isinstance(exc, RuntimeError) or _module_of(exc) in GPU_MODULES
 

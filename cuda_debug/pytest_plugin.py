@@ -7,6 +7,11 @@ Registered through the ``pytest11`` entry point (``-p no:cuda_debug`` turns it o
     [pytest] cuda_watch = true               # the same, from the ini file (cuda_launch_blocking)
     @pytest.mark.cuda_watch                  # one test inside watch() (or the cuda_watch fixture)
 
+    pytest --cuda-guard                      # every test inside cuda_debug.guard(): a bad
+    [pytest] cuda_guard = true               # index or label fails that test only, with a
+    @pytest.mark.cuda_guard(True|False)      # GuardError; the CUDA context lives on
+                                             # (also CUDA_DEBUG_GUARD=1)
+
     @pytest.mark.cuda_launch_blocking        # one test (setup, call and teardown)
     @pytest.mark.cuda_launch_blocking(False) # opt one test out of --cuda-launch-blocking
     def test_loss(cuda_launch_blocking): ... # or request the fixture
@@ -53,6 +58,9 @@ WATCH_OPTION = "--cuda-watch"
 WATCH_INI = "cuda_watch"
 WATCH_MARKER = "cuda_watch"
 WATCH_FIXTURE = "cuda_watch"
+GUARD_OPTION = "--cuda-guard"
+GUARD_INI = "cuda_guard"
+GUARD_MARKER = "cuda_guard"
 SECTION = "cuda_debug"
 PROPERTY = "cuda_debug.sticky"       # user_properties keys: they cross xdist to the controller
 PROPERTY_DEAD = "cuda_debug.dead_context"
@@ -98,6 +106,14 @@ def pytest_addoption(parser):
              "test that faults is reported with the faulting kernel and its launching line.")
     parser.addini(WATCH_INI, type="bool", default=False,
                   help="like --cuda-watch: the session inside cuda_debug.watch()")
+    group.addoption(
+        GUARD_OPTION, action="store_true", default=False, dest="cuda_guard",
+        help="run every test (setup, call, teardown) inside cuda_debug.guard(): an index, "
+             "class label or probability that would make a CUDA kernel assert fails that test "
+             "with a GuardError before anything is launched, and the next tests run. Also "
+             "CUDA_DEBUG_GUARD=1; opt one test out with @pytest.mark.cuda_guard(False).")
+    parser.addini(GUARD_INI, type="bool", default=False,
+                  help="like --cuda-guard: every test inside cuda_debug.guard()")
 
 
 def pytest_configure(config):
@@ -107,6 +123,9 @@ def pytest_configure(config):
         "cuda_debug.launch_blocking(); False opts it out of --cuda-launch-blocking")
     config.addinivalue_line(
         "markers", "cuda_watch: run this test inside cuda_debug.watch()")
+    config.addinivalue_line(
+        "markers", "cuda_guard(enabled=True): run this test inside cuda_debug.guard(); False "
+                   "opts it out of --cuda-guard")
     plugin = CudaDebugPlugin(config)
     config.stash[_PLUGIN] = plugin
     config.pluginmanager.register(plugin, "cuda_debug-session")
@@ -240,6 +259,7 @@ class CudaDebugPlugin:
         self.not_run = 0
         self.exit_after: Optional[str] = None     # xdist worker: exit after this test
         self.previous: Optional[str] = None       # the test that ran before this one
+        self.guard = _Guard(config)
 
     # -- session --------------------------------------------------------------------
 
@@ -314,7 +334,10 @@ class CudaDebugPlugin:
         DeviceAssertError...); the translation replaces the phase's outcome."""
         want = self._wanted(item)
         scope = self._enter(item, *want) if want else None
+        region = self.guard.enter(item)
         outcome = yield
+        if region is not None:
+            region.__exit__(None, None, None)
         if scope is None:
             return
         excinfo = outcome.excinfo
@@ -474,3 +497,36 @@ class CudaDebugPlugin:
         if self.stopped_at is not None:
             tr.write_line("pytest stopped after %s: %s not run (a dead CUDA context fails every "
                           "later CUDA call in the process)." % (self.stopped_at, _plural(self.not_run)))
+
+
+
+class _Guard:
+    """--cuda-guard, ini cuda_guard, CUDA_DEBUG_GUARD=1, marker cuda_guard: each
+    phase of a test inside cuda_debug.guard(). A GuardError is an ordinary
+    failure of that test (nothing was launched): no fail fast."""
+
+    def __init__(self, config):
+        from . import _options
+        option, ini = bool(config.getoption("cuda_guard")), bool(config.getini(GUARD_INI))
+        self.every_test = option or ini or _options.OPTIONS.guard
+        self.how = GUARD_OPTION if option else "ini %s" % GUARD_INI if ini else "CUDA_DEBUG_GUARD=1"
+
+    def header(self) -> Optional[str]:
+        return "cuda_debug guard: on, every test (%s)" % self.how if self.every_test else None
+
+    def enter(self, item):
+        """The entered guard() for this phase of `item`, or None."""
+        m = item.get_closest_marker(GUARD_MARKER)
+        on = (m.args[0] if m.args else m.kwargs.get("enabled", True)) if m is not None \
+            else self.every_test
+        if not on:
+            return None
+        from ._guard import guard
+        region = guard()
+        region.__enter__()
+        return region
+
+
+def pytest_report_header(config):
+    plugin = config.stash.get(_PLUGIN, None)
+    return plugin.guard.header() if plugin is not None else None

@@ -7,6 +7,8 @@ API enter and exit, exactly as CUPTI calls it: this file proves the harness
 drives the hot path and the fault path. Every test runs in a child (a sticky
 fault kills the context of its process) with a timeout: a hang is a failure.
 """
+import os
+
 import pytest
 
 ASSERT_TEXT = ("fault_kernels.cu:14: check_index: block: [0,0,0], thread: [3,0,0] "
