@@ -189,8 +189,8 @@ def parse_modes(modes) -> list:
 
 
 def watch_available() -> bool:
-    import cuda_debug
-    return hasattr(cuda_debug, "watch")
+    from .. import _scope       # (not the package: cuda_debug names bench for type checkers)
+    return hasattr(_scope, "watch")
 
 
 # --------------------------------------------------------------------- flags --

@@ -163,8 +163,8 @@ def measure(cfg: Config, mode: str, kwargs: dict, nvml_handle) -> dict:
                 s = _native.gemm(what, **kwargs)
             extra["hook_syncs"] = _core.stats()["synced"] - before
         elif mode == "watch":
-            import cuda_debug
-            with cuda_debug.watch():
+            from .._scope import watch
+            with watch():
                 s = _native.gemm(what, **kwargs)
         else:
             s = _native.gemm(what, **kwargs)

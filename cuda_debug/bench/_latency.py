@@ -58,8 +58,8 @@ def measure(mode: str, kwargs: dict) -> dict:
         with launch_blocking():
             s = _native.launch_latency(what, **kw)
     elif mode == "watch":
-        import cuda_debug
-        with cuda_debug.watch():
+        from .._scope import watch
+        with watch():
             s = _native.launch_latency(what, **kw)
     else:
         s = _native.launch_latency(what, **kw)
