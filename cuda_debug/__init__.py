@@ -59,9 +59,11 @@ else:
         elif name in _SUBMODULES:
             value = importlib.import_module("." + name, __name__)
         elif name == "_core":
-            import importlib.util
-            if importlib.util.find_spec(__name__ + "._core") is not None:
+            try:
                 return importlib.import_module("._core", __name__)
+            except ModuleNotFoundError as e:
+                if e.name != __name__ + "._core":
+                    raise
             # `from . import _core` with no built extension: say why, not just "cannot import".
             raise ImportError(
                 "cuda_debug's C extension (cuda_debug._core) is not built in %s. If cuda_debug "

@@ -53,6 +53,22 @@ def test_import_loads_only_cuda_debug_and_its_options():
     assert added - _SITE == {"cuda_debug", "cuda_debug._options"}
 
 
+def test_bench_import_loads_no_process_or_file_machinery():
+    """`import cuda_debug.bench` costs NumPy; subprocess (the CUDA_LAUNCH_BLOCKING=1
+    child), json and csv (output files) come when they are used."""
+    numpy = importlib.util.find_spec("numpy")
+    code = ("import sys, numpy\nbefore = set(sys.modules)\nimport cuda_debug.bench\n"
+            "print(repr(sorted(set(sys.modules) - before)))\n")
+    env = _env()
+    env["PYTHONPATH"] += os.pathsep + os.path.dirname(os.path.dirname(numpy.origin))
+    p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                       env=env, cwd=PKG_PARENT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    added = set(ast.literal_eval(p.stdout.strip()))
+    assert "cuda_debug.bench._gemm" in added
+    assert sorted(added & {"subprocess", "json", "csv", "importlib.util", "torch"}) == []
+
+
 def test_a_bad_setting_is_warned_about_without_importing_more(tmp_path):
     """The warning itself needs `warnings`: imported then, and only then."""
     code = "import sys\nimport cuda_debug\nprint('warnings' in sys.modules)\n"
