@@ -146,8 +146,11 @@ def render(summary: dict, samples: int) -> str:
 def machine() -> str:
     commit = git_commit()
     cpus = os.cpu_count()
-    return "%s, Python %s, %s CPU%s, no GPU involved (start-up only); commit `%s`" % (
-        platform.platform(), platform.python_version(), cpus, "s" if cpus != 1 else "", commit)
+    load = " (load average %.1f when it started)" % os.getloadavg()[0] \
+        if hasattr(os, "getloadavg") else ""
+    return "%s, Python %s, %s CPU%s%s, no GPU involved (start-up only); commit `%s`" % (
+        platform.platform(), platform.python_version(), cpus, "s" if cpus != 1 else "", load,
+        commit)
 
 
 def main(argv=None) -> int:
@@ -158,20 +161,21 @@ def main(argv=None) -> int:
     ap.add_argument("--results", metavar="PATH",
                     help="write the table into this Markdown file's import_cost section")
     a = ap.parse_args(argv)
+    where = machine()
     out = measure(a.samples)
     summary = summarize(out, a.top)
     text = render(summary, a.samples)
-    print(machine())
+    print(where)
     print()
     print(text)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"machine": machine(), "summary": summary, "samples": out}, f, indent=1)
+            json.dump({"machine": where, "summary": summary, "samples": out}, f, indent=1)
     if a.results:
         write_results_section(a.results, "import_cost",
                               "Import cost: `import cuda_debug` at start-up (import_cost.py)",
                               "%s.\n\n`python benchmarks/import_cost.py --samples %d`\n\n%s"
-                              % (machine(), a.samples, text))
+                              % (where, a.samples, text))
     return 0
 
 

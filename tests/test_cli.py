@@ -415,6 +415,22 @@ def test_doctor_json_and_cuda_launch_blocking(tmp_path):
     assert re.search(r"^CUDA_LAUNCH_BLOCKING\s+'1': every launch", r.stdout, re.M), r.stdout
 
 
+def test_run_stdin_names_the_launching_line(fake_child):
+    """A fault launched by the program on stdin is located at `<stdin>:LINE`, with
+    the line's text (fake driver: the real callback, a fake device assert)."""
+    c = fake_child('''
+        import io, sys
+        from cuda_debug import _cli
+        sys.stdin = io.StringIO("import cuda_debug.testing as t\\nx = 1\\nt.device_assert()\\n")
+        rc = _cli.main(["run", "--launch-blocking", "-"])
+        report(dict(rc=rc))
+    ''')
+    assert c.result == {"rc": 3}, c
+    lines = c.stderr.splitlines()
+    i = report_start(lines, "DeviceAssertError: ")
+    assert lines[i + 1].strip() == "at <stdin>:3 in <module>:  t.device_assert()", c.stderr
+
+
 def _doctor_in(fake_child, setup=""):
     """`doctor --json` and `doctor` in a child with the fake driver: their statuses,
     ok, problem, verdict and the text."""
@@ -488,6 +504,22 @@ def test_gpu_run_launch_blocking_names_kernel_and_line(tmp_path):
         p, line_of(p, "t.device_assert()")), r.stderr
     assert "Assertion" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("option", ["--launch-blocking", None])
+def test_gpu_run_stdin_names_kernel_and_line(option):
+    """`run -`: the program read from stdin, its launch named at <stdin>:LINE, in
+    both modes (watch: launched at; launch_blocking: at)."""
+    source = "import cuda_debug, cuda_debug.testing as t\nt.device_assert()\ncuda_debug.check()\n"
+    r = cli("run", *([option] if option else []), "-", input=source, timeout=60)
+    assert r.returncode == 3, r.stdout + r.stderr
+    lines = r.stderr.splitlines()
+    i = report_start(lines, "DeviceAssertError: ")
+    assert lines[i] == "DeviceAssertError: device-side assert in check_index<int>", r.stderr
+    where = "at" if option else "launched at"
+    assert lines[i + 1].strip() == "%s <stdin>:2 in <module>:  t.device_assert()" % where, \
+        r.stderr
 
 
 @pytest.mark.gpu
