@@ -7,8 +7,9 @@
     or inside ``cuda_debug.launch_blocking()`` with ``--launch-blocking``, or
     neither with ``--no-watch``. A CUDA fault is printed as the short report
     (what, which kernel, which line, the device's assert text) instead of a long
-    traceback (``--traceback``: the traceback too). Where there is no usable GPU or CUPTI, it says so once and runs
-    the script without watching (the rule of every cuda_debug entry point).
+    traceback (``--traceback``: the traceback too). Where there is no usable GPU
+    or CUPTI, it says so once and runs the script without watching (the rule of
+    every cuda_debug entry point).
     Exit status:
 
     - the script's own (0 when it returns, its ``sys.exit`` code);
@@ -122,10 +123,10 @@ def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog + " run", allow_abbrev=False,
         description="Run a Python script (or module, or - for a script read from stdin) as "
-                    "__main__ inside cuda_debug.watch(); a "
-                    "CUDA fault is reported as cuda_debug's short report, naming the kernel and "
-                    "the launching line. Exit status: the script's own; 1 on an exception; 2 on "
-                    "a usage error; 3 on a sticky CUDA error.")
+                    "__main__ inside cuda_debug.watch(); a CUDA fault is reported as "
+                    "cuda_debug's short report, naming the kernel and the launching line. "
+                    "Exit status: the script's own; 1 on an exception; 2 on a usage error; 3 "
+                    "on a sticky CUDA error.")
     p.add_argument("--launch-blocking", action="store_true",
                    help="run the whole script inside cuda_debug.launch_blocking() instead: "
                         "synchronous launches (about 2x slower), the fault raised at its "
