@@ -12,48 +12,80 @@
 Errors: CudaError and its subclasses (DeviceAssertError, IllegalAddressError, ...)
 carry the kernel, the launching line and the device's assert text.
 """
-import importlib
-import importlib.util
-
 from . import _options as _options      # reads and checks CUDA_DEBUG_* now (warns at import)
 
 __version__ = "0.1.0"
 
 # The public names and the module that defines each. They are imported on first
 # use (PEP 562), so that ``import cuda_debug`` - which pytest does at every start
-# through the pytest11 entry point - costs about a millisecond, not 25.
+# through the pytest11 entry point - imports nothing but this and _options
+# (benchmarks/import_cost.py). Type checkers and IDEs read the same names from the
+# imports under TYPE_CHECKING below (a constant, not typing.TYPE_CHECKING: importing
+# typing costs milliseconds); tests/test_import_and_types.py checks that the two agree.
 _PUBLIC = {
     "._scope": ["watch", "is_watching", "launch_blocking", "is_launch_blocking", "check",
                 "last_error"],
-    "._guard": ["guard", "is_guarding", "GuardError", "GuardIndexError", "GuardValueError"],
-    "._errors": ["CudaError", "CudaUnavailableError", "ToolConflictError", "LaunchError",
+    "._guard": ["guard", "is_guarding"],
+    "._errors": ["GuardError", "GuardIndexError", "GuardValueError", "CudaError", "CudaUnavailableError", "ToolConflictError", "LaunchError",
                  "StickyCudaError", "DeviceAssertError", "IllegalAddressError",
                  "LaunchFailureError", "MisalignedAddressError", "IllegalInstructionError",
                  "InvalidAddressSpaceError", "InvalidPcError", "HardwareStackError",
                  "LaunchTimeoutError"],
 }
+_SUBMODULES = ("bench", "testing")      # cuda_debug.bench brings NumPy
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from . import bench as bench, testing as testing
+    from ._scope import (watch as watch, is_watching as is_watching,
+                         launch_blocking as launch_blocking,
+                         is_launch_blocking as is_launch_blocking, check as check,
+                         last_error as last_error)
+    from ._guard import (guard as guard, is_guarding as is_guarding)
+    from ._errors import (GuardError as GuardError, GuardIndexError as GuardIndexError,
+                          GuardValueError as GuardValueError)
+    from ._errors import (CudaError as CudaError, CudaUnavailableError as CudaUnavailableError,
+                          ToolConflictError as ToolConflictError, LaunchError as LaunchError,
+                          StickyCudaError as StickyCudaError,
+                          DeviceAssertError as DeviceAssertError,
+                          IllegalAddressError as IllegalAddressError,
+                          LaunchFailureError as LaunchFailureError,
+                          MisalignedAddressError as MisalignedAddressError,
+                          IllegalInstructionError as IllegalInstructionError,
+                          InvalidAddressSpaceError as InvalidAddressSpaceError,
+                          InvalidPcError as InvalidPcError,
+                          HardwareStackError as HardwareStackError,
+                          LaunchTimeoutError as LaunchTimeoutError)
+else:
+    # Run time only: a type checker that saw a module __getattr__ would accept any
+    # name (a typo included) as Any.
+    def __getattr__(name):
+        import importlib
+        if name in _WHERE:
+            value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+        elif name in _SUBMODULES:
+            value = importlib.import_module("." + name, __name__)
+        elif name == "_core":
+            try:
+                return importlib.import_module("._core", __name__)
+            except ModuleNotFoundError as e:
+                if e.name != __name__ + "._core":
+                    raise
+            # `from . import _core` with no built extension: say why, not just "cannot import".
+            raise ImportError(
+                "cuda_debug's C extension (cuda_debug._core) is not built in %s. If cuda_debug "
+                "is installed, this source checkout shadows it (`python -m` puts the current "
+                "folder first on sys.path): run from another folder, or build the checkout "
+                "with `python3 -m pip install -e .`" % __path__[0], name=__name__ + "._core")
+        else:
+            raise AttributeError("module 'cuda_debug' has no attribute %r" % name)
+        globals()[name] = value
+        return value
+del TYPE_CHECKING
+
 _WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
-_SUBMODULES = ("bench", "testing")
 
 __all__ = [name for names in _PUBLIC.values() for name in names]
-
-
-def __getattr__(name):
-    if name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-    elif name in _SUBMODULES:          # cuda_debug.bench brings NumPy
-        value = importlib.import_module("." + name, __name__)
-    elif name == "_core" and importlib.util.find_spec(__name__ + "._core") is None:
-        # `from . import _core` with no built extension: say why, not just "cannot import".
-        raise ImportError(
-            "cuda_debug's C extension (cuda_debug._core) is not built in %s. If cuda_debug "
-            "is installed, this source checkout shadows it (`python -m` puts the current "
-            "folder first on sys.path): run from another folder, or build the checkout "
-            "with `python3 -m pip install -e .`" % __path__[0], name=__name__ + "._core")
-    else:
-        raise AttributeError("module 'cuda_debug' has no attribute %r" % name)
-    globals()[name] = value
-    return value
 
 
 def __dir__():

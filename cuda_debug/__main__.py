@@ -3,8 +3,10 @@ import sys
 
 
 def main(argv=None) -> int:
-    from ._cli import main as cli_main
-    return cli_main(argv)
+    """The entry point of both: help and usage name the command as invoked
+    (sys.argv[0]; ``python -m cuda_debug`` when `argv` is given)."""
+    from ._cli import MODULE_PROG, main as cli_main, prog_name
+    return cli_main(argv, prog=prog_name(sys.argv[0]) if argv is None else MODULE_PROG)
 
 
 if __name__ == "__main__":

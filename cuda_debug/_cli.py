@@ -1,17 +1,18 @@
 """The command line: ``python -m cuda_debug {run,doctor,bench}`` (also ``cuda-debug``).
 
-``run [--launch-blocking | --no-watch] script.py args...`` (or ``run -m module args...``)
+``run [--launch-blocking [--all-threads] | --no-watch] [--traceback] script.py args...``
+(or ``run ... -m module args...``, or ``run ... - args...`` for a script read from stdin)
     runs the script as ``__main__`` (like ``python -m pdb``) inside
     ``cuda_debug.watch()`` (kernels stay asynchronous; a fault names its launch),
     or inside ``cuda_debug.launch_blocking()`` with ``--launch-blocking``, or
     neither with ``--no-watch``. A CUDA fault is printed as the short report
     (what, which kernel, which line, the device's assert text) instead of a long
-    traceback. Where there is no usable GPU or CUPTI, it says so once and runs
-    the script without watching (the rule of every cuda_debug entry point).
-    ``--guard`` (or ``CUDA_DEBUG_GUARD=1``) also runs it inside
-    ``cuda_debug.guard(all_threads=True)``: an index, label or probability
-    that would make a kernel assert raises a GuardError, printed as its short
-    report, before anything is launched. Exit status:
+    traceback (``--traceback``: the traceback too). Where there is no usable GPU
+    or CUPTI, it says so once and runs the script without watching (the rule of
+    every cuda_debug entry point). ``--guard`` (or ``CUDA_DEBUG_GUARD=1``) also
+    runs it inside ``cuda_debug.guard(all_threads=True)``: an index, label or
+    probability that would make a kernel assert raises a GuardError, printed as
+    its short report, before anything is launched. Exit status:
 
     - the script's own (0 when it returns, its ``sys.exit`` code);
     - 1: it raised an exception that is not a sticky CUDA error (including
@@ -23,12 +24,15 @@
 ``doctor [--json]``
     driver, GPUs, where libcuda / CUPTI / cuBLAS were found, whether
     ``CUDA_LAUNCH_BLOCKING`` is set, whether CUPTI is free for
-    ``launch_blocking()`` and ``watch()``. Exit status 0 when they work here, and
-    on a machine with no GPU or driver (it says so); 1 when there is a GPU but
-    they cannot work (CUPTI missing, or held by another tool).
+    ``launch_blocking()`` and ``watch()``. Exit status 0 when they work here; 1
+    when they do not (no driver, no GPU, CUPTI missing or held by another tool:
+    ``"ok": false`` and ``"problem"`` in the JSON, and the verdict says which).
 
 ``bench ...``
     the benchmarks (cuda_debug.bench._cli).
+
+Help and usage name the command as it was invoked: ``cuda-debug`` (the console
+script) or ``python -m cuda_debug``.
 """
 import argparse
 import contextlib
@@ -41,26 +45,46 @@ import traceback
 from typing import List, Optional
 
 EXIT_ERROR, EXIT_USAGE, EXIT_STICKY = 1, 2, 3
+MODULE_PROG = "python -m cuda_debug"
 
 USAGE = """\
-usage: python -m cuda_debug <command> [options]
+usage: {prog} <command> [options]
 
 commands:
   run [--launch-blocking|--no-watch] [--guard] script.py [args...]
-                                                run a script; a CUDA fault names its kernel and line
+                                  run a script; a CUDA fault names its kernel and line
   run [--launch-blocking|--no-watch] [--guard] -m module [args...]
-                                                the same for a module
-  doctor [--json]                               driver, GPU, CUDA/CUPTI/cuBLAS, conflicts
-  bench ...                                     GEMM and launch-latency benchmarks
+                                  the same for a module
+  run [--launch-blocking|--no-watch] [--guard] - [args...]
+                                  the same for a script read from stdin
+  doctor [--json]                 driver, GPU, CUDA/CUPTI/cuBLAS, conflicts
+  bench ...                       GEMM and launch-latency benchmarks
 
-`python -m cuda_debug <command> --help` for a command's options.
+options:
+  -h, --help                      this help
+  --version                       print the version and exit
+
+`{prog} <command> --help` for a command's options.
 """
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def prog_name(argv0: Optional[str]) -> str:
+    """The command as invoked: ``python -m cuda_debug`` when `argv0` (sys.argv[0])
+    is this package's __main__.py, else its file name (``cuda-debug``, the console
+    script)."""
+    if not argv0 or argv0 in ("-c", "-m"):
+        return MODULE_PROG
+    name = os.path.basename(argv0)
+    if name == "__main__.py":
+        return MODULE_PROG
+    return name[:-4] if name.lower().endswith(".exe") else name
+
+
+def main(argv: Optional[List[str]] = None, prog: str = MODULE_PROG) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    usage = USAGE.format(prog=prog)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        (sys.stdout if argv else sys.stderr).write(USAGE)
+        (sys.stdout if argv else sys.stderr).write(usage)
         return 0 if argv else EXIT_USAGE
     cmd, rest = argv[0], argv[1:]
     if cmd in ("-V", "--version"):
@@ -71,18 +95,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("cuda_debug %s" % __version__)
         return 0
     if cmd == "run":
-        return run_main(rest)
+        return run_main(rest, prog)
     if cmd == "doctor":
-        return doctor_main(rest)
+        return doctor_main(rest, prog)
     if cmd == "bench":
-        return bench_main(rest)
-    sys.stderr.write("cuda_debug: unknown command %r\n\n%s" % (cmd, USAGE))
+        return bench_main(rest, prog)
+    sys.stderr.write("cuda_debug: unknown command %r\n\n%s" % (cmd, usage))
     return EXIT_USAGE
 
 
 # -- bench: another module, imported only when asked for ------------------------------
 
-def bench_main(argv: List[str]) -> int:
+def bench_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     try:
         mod = importlib.import_module("cuda_debug.bench._cli")
     except ModuleNotFoundError as e:
@@ -91,18 +115,20 @@ def bench_main(argv: List[str]) -> int:
         sys.stderr.write("cuda_debug: the bench command is not available in this build "
                          "(cuda_debug.bench._cli is missing)\n")
         return EXIT_ERROR
-    return int(mod.main(argv) or 0)
+    return int(mod.main(argv, prog=prog + " bench") or 0)
 
 
 # -- run ------------------------------------------------------------------------------
 
-def _run_parser() -> argparse.ArgumentParser:
+def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
+    # (for --help and the usage line: run_main parses by hand)
     p = argparse.ArgumentParser(
-        prog="python -m cuda_debug run",
-        description="Run a Python script (or module) as __main__ inside cuda_debug.watch(); a "
-                    "CUDA fault is reported as cuda_debug's short report, naming the kernel and "
-                    "the launching line. Exit status: the script's own; 1 on an exception; 2 on "
-                    "a usage error; 3 on a sticky CUDA error.")
+        prog=prog + " run", allow_abbrev=False,
+        description="Run a Python script (or module, or - for a script read from stdin) as "
+                    "__main__ inside cuda_debug.watch(); a CUDA fault is reported as "
+                    "cuda_debug's short report, naming the kernel and the launching line. "
+                    "Exit status: the script's own; 1 on an exception; 2 on a usage error; 3 "
+                    "on a sticky CUDA error.")
     p.add_argument("--launch-blocking", action="store_true",
                    help="run the whole script inside cuda_debug.launch_blocking() instead: "
                         "synchronous launches (about 2x slower), the fault raised at its "
@@ -119,7 +145,7 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="print the full Python traceback too, not only the short report")
     p.add_argument("-m", dest="module", metavar="module",
                    help="run a library module as a script (like python -m)")
-    p.add_argument("script", nargs="?", help="the script to run")
+    p.add_argument("script", nargs="?", help="the script to run (-: read it from stdin)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     return p
 
@@ -138,11 +164,11 @@ def _usage_error(parser: argparse.ArgumentParser, message: str) -> int:
     return EXIT_USAGE
 
 
-def run_main(argv: List[str]) -> int:
+def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     # Parsed by hand, like `python` does: our options come before the script (or
-    # -m module); everything after it is the script's, --help included. Our
-    # options are spelled out in full (no abbreviations, no --opt=value).
-    parser = _run_parser()
+    # -m module, or - for stdin); everything after it is the script's, --help
+    # included. Our options are spelled out in full (no abbreviations, no --opt=value).
+    parser = _run_parser(prog)
     opts = dict.fromkeys(_RUN_FLAGS.values(), False)
     target, module, args = None, False, []
     i = 0
@@ -157,7 +183,7 @@ def run_main(argv: List[str]) -> int:
             target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
             module, args = True, argv[i + (1 if a[2:] else 2):]
             break
-        elif a == "--" or not a.startswith("-"):
+        elif a in ("--", "-") or not a.startswith("-"):
             j = i + 1 if a == "--" else i
             target, args = (argv[j], argv[j + 1:]) if j < len(argv) else (None, [])
             break
@@ -175,7 +201,7 @@ def run_main(argv: List[str]) -> int:
     if module and not _is_module_name(target):
         return _usage_error(parser, "-m %s: not a module name (dotted Python identifiers, like "
                                     "python -m; for a file: run %s)" % (target, target))
-    if not module:
+    if not module and target != "-":
         if not os.path.exists(target):
             return _usage_error(parser, "no such file: %s" % target)
         if os.path.isdir(target) and not os.path.exists(os.path.join(target, "__main__.py")):
@@ -183,7 +209,8 @@ def run_main(argv: List[str]) -> int:
     mode = "block" if opts["launch_blocking"] else "none" if opts["no_watch"] else "watch"
     from . import _options
     return _run(target, args, module=module, mode=mode, all_threads=opts["all_threads"],
-                full_traceback=opts["traceback"], guard=opts["guard"] or _options.OPTIONS.guard)
+                full_traceback=opts["traceback"], prog=prog,
+                guard=opts["guard"] or _options.OPTIONS.guard)
 
 
 def _enter(mode: str, all_threads: bool):
@@ -208,14 +235,37 @@ def _enter(mode: str, all_threads: bool):
     return scope
 
 
+def _exec_stdin() -> None:
+    """Run the program on stdin as ``__main__``, as ``python -`` does (``__file__``
+    is ``<stdin>``); its lines go into linecache, so tracebacks show them."""
+    import linecache
+    import types
+    source = sys.stdin.read()
+    code = compile(source, "<stdin>", "exec")
+    linecache.cache["<stdin>"] = (len(source), None, source.splitlines(True), "<stdin>")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__="<stdin>", __cached__=None, __loader__=None, __spec__=None,
+                         __package__=None)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
 def _run(target: str, args: List[str], module: bool, mode: str, all_threads: bool,
-         full_traceback: bool, guard: bool = False) -> int:
+         full_traceback: bool, prog: str = MODULE_PROG, guard: bool = False) -> int:
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     try:
         if module:
             sys.argv = [target] + args          # runpy sets argv[0] to the module's file
             # `python -m` puts the current directory first on sys.path.
             sys.path[0:1] = [os.getcwd()] if sys.path else [os.getcwd()]
+        elif target == "-":
+            sys.argv = ["-"] + args
+            sys.path[0:1] = [""]                # as `python -`: the current directory
         else:
             sys.argv = [target] + args
             sys.path[0:1] = [os.path.dirname(os.path.abspath(target))]
@@ -229,6 +279,8 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
                     stack.enter_context(guard_region(all_threads=True))
                 if module:
                     runpy.run_module(target, run_name="__main__", alter_sys=True)
+                elif target == "-":
+                    _exec_stdin()
                 else:
                     # absolute, as `python script.py` makes it: relative file names
                     # are library code to the user-frame rule (_report.is_user_file)
@@ -239,7 +291,7 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
             traceback.print_exc()
             return 130
         except BaseException as e:
-            return _report(e, full_traceback)
+            return _report(e, full_traceback, prog)
         return 0
     finally:
         sys.argv = saved_argv
@@ -297,7 +349,7 @@ def _print_traceback(e: BaseException) -> None:
     traceback.print_exception(type(e), e, _user_tb(e.__traceback__), file=sys.stderr)
 
 
-def _report(e: BaseException, full_traceback: bool) -> int:
+def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG) -> int:
     """Print what happened; the exit status."""
     from . import _report as rep, _sticky
     from ._errors import CudaError, GuardError
@@ -327,57 +379,80 @@ def _report(e: BaseException, full_traceback: bool) -> int:
     sys.stderr.write(
         "\ncuda_debug: %s is a sticky CUDA error: the CUDA context is dead.\n"
         "Kernels run asynchronously: the line above may not be where the faulting kernel was "
-        "launched.\nTo name the kernel, the line and the assert text: python -m cuda_debug run "
+        "launched.\nTo name the kernel, the line and the assert text: %s run "
         "%s (watch, the default) or --launch-blocking\n"
-        % (_sticky.describe(code), " ".join(sys.argv) or "..."))
+        % (_sticky.describe(code), prog, " ".join(sys.argv) or "..."))
     return EXIT_STICKY
 
 
 # -- doctor ---------------------------------------------------------------------------
 
-def doctor_main(argv: List[str]) -> int:
+def _doctor_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m cuda_debug doctor", allow_abbrev=False,
+        prog=prog + " doctor", allow_abbrev=False,
         description="What cuda_debug finds here: driver, GPUs, libcuda / CUPTI / cuBLAS and "
                     "where from, CUDA_LAUNCH_BLOCKING, whether CUPTI is free. Exit status 0 "
-                    "when watch() and launch_blocking() work here or there is no GPU; 1 when "
-                    "there is a GPU but they cannot work.")
-    p.add_argument("--json", action="store_true", help="print the facts as JSON")
+                    "when watch() and launch_blocking() work here; 1 when they do not (no "
+                    "driver, no GPU, CUPTI missing or held): the verdict says why.")
+    p.add_argument("--json", action="store_true",
+                   help="print the facts as JSON (\"ok\": whether watch() and "
+                        "launch_blocking() work here; \"problem\": why not)")
+    return p
+
+
+def doctor_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     try:
-        ns = p.parse_args(argv)
+        ns = _doctor_parser(prog).parse_args(argv)
     except SystemExit as e:       # --help (0) or a usage error (2): a status, not an exit
         return _exit_status(e.code)
     from . import _environment
     facts = _environment.full(probe_cupti=True)
-    status, verdict = _verdict(facts)
+    problem, verdict = _verdict(facts)
     facts["verdict"] = verdict
-    facts["ok"] = status == 0
+    facts["ok"] = problem is None
+    facts["problem"] = problem
     if ns.json:
         print(json.dumps(facts, indent=2, sort_keys=True, default=str))
     else:
         print(_doctor_text(facts))
-    return status
+    return 0 if problem is None else EXIT_ERROR
 
 
-def _verdict(d: dict) -> (int, str):
+#: doctor's "problem" values: why watch() and launch_blocking() cannot work here
+PROBLEMS = ("no_driver", "no_gpu", "no_cupti", "cupti_held", "cupti_error")
+
+
+def _verdict(d: dict) -> (Optional[str], str):
+    """(problem, verdict): problem is None when watch() and launch_blocking() work
+    here, else one of PROBLEMS; the verdict says it in words, and what to do."""
     if not d["libcuda"]["found"]:
-        return 0, ("no NVIDIA driver here (libcuda.so.1 not found): cuda_debug imports and "
-                   "reports errors, but watch() and launch_blocking() need an NVIDIA GPU and driver.")
+        found = [name for name, key in (("CUPTI", "cupti"), ("cuBLAS", "cublas"))
+                 if (d.get(key) or {}).get("found")]
+        return "no_driver", (
+            "not usable here: no NVIDIA driver (libcuda.so.1 not found): watch() and "
+            "launch_blocking() need an NVIDIA GPU and its driver%s. cuda_debug still "
+            "imports, and translates the CUDA errors that frameworks raise."
+            % (" (%s %s installed)" % (" and ".join(found), "are" if len(found) > 1 else "is")
+               if found else ""))
     init = d.get("init") or {}
     if init.get("code") or not d["devices"]:
-        return 0, ("no usable GPU here (cuInit: %s): watch() and launch_blocking() need an NVIDIA GPU."
-                   % (init.get("name") or "no device"))
+        return "no_gpu", ("not usable here: no usable GPU (cuInit: %s), so watch() and "
+                          "launch_blocking() cannot work; they need an NVIDIA GPU."
+                          % (init.get("name") or "no device"))
     if not d["cupti"]["found"]:
-        return 1, ("CUPTI was not found: watch() and launch_blocking() need it. Install the CUDA toolkit "
-                   "or the nvidia-cuda-cupti wheel, or set CUDA_HOME.")
+        return "no_cupti", ("not usable here: CUPTI was not found, and watch() and "
+                            "launch_blocking() need it. Install the CUDA toolkit or the "
+                            "nvidia-cuda-cupti wheel, or set CUDA_HOME.")
     free = d.get("cupti_free") or {}
     if free.get("free") is False:
-        return 1, "CUPTI is held by another tool (%s): watch() and launch_blocking() would raise " \
-                  "ToolConflictError, or with PyTorch imported synchronise after every op " \
-                  "instead." % (free.get("holder") or "a profiler")
+        return "cupti_held", (
+            "not usable now: CUPTI is held by another tool (%s): watch() and launch_blocking() "
+            "would raise ToolConflictError, or with PyTorch imported synchronise after every "
+            "op instead." % (free.get("holder") or "a profiler"))
     if free.get("free") is None:
-        return 1, "CUPTI could not be subscribed: %s" % free.get("error")
-    return 0, "watch() and launch_blocking() work here."
+        return "cupti_error", "not usable here: CUPTI could not be subscribed: %s" % \
+            free.get("error")
+    return None, "watch() and launch_blocking() work here."
 
 
 def _lib_line(lib: Optional[dict]) -> str:

@@ -23,7 +23,7 @@ report; errors pickle (pytest-xdist, multiprocessing).
 """
 import re
 import traceback
-from typing import Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _cuda_errors
 
@@ -44,6 +44,39 @@ class CudaError(RuntimeError):
 
     #: what happened, in a few words; subclasses refine it
     what = None
+
+    # The report fields (REPORT_FIELDS), None where unknown: declared for type
+    # checkers and IDEs (__init__ sets them all).
+    kernel: Optional[str]
+    kernel_mangled: Optional[str]
+    grid: Optional[Tuple[int, int, int]]
+    block: Optional[Tuple[int, int, int]]
+    shared_mem: Optional[int]
+    stream: Optional[int]
+    device: Optional[int]
+    filename: Optional[str]
+    lineno: Optional[int]
+    function: Optional[str]
+    line: Optional[str]
+    launch_stack: Optional[traceback.StackSummary]
+    device_message: Optional[str]
+    driver_log: Optional[List[str]]
+    op: Optional[str]
+    inputs: Optional[List[Dict[str, Any]]]
+    thread: Optional[str]
+    launch_api: Optional[str]
+    found_at: Optional[str]
+    launch_refused: Optional[bool]
+    device_message_cut: Optional[int]
+    consequences: Optional[int]
+    before_scope: Optional[bool]
+    mechanism: Optional[str]
+    exact: Optional[bool]
+    candidates: Optional[List[Any]]
+    recent_launches: Optional[List[Any]]
+    surfaced_at: Optional[str]
+    provenance: Optional[str]
+    op_stack: Optional[List[str]]
 
     def __init__(self, message: Optional[str] = None, *, code: Optional[int] = None,
                  **fields):

@@ -18,7 +18,7 @@ import contextlib
 import functools
 import inspect
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, overload
 
 from . import (_core, _cuda_errors, _dispatch_fallback, _libraries, _locations, _options, _report,
                _torch_ops)
@@ -27,6 +27,8 @@ from ._errors import CudaError, CudaUnavailableError, ToolConflictError
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
 
 _watch_epoch = None            # watch_seq() when the first watch() opened
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _check_bool(name: str, value) -> bool:
@@ -103,18 +105,36 @@ class _Region(contextlib.ContextDecorator):
     _what = "region"
 
     def __new__(cls, *args, **kwargs):
-        # @cuda_debug.launch_blocking without parentheses: the argument is the function.
+        # @cuda_debug.launch_blocking without parentheses: the argument is the function
+        # (anything else callable is refused by __call__, saying what is accepted).
         if len(args) == 1 and not kwargs and callable(args[0]) and \
                 not isinstance(args[0], (bool, int)):
             return cls()(args[0])
         return super().__new__(cls)
+
+    _takes = "True or False"
+
+    def _refuse(self, obj):
+        """TypeError for an object that is neither a function nor an argument."""
+        if inspect.isclass(obj):
+            what = "the class %s" % obj.__qualname__
+            hint = ": decorate its methods, or put `with cuda_debug.%s:` around the code" \
+                % self._what
+        else:
+            what = "a %s object" % type(obj).__qualname__
+            hint = (": to cover a model or another callable object, call it inside "
+                    "`with cuda_debug.%s:`" % self._what) if callable(obj) else ""
+        return TypeError("%s decorates functions and takes %s, not %s%s"
+                         % (self._what, self._takes, what, hint))
 
     def _recreate_cm(self):
         # Each decorated call gets its own object: one function may run in two
         # threads (or recursively) at once.
         return self._copy()
 
-    def __call__(self, func):
+    def __call__(self, func: _F) -> _F:
+        if not (inspect.isroutine(func) or isinstance(func, functools.partial)):
+            raise self._refuse(func)
         if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
             raise TypeError(
                 "%s cannot decorate the generator function %s: the scope would cover only "
@@ -160,12 +180,30 @@ class launch_blocking(_Region):
     """
 
     _what = "launch_blocking()"
+    _takes = "enabled=True|False and all_threads=True|False"
+    enabled: bool
+    all_threads: bool
 
-    def __init__(self, enabled: bool = True, *, all_threads: bool = False):
-        self.enabled = _check_bool("launch_blocking(enabled)", enabled)
-        self.all_threads = _check_bool("launch_blocking(all_threads)", all_threads) and \
-            self.enabled
-        self._handles = []
+    if TYPE_CHECKING:
+        # What type checkers see: the bare decorator (@cuda_debug.launch_blocking)
+        # returns the function, the call an instance. (A type checker prefers
+        # __init__ to __new__ when a class has both: it sees no __init__.)
+        @overload
+        def __new__(cls, enabled: _F) -> _F: ...
+        @overload
+        def __new__(cls, enabled: bool = True, *, all_threads: bool = False
+                    ) -> "launch_blocking": ...
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any: ...
+    else:
+        def __init__(self, enabled: bool = True, *, all_threads: bool = False):
+            self.enabled = _check_bool("launch_blocking(enabled)", enabled)
+            self.all_threads = _check_bool("launch_blocking(all_threads)", all_threads)
+            if self.all_threads and not self.enabled:
+                raise ValueError(
+                    "launch_blocking(False, all_threads=True): all_threads=True blocks every "
+                    "thread's launches, and launch_blocking(False) blocks none (it opts this "
+                    "thread out): pass one of them")
+            self._handles = []
 
     def _copy(self):
         return launch_blocking(self.enabled, all_threads=self.all_threads)
@@ -223,12 +261,21 @@ class watch(_Region):
     """
 
     _what = "watch()"
+    _takes = "ops=True|False"
+    ops: bool
 
-    def __init__(self, ops: Optional[bool] = None):
-        self.ops = _options.OPTIONS.watch_ops if ops is None else \
-            _check_bool("watch(ops)", ops)
-        self._handles = []
-        self._recorders = []
+    if TYPE_CHECKING:             # as launch_blocking's: @cuda_debug.watch returns the function
+        @overload
+        def __new__(cls, ops: _F) -> _F: ...
+        @overload
+        def __new__(cls, ops: Optional[bool] = None) -> "watch": ...
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any: ...
+    else:
+        def __init__(self, ops: Optional[bool] = None):
+            self.ops = _options.OPTIONS.watch_ops if ops is None else \
+                _check_bool("watch(ops)", ops)
+            self._handles = []
+            self._recorders = []
 
     def _copy(self):
         return watch(self.ops)
@@ -289,6 +336,8 @@ def check(device=None) -> None:
     the kernel."""
     if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
         raise TypeError("check(device) takes a device ordinal (int), not %r" % (device,))
+    if device is not None and device < 0:
+        raise ValueError("check(device=%d): a device ordinal is >= 0" % device)
     _libraries.ensure(_libraries.CUDA)
     rc = _core.synchronize(-1 if device is None else device)
     if rc == 0:

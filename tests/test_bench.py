@@ -59,6 +59,15 @@ def test_non_bool_flags_raise_typeerror(kwargs, no_gpu):
         bench.gemm(sizes=[64], **kwargs)
 
 
+@pytest.mark.parametrize("bench_call", ["gemm", "launch_latency"])
+@pytest.mark.parametrize("progress", ["yes", 1, 0.5, [True]])
+def test_bad_progress_is_refused_before_any_gpu_work(bench_call, progress, no_gpu):
+    kwargs = dict(sizes=[64]) if bench_call == "gemm" else {}
+    with pytest.raises(TypeError, match=r"^progress=.*: expected None .*True, False or a "
+                                        r"callable\(done, total, text\)$"):
+        getattr(bench, bench_call)(progress=progress, **kwargs)
+
+
 @pytest.mark.parametrize("kwargs", [dict(modes=["fast"]), dict(launches=0), dict(repeats=-3),
                                     dict(device=-1), dict(samples=1.5)])
 def test_latency_bad_arguments(kwargs, no_gpu):

@@ -15,13 +15,19 @@ from conftest import PKG_PARENT, gpu_unavailable_reason
 NO_GPU = gpu_unavailable_reason() is not None
 
 
-def cli(*args, cwd=None, env=None, timeout=120):
+def cli_env(env=None):
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [PKG_PARENT, os.environ.get("PYTHONPATH")]))
     full_env.pop("CUDA_LAUNCH_BLOCKING", None)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "cuda_debug"] + list(args), cwd=cwd,
-                          env=full_env, capture_output=True, text=True, timeout=timeout)
+    return full_env
+
+
+def cli(*args, cwd=None, env=None, timeout=120, input=None, command=None):
+    """``python -m cuda_debug args...`` (or `command` + args) in a subprocess."""
+    return subprocess.run((command or [sys.executable, "-m", "cuda_debug"]) + list(args),
+                          cwd=cwd, env=cli_env(env), capture_output=True, text=True,
+                          timeout=timeout, input=input if input is not None else "")
 
 
 def script(tmp_path, source, name="user_script.py"):
@@ -94,6 +100,101 @@ def test_console_script():
         pytest.skip("cuda-debug console script not installed (pip install -e .)")
     r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("cuda_debug ")
+
+
+def test_help_lists_every_top_level_option():
+    out = cli("--help").stdout
+    for option in ("--help", "--version"):
+        assert re.search(r"^  (-h, )?%s\s" % option, out, re.M), out
+
+
+ENTRY_POINT = """\
+import re, sys
+from cuda_debug.__main__ import main
+if __name__ == "__main__":
+    sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
+    sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("args,usage", [
+    (("--help",), "usage: cuda-debug <command>"),
+    (("run", "--help"), "usage: cuda-debug run "),
+    (("doctor", "--help"), "usage: cuda-debug doctor "),
+    (("bench", "--help"), "usage: cuda-debug bench "),
+    (("bench", "gemm", "--help"), "usage: cuda-debug bench gemm "),
+    (("bench", "latency", "--help"), "usage: cuda-debug bench latency "),
+])
+def test_help_names_the_console_script(tmp_path, args, usage):
+    """Under the `cuda-debug` console script (the file pip writes for the entry
+    point), help and usage say `cuda-debug`, not `python -m cuda_debug`."""
+    exe = tmp_path / "bin" / "cuda-debug"
+    exe.parent.mkdir()
+    exe.write_text(ENTRY_POINT)
+    r = cli(*args, command=[sys.executable, str(exe)])
+    assert r.returncode == 0, r.stderr
+    assert usage in r.stdout, r.stdout
+    assert "python -m cuda_debug" not in r.stdout, r.stdout
+
+
+def test_usage_errors_name_the_console_script(tmp_path):
+    exe = tmp_path / "cuda-debug"
+    exe.write_text(ENTRY_POINT)
+    r = cli("run", "--bogus", "x.py", command=[sys.executable, str(exe)])
+    assert r.returncode == 2 and r.stderr.startswith("usage: cuda-debug run "), r.stderr
+
+
+def test_bench_usage_error_says_the_command_once():
+    r = cli("bench", "frob")
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    usage, error = r.stderr.rstrip("\n").splitlines()
+    assert usage.startswith("usage: python -m cuda_debug bench "), r.stderr
+    assert error.startswith("cuda_debug bench: argument {gemm,latency}: invalid choice: 'frob'"), \
+        r.stderr
+    assert "bench" not in error[len("cuda_debug bench: "):], r.stderr
+
+
+def _all_parsers():
+    """Every argparse parser of the command line: run, doctor, bench and its subcommands."""
+    import argparse
+    from cuda_debug import _cli
+    from cuda_debug.bench import _cli as bench_cli
+    todo = [_cli._run_parser(), _cli._doctor_parser(), bench_cli.parser()]
+    seen = []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+    return seen
+
+
+def test_no_parser_accepts_abbreviations():
+    parsers = _all_parsers()
+    assert sorted(p.prog for p in parsers) == [
+        "python -m cuda_debug bench", "python -m cuda_debug bench gemm",
+        "python -m cuda_debug bench latency", "python -m cuda_debug doctor",
+        "python -m cuda_debug run"]
+    assert [p.prog for p in parsers if p.allow_abbrev] == []
+
+
+@pytest.mark.parametrize("args,unknown", [
+    (("bench", "gemm", "--size", "64"), "--size 64"),
+    (("bench", "gemm", "--dtype", "fp32"), "--dtype fp32"),
+    (("bench", "latency", "--mode", "async"), "--mode async"),
+    (("doctor", "--js"), "--js"),
+])
+def test_abbreviated_options_are_refused(args, unknown):
+    r = cli(*args)
+    assert (r.returncode, r.stdout) == (2, ""), r.stdout + r.stderr
+    assert "unrecognized arguments: %s" % unknown in r.stderr, r.stderr
+
+
+def test_every_option_has_help():
+    missing = ["%s %s" % (p.prog, "/".join(a.option_strings)) for p in _all_parsers()
+               for a in p._actions if a.option_strings and not (a.help or "").strip()]
+    assert missing == []
 
 
 # -- run --------------------------------------------------------------------------------
@@ -175,6 +276,41 @@ def test_run_module(tmp_path):
     assert json.loads(r.stdout) == ["__main__", ["--help", "x"]]
 
 
+STDIN_SCRIPT = """\
+import json, sys
+print(json.dumps({"argv": sys.argv, "name": __name__, "file": __file__, "path0": sys.path[0]}))
+"""
+
+
+def test_run_reads_the_script_from_stdin(tmp_path):
+    """`run -` runs the program read from stdin, as `python -` does."""
+    r = cli("run", "-", "a", "--help", cwd=str(tmp_path), input=STDIN_SCRIPT)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d == {"argv": ["-", "a", "--help"], "name": "__main__", "file": "<stdin>",
+                 "path0": ""}
+    r = cli("run", "--no-watch", "--", "-", cwd=str(tmp_path), input=STDIN_SCRIPT)
+    assert r.returncode == 0 and json.loads(r.stdout)["argv"] == ["-"], r.stderr
+
+
+def test_run_stdin_tracebacks_show_the_lines(tmp_path):
+    r = cli("run", "--no-watch", "-", input="x = 1\nraise ValueError('from stdin')\n")
+    assert r.returncode == 1
+    assert 'File "<stdin>", line 2, in <module>' in r.stderr, r.stderr
+    assert "raise ValueError('from stdin')" in r.stderr and "_cli.py" not in r.stderr
+    r = cli("run", "--no-watch", "-", input="def f(:\n")
+    assert r.returncode == 1 and "SyntaxError" in r.stderr, r.stderr
+    r = cli("run", "--no-watch", "-", input="import sys\nsys.exit(5)\n")
+    assert r.returncode == 5
+
+
+def test_run_stdin_sticky_error(tmp_path):
+    r = cli("run", "--no-watch", "-", input='raise RuntimeError("CUDA error: an illegal memory '
+                                             'access was encountered")\n')
+    assert r.returncode == 3
+    assert "python -m cuda_debug run - (watch, the default)" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("args,message", [
     ((), "a script (or -m module) is required"),
     (("--bogus", "x.py"), "unknown option --bogus"),
@@ -254,28 +390,98 @@ def test_run_options_exclude_each_other(tmp_path):
 
 def test_doctor_text():
     r = cli("doctor")
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == (1 if NO_GPU else 0), r.stdout + r.stderr
     for row in ("cuda_debug", "built with", "driver", "libcuda", "CUPTI", "cuBLAS",
                 "CUPTI free", "CUDA_LAUNCH_BLOCKING"):
         assert re.search(r"^%s\s" % row, r.stdout, re.M), r.stdout
     assert re.search(r"^CUDA_LAUNCH_BLOCKING\s+not set$", r.stdout, re.M), r.stdout
     assert "verdict: " in r.stdout
     if NO_GPU:
-        assert "verdict: no " in r.stdout, r.stdout
+        assert "verdict: not usable here: no " in r.stdout, r.stdout
 
 
 def test_doctor_json_and_cuda_launch_blocking(tmp_path):
     r = cli("doctor", "--json", env={"CUDA_LAUNCH_BLOCKING": "1"})
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == (1 if NO_GPU else 0), r.stderr
     d = json.loads(r.stdout)
     assert d["env"]["CUDA_LAUNCH_BLOCKING"] == "1"
     for key in ("libcuda", "cupti", "cublas", "devices", "cupti_free", "verdict", "ok",
-                "cuda_headers", "driver"):
+                "problem", "cuda_headers", "driver"):
         assert key in d
     if NO_GPU:
-        assert d["devices"] == [] and d["ok"] is True and d["cupti_free"] is None
+        assert d["devices"] == [] and d["ok"] is False and d["cupti_free"] is None
+        assert d["problem"] in ("no_driver", "no_gpu")
     r = cli("doctor", env={"CUDA_LAUNCH_BLOCKING": "1"})
     assert re.search(r"^CUDA_LAUNCH_BLOCKING\s+'1': every launch", r.stdout, re.M), r.stdout
+
+
+def test_run_stdin_names_the_launching_line(fake_child):
+    """A fault launched by the program on stdin is located at `<stdin>:LINE`, with
+    the line's text (fake driver: the real callback, a fake device assert)."""
+    c = fake_child('''
+        import io, sys
+        from cuda_debug import _cli
+        sys.stdin = io.StringIO("import cuda_debug.testing as t\\nx = 1\\nt.device_assert()\\n")
+        rc = _cli.main(["run", "--launch-blocking", "-"])
+        report(dict(rc=rc))
+    ''')
+    assert c.result == {"rc": 3}, c
+    lines = c.stderr.splitlines()
+    i = report_start(lines, "DeviceAssertError: ")
+    assert lines[i + 1].strip() == "at <stdin>:3 in <module>:  t.device_assert()", c.stderr
+
+
+def _doctor_in(fake_child, setup=""):
+    """`doctor --json` and `doctor` in a child with the fake driver: their statuses,
+    ok, problem, verdict and the text."""
+    return fake_child(setup + textwrap.dedent('''
+        import contextlib, io, json
+        from cuda_debug import _cli
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = _cli.main(["doctor", "--json"])
+        d = json.loads(out.getvalue())
+        with contextlib.redirect_stdout(io.StringIO()) as text:
+            text_rc = _cli.main(["doctor"])
+        report(dict(rc=rc, text_rc=text_rc, ok=d["ok"], problem=d["problem"],
+                    verdict=d["verdict"], text=text.getvalue()))
+    '''))
+
+
+def test_doctor_without_a_driver_is_not_usable():
+    """No libcuda: a script reading `ok` or the exit status must see "not usable"."""
+    env = {"LD_LIBRARY_PATH": "/nonexistent"}
+    if conftest.run_child("from cuda_debug import _libraries\n"
+                          "_libraries.ensure(_libraries.CUDA)\n", env=env).returncode == 0:
+        pytest.skip("a driver is installed here: the no-driver case is not reachable")
+    r = cli("doctor", "--json", env=env)
+    d = json.loads(r.stdout)
+    assert (r.returncode, d["ok"], d["problem"]) == (1, False, "no_driver"), r.stdout
+    assert d["verdict"].startswith("not usable here: no NVIDIA driver (libcuda.so.1 not found)")
+    r = cli("doctor", env=env)
+    assert r.returncode == 1
+    verdict = r.stdout.rstrip().splitlines()[-1]
+    assert verdict == "verdict: " + d["verdict"]
+    found = [name for name, key in (("CUPTI", "cupti"), ("cuBLAS", "cublas")) if d[key]["found"]]
+    if found:      # e.g. PyTorch's NVIDIA wheels without a GPU: say what is there
+        assert "(%s " % " and ".join(found) in verdict, verdict
+
+
+def test_doctor_with_a_working_driver_is_usable(fake_child):
+    c = _doctor_in(fake_child)
+    assert c.returncode == 0, c
+    r = c.result
+    assert (r["rc"], r["text_rc"], r["ok"], r["problem"]) == (0, 0, True, None), r
+    assert r["text"].rstrip().endswith("verdict: watch() and launch_blocking() work here."), r
+
+
+def test_doctor_with_a_driver_but_no_gpu_is_not_usable(fake_child):
+    c = _doctor_in(fake_child, "fake.fake_set_init_result(100)\n")   # CUDA_ERROR_NO_DEVICE
+    assert c.returncode == 0, c
+    r = c.result
+    assert (r["rc"], r["text_rc"], r["ok"], r["problem"]) == (1, 1, False, "no_gpu"), r
+    assert r["verdict"].startswith("not usable here: no usable GPU (cuInit: "
+                                   "CUDA_ERROR_NO_DEVICE)"), r
 
 
 # -- GPU --------------------------------------------------------------------------------
@@ -298,6 +504,22 @@ def test_gpu_run_launch_blocking_names_kernel_and_line(tmp_path):
         p, line_of(p, "t.device_assert()")), r.stderr
     assert "Assertion" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("option", ["--launch-blocking", None])
+def test_gpu_run_stdin_names_kernel_and_line(option):
+    """`run -`: the program read from stdin, its launch named at <stdin>:LINE, in
+    both modes (watch: launched at; launch_blocking: at)."""
+    source = "import cuda_debug, cuda_debug.testing as t\nt.device_assert()\ncuda_debug.check()\n"
+    r = cli("run", *([option] if option else []), "-", input=source, timeout=60)
+    assert r.returncode == 3, r.stdout + r.stderr
+    lines = r.stderr.splitlines()
+    i = report_start(lines, "DeviceAssertError: ")
+    assert lines[i] == "DeviceAssertError: device-side assert in check_index<int>", r.stderr
+    where = "at" if option else "launched at"
+    assert lines[i + 1].strip() == "%s <stdin>:2 in <module>:  t.device_assert()" % where, \
+        r.stderr
 
 
 @pytest.mark.gpu

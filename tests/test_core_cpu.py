@@ -105,6 +105,62 @@ def test_strict_arguments_and_balance():
         cuda_debug.check("0")
 
 
+def test_all_threads_needs_a_blocking_scope():
+    with pytest.raises(ValueError, match=r"launch_blocking\(False, all_threads=True\): "):
+        cuda_debug.launch_blocking(False, all_threads=True)
+    assert cuda_debug.launch_blocking(True, all_threads=True).all_threads is True
+    assert cuda_debug.launch_blocking(False).all_threads is False
+
+
+class _Model:
+    """A callable object, as a torch.nn.Module instance is."""
+
+    def __call__(self, x):
+        return x
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: cuda_debug.watch(_Model()),
+     r"^watch\(\) decorates functions and takes ops=True\|False, not a _Model object: to cover "
+     r"a model or another callable object, call it inside `with cuda_debug.watch\(\):`$"),
+    (lambda: cuda_debug.launch_blocking(_Model()),
+     r"^launch_blocking\(\) decorates functions and takes enabled=True\|False and "
+     r"all_threads=True\|False, not a _Model object: "),
+    (lambda: cuda_debug.launch_blocking(_Model),
+     r"^launch_blocking\(\) decorates functions .*, not the class _Model: decorate its "
+     r"methods, or put `with cuda_debug.launch_blocking\(\):` around the code$"),
+    (lambda: cuda_debug.watch(_Model), r"^watch\(\) decorates functions .*not the class _Model"),
+    (lambda: cuda_debug.watch()(_Model()), r"^watch\(\) decorates functions .*a _Model object"),
+    (lambda: cuda_debug.launch_blocking(True)(_Model), r"not the class _Model"),
+    (lambda: cuda_debug.watch()("text"), r"not a str object$"),
+])
+def test_decorators_take_functions_only(make, message):
+    with pytest.raises(TypeError, match=message):
+        make()
+
+
+def test_decorators_still_take_every_kind_of_function():
+    import functools
+
+    class K:
+        @cuda_debug.launch_blocking
+        def method(self):
+            return "m"
+
+    for func in (K().method, len, functools.partial(max, 1), lambda: None):
+        wrapped = cuda_debug.launch_blocking(False)(func)
+        assert callable(wrapped) and wrapped is not func
+    assert K.method.__wrapped__(K()) == "m"
+    assert cuda_debug.launch_blocking(False)(functools.partial(max, 1))(5) == 5
+
+
+@pytest.mark.parametrize("device", [-1, -7])
+def test_check_rejects_negative_ordinals(device):
+    """-1 would be the current context for the C core: not what check(-1) means."""
+    with pytest.raises(ValueError, match=r"check\(device=%d\): a device ordinal is >= 0" % device):
+        cuda_debug.check(device)
+
+
 def test_bare_decorator_and_coroutines_are_covered():
     import asyncio
 

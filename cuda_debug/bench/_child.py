@@ -6,10 +6,9 @@ Protocol: the parent writes one JSON spec on the child's stdin; the child
 writes tagged lines on its stdout: ``progress`` events (relayed to the
 parent's progress line, so it works in notebooks too) and one ``result``. Its
 stderr is the parent's. This module is the parent's side; the child runs
-``_child_main.py``."""
-import json
+``_child_main.py``. (json and subprocess are imported when a child runs: not
+at ``import cuda_debug.bench``.)"""
 import os
-import subprocess
 import sys
 from typing import Callable, Optional
 
@@ -41,6 +40,8 @@ def run(spec: dict, on_event: Optional[Callable[[str, str], None]] = None,
     """Run `spec` in a child with CUDA_LAUNCH_BLOCKING=1 and return its result
     (``env``: the variable as the child saw it, ``pid``, ``results``);
     `on_event(kind, text)` receives its progress events ("show" / "step")."""
+    import json
+    import subprocess
     proc = subprocess.Popen(command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=None, text=True, env=environment())
     result, other = None, []

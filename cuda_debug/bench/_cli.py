@@ -26,14 +26,23 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so main() returns a status."""
+    """argparse that raises instead of exiting, so main() returns a status; no
+    abbreviated options (``--size`` is not ``--sizes``), here and in every subparser."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
-        raise UsageError("%s: error: %s" % (self.prog, message))
+        raise UsageError(message, usage=self.format_usage())
 
 
 class UsageError(Exception):
-    pass
+    """A bad command line (main() prints `usage` before it), or a bad output path."""
+
+    def __init__(self, message, usage=""):
+        super().__init__(message)
+        self.usage = usage
 
 
 def _default(func, name):
@@ -80,11 +89,14 @@ def _output_args(p, plot: bool):
     p.add_argument("--force", action="store_true", help="overwrite output files that exist")
 
 
-def parser() -> argparse.ArgumentParser:
+PROG = "python -m cuda_debug bench"
+
+
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
     from ._gemm import gemm
     from ._latency import launch_latency
     d = lambda name: _default(gemm, name)              # noqa: E731
-    p = _Parser(prog="python -m cuda_debug bench",
+    p = _Parser(prog=prog,
                 description="GEMM and launch-latency microbenchmarks: what synchronous "
                             "launching costs (see cuda_debug.bench).")
     sub = p.add_subparsers(dest="what", metavar="{gemm,latency}")
@@ -109,7 +121,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--lt-algos", type=int, default=d("lt_algos"),
                    help="cuBLASLt: 1 = the heuristic's choice (PyTorch's), more = timed "
                         "(default: %(default)s)")
-    g.add_argument("--device", type=int, default=d("device"))
+    g.add_argument("--device", type=int, default=d("device"),
+                   help="CUDA device ordinal (default: %(default)s)")
     g.add_argument("--warmup", type=float, default=d("warmup"),
                    help="seconds per row (default: %(default)s)")
     g.add_argument("--repeats", type=int, default=d("repeats"),
@@ -124,15 +137,18 @@ def parser() -> argparse.ArgumentParser:
                    help="do not flush L2 before the event-timed samples")
     g.add_argument("--check", dest="check", action="store_true", default=d("check"),
                    help="check every product against float64 (default: sizes <= 512^3)")
-    g.add_argument("--no-check", dest="check", action="store_false")
+    g.add_argument("--no-check", dest="check", action="store_false",
+                   help="check no product")
     _output_args(g, plot=True)
     _progress_args(g)
 
     dl = lambda name: _default(launch_latency, name)   # noqa: E731
     lat = sub.add_parser("latency", help="empty-kernel launch cost per launch mode",
                          description="Time empty-kernel launches in each launch mode.")
-    lat.add_argument("--modes", default=_csv_default(dl("modes")))
-    lat.add_argument("--device", type=int, default=dl("device"))
+    lat.add_argument("--modes", default=_csv_default(dl("modes")),
+                     help="of async,sync,scope,launch_blocking[,watch] (default: %(default)s)")
+    lat.add_argument("--device", type=int, default=dl("device"),
+                     help="CUDA device ordinal (default: %(default)s)")
     lat.add_argument("--launches", type=int, default=dl("launches"), help="launches per loop")
     lat.add_argument("--repeats", type=int, default=dl("repeats"), help="timed loops")
     lat.add_argument("--samples", type=int, default=dl("samples"), help="single timed launches")
@@ -229,19 +245,20 @@ def _run(args) -> int:
     return EXIT_OK
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m cuda_debug bench ...``; `argv` is what follows ``bench``."""
+def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
+    """``python -m cuda_debug bench ...``; `argv` is what follows ``bench``, `prog`
+    the command as invoked (``cuda-debug bench``), for help and usage."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
         argv = argv[1:]
     what = "bench"
     try:
-        args = parser().parse_args(argv)
+        args = parser(prog).parse_args(argv)
         what = "bench " + args.what
         (validate_gemm if args.what == "gemm" else validate_latency)(args)
         check_outputs(args)
     except (UsageError, ValueError, TypeError) as e:
-        sys.stderr.write("cuda_debug %s: %s\n" % (what, e))
+        sys.stderr.write("%scuda_debug %s: %s\n" % (getattr(e, "usage", ""), what, e))
         return EXIT_USAGE
     except ImportError as e:          # --plot without matplotlib
         sys.stderr.write("cuda_debug %s: %s\n" % (what, e))

@@ -93,6 +93,14 @@ def check_device(device) -> None:
         raise ValueError("device=%r: expected a device ordinal >= 0" % (device,))
 
 
+def check_progress(progress) -> None:
+    """TypeError unless `progress` is None, True / False or a callable(done, total, text)."""
+    if progress is None or callable(progress) or isinstance(progress, (bool, np.bool_)):
+        return
+    raise TypeError("progress=%r: expected None (a progress line on a terminal or in a "
+                    "notebook), True, False or a callable(done, total, text)" % (progress,))
+
+
 def check_seed(seed) -> None:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or \
             not 0 <= seed < 2 ** 62:
@@ -181,8 +189,8 @@ def parse_modes(modes) -> list:
 
 
 def watch_available() -> bool:
-    import cuda_debug
-    return hasattr(cuda_debug, "watch")
+    from .. import _scope       # (not the package: cuda_debug names bench for type checkers)
+    return hasattr(_scope, "watch")
 
 
 # --------------------------------------------------------------------- flags --

@@ -10,7 +10,7 @@ from . import _child, _native
 from ._clocks import ClockSampler, Nvml
 from ._config import (BASE_MODES, CHECK_AUTO_MAX, STORAGE, STORAGE_TYPES, TOLERANCE,
                       WORKSPACE_BYTES, Config, check_bool, check_device, check_memory,
-                      check_number, check_seed, cublas_math, effective_dtype, flush_size,
+                      check_number, check_progress, check_seed, cublas_math, effective_dtype, flush_size,
                       parse_modes, peak_tflops, plan)
 from ._progress import Progress, ProgressArg
 from ._results import GemmResult, build_gemm_result, decode, relative_error
@@ -47,8 +47,8 @@ def gemm(sizes=(1024, 4096, 8192), dtypes=("fp32", "tf32", "bf16"), modes=BASE_M
     progress: None (a progress line when stderr is a terminal or in a notebook),
     True / False, or a callable(done, total, text).
 
-    Bad arguments raise ValueError (TypeError for a non-bool flag, `flush` or
-    `check`) before any GPU work, as do problems that do not fit in the GPU's
+    Bad arguments raise ValueError (TypeError for a non-bool flag, `flush`,
+    `check` or `progress`) before any GPU work, as do problems that do not fit in the GPU's
     free memory.
     """
     mode_list = parse_modes(modes)
@@ -65,6 +65,7 @@ def gemm(sizes=(1024, 4096, 8192), dtypes=("fp32", "tf32", "bf16"), modes=BASE_M
         check_number("samples", samples, integer=True)
     check_seed(seed)
     check_device(device)
+    check_progress(progress)
 
     what = "cuda_debug.bench.gemm"
     info = _native.device_info(device)
@@ -162,8 +163,8 @@ def measure(cfg: Config, mode: str, kwargs: dict, nvml_handle) -> dict:
                 s = _native.gemm(what, **kwargs)
             extra["hook_syncs"] = _core.stats()["synced"] - before
         elif mode == "watch":
-            import cuda_debug
-            with cuda_debug.watch():
+            from .._scope import watch
+            with watch():
                 s = _native.gemm(what, **kwargs)
         else:
             s = _native.gemm(what, **kwargs)

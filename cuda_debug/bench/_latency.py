@@ -2,7 +2,7 @@
 from .. import _core, _libraries
 from . import _child, _native
 from ._clocks import Nvml
-from ._config import BASE_MODES, check_device, check_number, parse_modes
+from ._config import BASE_MODES, check_device, check_number, check_progress, parse_modes
 from ._progress import Progress, ProgressArg
 from ._results import LatencyResult, build_latency_result
 
@@ -21,6 +21,7 @@ def launch_latency(modes=BASE_MODES, *, device: int = 0, launches: int = 1000,
         check_number(name, v, integer=True)
     check_number("warmup", warmup, allow_zero=True)
     check_device(device)
+    check_progress(progress)
     info = _native.device_info(device)
     kwargs = dict(device=device, samples=int(samples), repeats=int(repeats),
                   loop_n=int(launches), warmup_s=float(warmup))
@@ -57,8 +58,8 @@ def measure(mode: str, kwargs: dict) -> dict:
         with launch_blocking():
             s = _native.launch_latency(what, **kw)
     elif mode == "watch":
-        import cuda_debug
-        with cuda_debug.watch():
+        from .._scope import watch
+        with watch():
             s = _native.launch_latency(what, **kw)
     else:
         s = _native.launch_latency(what, **kw)

@@ -40,9 +40,6 @@ Columns of :attr:`GemmResult.array`
 ``sm_mhz``
     median SM clock seen through NVML while the row ran, NaN without NVML.
 """
-import csv
-import io
-import json
 import math
 from typing import List, Optional, Sequence, Tuple
 
@@ -237,6 +234,8 @@ def _render(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequen
 
 
 def _csv(array: np.ndarray) -> str:
+    import csv                 # (csv, io, json: when a file is written, not at import)
+    import io
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(array.dtype.names)
@@ -244,6 +243,11 @@ def _csv(array: np.ndarray) -> str:
         w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
                     repr(v) if isinstance(v, float) else v for v in row])
     return buf.getvalue()
+
+
+def _json(doc) -> str:
+    import json
+    return json.dumps(jsonable(doc), indent=1)
 
 
 def _write(path: Optional[str], text: str) -> str:
@@ -329,7 +333,7 @@ class GemmResult(_Result):
         doc = {"meta": self.meta, "rows": self.rows()}
         if samples:
             doc["samples"] = [{k: v for k, v in s.items() if k != "config"} for s in self.samples]
-        return _write(path, json.dumps(jsonable(doc), indent=1))
+        return _write(path, _json(doc))
 
     def plot(self, path: str) -> str:
         """PNG at `path`: slowdown vs size for each dtype and blocking mode (left)
@@ -415,5 +419,4 @@ class LatencyResult(_Result):
         return _write(path, _csv(self.array))
 
     def to_json(self, path: Optional[str] = None) -> str:
-        return _write(path, json.dumps(jsonable({"meta": self.meta, "rows": self.rows()}),
-                                       indent=1))
+        return _write(path, _json({"meta": self.meta, "rows": self.rows()}))
