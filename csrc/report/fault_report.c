@@ -38,7 +38,6 @@ static struct {
 } names[MAX_NAMES];
 static int n_names;
 static int enabled = 1;
-static char prefix[32];
 static char restart[160] = "The CUDA context is now unusable: restart the process.";
 static char elastic_file[1024];        /* TORCHELASTIC_ERROR_FILE, "" when unset */
 static atomic_int elastic_written;
@@ -51,7 +50,7 @@ void cd_report_configure(int on, const char *pfx, const char *error_file, const 
 {
     enabled = on;
     snprintf(elastic_file, sizeof elastic_file, "%s", error_file ? error_file : "");
-    snprintf(prefix, sizeof prefix, "%s", pfx ? pfx : "");
+    cd_out_set_prefix(pfx);
     if (text)
         snprintf(restart, sizeof restart, "%s", text);
 }
@@ -72,131 +71,14 @@ void cd_report_name_error(int code, const char *name, const char *what)
 
 /* ---------------------------------------------- a writer with no malloc -- */
 
-typedef struct {
-    char buf[6144];
-    size_t n;
-    int line_start;
-    int raw;                       /* 1: no rank prefix (the JSON) */
-} out_t;
-
-/* The length of the valid UTF-8 sequence at s (of n bytes), 0 if invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    size_t k;
-    unsigned min;
-    if (s[0] >= 0xC2 && s[0] <= 0xDF)
-        k = 2, min = 0x80;
-    else if (s[0] >= 0xE0 && s[0] <= 0xEF)
-        k = 3, min = 0x800;
-    else if (s[0] >= 0xF0 && s[0] <= 0xF4)
-        k = 4, min = 0x10000;
-    else
-        return 0;
-    if (n < k)
-        return 0;
-    unsigned c = s[0] & (0x7F >> k);
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-        return 0;
-    return k;
-}
-
-/* Never trust text we did not make: control characters become '?', bytes
- * that are not valid UTF-8 (a thread name cut inside a character, a binary
- * kernel name) are written escaped, \xe5, so that a reader decoding stderr as
- * UTF-8 never fails. */
-static void put(out_t *o, const char *s, size_t len)
-{
-    const size_t room = sizeof o->buf - 6;
-    for (size_t i = 0; i < len && o->n < room;) {
-        if (o->line_start && prefix[0] && !o->raw) {
-            for (const char *p = prefix; *p && o->n < room; p++)
-                o->buf[o->n++] = *p;
-        }
-        unsigned char c = (unsigned char)s[i];
-        o->line_start = c == '\n';
-        if (c < 0x80) {
-            o->buf[o->n++] = c != '\n' && c != '\t' && (c < 0x20 || c == 0x7F) ? '?' : (char)c;
-            i++;
-            continue;
-        }
-        size_t k = utf8_seq((const unsigned char *)s + i, len - i);
-        if (k && o->n + k <= room) {
-            memcpy(o->buf + o->n, s + i, k);
-            o->n += k;
-            i += k;
-        } else if (!k) {
-            o->buf[o->n++] = '\\';
-            o->buf[o->n++] = 'x';
-            o->buf[o->n++] = "0123456789abcdef"[c >> 4];
-            o->buf[o->n++] = "0123456789abcdef"[c & 15];
-            i++;
-        } else {
-            break;
-        }
-    }
-}
-
-static void puts_(out_t *o, const char *s) { put(o, s, strlen(s)); }
-
-static void put_u(out_t *o, unsigned long long v)
-{
-    char t[24];
-    int i = 0;
-    do {
-        t[i++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v && i < 23);
-    while (i)
-        put(o, &t[--i], 1);
-}
-
-static void put_hex(out_t *o, unsigned long long v)
-{
-    char t[20];
-    int i = 0;
-    do {
-        t[i++] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v && i < 19);
-    puts_(o, "0x");
-    while (i)
-        put(o, &t[--i], 1);
-}
-
-static void put_dims(out_t *o, const unsigned *d)
-{
-    puts_(o, "[");
-    put_u(o, d[0]);
-    puts_(o, ",");
-    put_u(o, d[1]);
-    puts_(o, ",");
-    put_u(o, d[2]);
-    puts_(o, "]");
-}
-
-static void flush(out_t *o)
-{
-    if (o->n && o->buf[o->n - 1] != '\n')
-        o->buf[o->n++] = '\n';
-    const char *p = o->buf;
-    size_t n = o->n;
-    while (n > 0) {
-        ssize_t w = write(2, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    o->n = 0;
-}
+/* report/fd_writer.c, under the short names this file uses. */
+typedef cd_out out_t;
+static inline void put(out_t *o, const char *s, size_t n) { cd_out_put(o, s, n); }
+static inline void puts_(out_t *o, const char *s) { cd_out_puts(o, s); }
+static inline void put_u(out_t *o, unsigned long long v) { cd_out_u(o, v); }
+static inline void put_hex(out_t *o, unsigned long long v) { cd_out_hex(o, v); }
+static inline void put_dims(out_t *o, const unsigned *d) { cd_out_dims(o, d); }
+static inline void flush(out_t *o) { cd_out_flush(o); }
 
 static void put_error(out_t *o, int code)
 {
@@ -212,35 +94,9 @@ static void put_error(out_t *o, int code)
     put_u(o, (unsigned)code);
 }
 
-/* "launched at file:line in func" from location ids, innermost first: the
- * innermost user frame; else the outermost pseudo-file (python -c); else the
- * innermost frame. */
-static void put_location(out_t *o, const uint32_t *ids, int n, int complete)
+static inline void put_location(out_t *o, const uint32_t *ids, int n, int complete)
 {
-    int pick = -1;
-    cd_location loc;
-    for (int i = 0; i < n && pick < 0; i++)
-        if (cd_location_get(ids[i], &loc) == 0 && loc.kind == CD_LOC_USER)
-            pick = i;
-    if (pick < 0 && complete == 1 && n > 0 && cd_location_get(ids[n - 1], &loc) == 0 &&
-        loc.kind == CD_LOC_PSEUDO)
-        pick = n - 1;
-    if (pick < 0 && n > 0)
-        pick = 0;
-    if (pick < 0 || cd_location_get(ids[pick], &loc) != 0) {
-        puts_(o, "  launched from no Python frame (a framework thread, or C code)\n");
-        return;
-    }
-    const char *file = cd_interned(loc.file), *func = cd_interned(loc.func);
-    puts_(o, "  launched at ");
-    puts_(o, file ? file : "?");
-    puts_(o, ":");
-    put_u(o, (unsigned)(loc.lineno < 0 ? 0 : loc.lineno));
-    puts_(o, " in ");
-    puts_(o, func ? func : "?");
-    if (loc.kind != CD_LOC_USER)
-        puts_(o, " (library code: no frame of yours was found)");
-    puts_(o, "\n");
+    cd_out_location(o, ids, n, complete);
 }
 
 /* The first device-assert line of text (or the first line). */
@@ -348,6 +204,7 @@ static void flush_report(out_t *o)
 {
     /* the block without the rank prefixes, for the JSON */
     char plain[sizeof o->buf];
+    const char *prefix = cd_out_prefix();
     size_t k = 0, pl = strlen(prefix);
     for (size_t i = 0; i < o->n && k < sizeof plain; ) {
         if (pl && (i == 0 || o->buf[i - 1] == '\n') && o->n - i >= pl &&

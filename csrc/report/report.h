@@ -2,16 +2,40 @@
  * report/report.h: what happened, kept and told. Reads what capture/ keeps;
  * never calls up into hooks/ (the callback and scopes call it).
  *
+ *   fd_writer.c      the writer of every fd-2 block: fixed buffer, write(2),
+ *                    the rank prefix, text sanitised (async-signal-safe)
  *   fault_records.c  the ring of fault records (the first fault wins; echoes of
  *                    a dead context are marked consequences)
  *   fault_report.c   the compact block written to fd 2 at the moment of the
  *                    fault; watch mode's culprit block; torchrun's error file;
  *                    the SIGABRT/SIGTERM handlers
+ *   inflight_report.c  the hang report: every stream's oldest unfinished launch
+ *                    (age, queue, collective); the dump signal (SIGUSR1)
  */
 #ifndef CD_REPORT_H
 #define CD_REPORT_H
 
 #include "capture/capture.h"
+
+/* ------------------------------------------------------- fd_writer.c -- */
+
+typedef struct {
+    char buf[6144];
+    size_t n;
+    int line_start;
+    int raw;                       /* 1: no rank prefix (the JSON) */
+} cd_out;
+
+void cd_out_set_prefix(const char *prefix);   /* "[rank k] " or "" (configure time) */
+const char *cd_out_prefix(void);
+void cd_out_put(cd_out *o, const char *s, size_t len);     /* sanitised, cut when full */
+void cd_out_puts(cd_out *o, const char *s);
+void cd_out_u(cd_out *o, unsigned long long v);
+void cd_out_hex(cd_out *o, unsigned long long v);
+void cd_out_dims(cd_out *o, const unsigned *d);
+/* "  launched at file:line in func\n" of the innermost user frame of ids. */
+void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete);
+void cd_out_flush(cd_out *o);      /* write(2) to fd 2, then empty */
 
 /* --------------------------------------------------- fault_records.c -- */
 
