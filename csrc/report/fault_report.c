@@ -40,8 +40,9 @@ static int n_names;
 static int enabled = 1;
 static char restart[160] = "The CUDA context is now unusable: restart the process.";
 static char elastic_file[1024];        /* TORCHELASTIC_ERROR_FILE, "" when unset */
-static atomic_int elastic_written;
+static atomic_int elastic_written;      /* 0, ELASTIC_BY_SIGNAL or ELASTIC_FINAL */
 atomic_int cd_report_written;          /* the culprit block of watch mode: once */
+static atomic_int signal_written;      /* the block of a SIGABRT/SIGTERM: once, apart */
 static atomic_int consequences;        /* one-line notes for refusals, a few at most */
 
 /* Called before the first scope (Python: _report.configure_core), while no
@@ -167,10 +168,21 @@ static void json_str(out_t *o, const char *s, size_t n)
     put(o, "\"", 1);
 }
 
-static void write_elastic(const char *block, size_t n)
+/* Written once by a fault (final); a signal's (SIGABRT, or a SIGTERM about to
+ * end the process) is kept only until a fault writes its own. */
+enum { ELASTIC_BY_SIGNAL = 1, ELASTIC_FINAL = 2 };
+
+static void write_elastic(const char *block, size_t n, int by_signal)
 {
-    if (!elastic_file[0] || atomic_exchange(&elastic_written, 1))
+    if (!elastic_file[0])
         return;
+    if (by_signal) {
+        int none = 0;
+        if (!atomic_compare_exchange_strong(&elastic_written, &none, ELASTIC_BY_SIGNAL))
+            return;
+    } else if (atomic_exchange(&elastic_written, ELASTIC_FINAL) == ELASTIC_FINAL) {
+        return;
+    }
     /* the headline: the block's first line, without "cuda_debug: " */
     const char *nl = memchr(block, '\n', n);
     size_t first = nl ? (size_t)(nl - block) : n;
@@ -199,8 +211,9 @@ static void write_elastic(const char *block, size_t n)
     close(fd);
 }
 
-/* flush() that also feeds the elastic file (before the block is written). */
-static void flush_report(out_t *o)
+/* flush() that also feeds the elastic file (before the block is written):
+ * to_elastic: 0 no, 1 as a fault's, 2 as a signal's; to_fd: write it to fd 2. */
+static void flush_report_to(out_t *o, int to_elastic, int to_fd)
 {
     /* the block without the rank prefixes, for the JSON */
     char plain[sizeof o->buf];
@@ -222,9 +235,14 @@ static void flush_report(out_t *o)
             body = c + 2;
         }
     }
-    write_elastic(body, k);
-    flush(o);
+    if (to_elastic)
+        write_elastic(body, k, to_elastic == 2);
+    if (to_fd)
+        flush(o);
+    o->n = 0;
 }
+
+static void flush_report(out_t *o) { flush_report_to(o, 1, 1); }
 
 void cd_report_fault(const cd_fault *f)
 {
@@ -308,8 +326,19 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         n = 1;
     if (code == 0 && n == 0)
         return;                    /* a signal, and nothing unfinished: nothing to say */
-    if (atomic_exchange(&cd_report_written, 1))
+    int to_fd = 1;
+    if (from_signal) {
+        /* A fault's block (and error file) said it all. A signal's block is
+         * written once, with its own flag: a handled SIGTERM must not use up
+         * the fault's. Its error file only when the process is about to die. */
+        if (atomic_load(&cd_report_written))
+            return;
+        to_fd = !atomic_exchange(&signal_written, 1);
+        if (!to_fd && from_signal != CD_FROM_DYING_SIGNAL)
+            return;
+    } else if (atomic_exchange(&cd_report_written, 1)) {
         return;
+    }
     out_t o = {.n = 0, .line_start = 1};
     puts_(&o, "cuda_debug (watch): ");
     if (code) {
@@ -357,7 +386,10 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         puts_(&o, restart);
         puts_(&o, "\n");
     }
-    flush_report(&o);
+    if (from_signal)
+        flush_report_to(&o, from_signal == CD_FROM_DYING_SIGNAL ? 2 : 0, to_fd);
+    else
+        flush_report(&o);
 }
 
 /* ------------------------------------------------ dying of a signal --- */
@@ -365,24 +397,80 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
 /* NCCL's watchdog aborts the process (SIGABRT) when it meets the sticky
  * error; torchrun ends the other ranks with SIGTERM. Before that, while
  * watching, write what the ring knows (faulthandler-style: async-signal-safe,
- * then the previous handler, or the default action, runs). */
+ * then the previous handler, or the default action, runs).
+ *
+ * The process is about to die when the previous disposition is the default
+ * (it is restored and the signal raised again), and at SIGABRT (abort() does
+ * not return, whatever the handler does): only then is torchrun's error file
+ * written. A handler chained to returns, and the process may go on (Python's
+ * handlers run later, in the main thread). errno is kept for the interrupted
+ * code; the sibling signals (cd_signal_mask) wait until the report is out:
+ * on this thread, by sa_mask; on another thread (a process-directed SIGTERM
+ * goes to any thread that does not block it), by cd_report_lock. */
 static struct sigaction old_abrt, old_term;
 static atomic_int handlers_installed;
+static atomic_int report_busy;
+
+int cd_report_lock(void)
+{
+    for (int i = 0; i < 3000; i++) {          /* 3 s, in 1 ms sleeps */
+        int free_ = 0;
+        if (atomic_compare_exchange_strong(&report_busy, &free_, 1))
+            return 1;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+void cd_report_unlock(int taken)
+{
+    if (taken)
+        atomic_store(&report_busy, 0);
+}
+
+void cd_signal_mask(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGABRT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGUSR1);
+    sigaddset(set, SIGUSR2);
+}
+
+int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx)
+{
+    if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction) {
+        old->sa_sigaction(sig, info, uctx);
+        return 1;
+    }
+    if (!(old->sa_flags & SA_SIGINFO) && old->sa_handler != SIG_DFL &&
+        old->sa_handler != SIG_IGN && old->sa_handler != NULL) {
+        old->sa_handler(sig);
+        return 1;
+    }
+    return 0;
+}
 
 static void on_fatal_signal(int sig, siginfo_t *info, void *uctx)
 {
-    if (atomic_load(&cd_state.watching))
-        cd_report_watch_culprit(0, sig == SIGABRT ? "SIGABRT" : "SIGTERM", 1);
+    int saved_errno = errno;
     struct sigaction *old = sig == SIGABRT ? &old_abrt : &old_term;
-    if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction) {
-        old->sa_sigaction(sig, info, uctx);
-    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN &&
-               old->sa_handler != NULL) {
-        old->sa_handler(sig);
-    } else {
+    int chained = (old->sa_flags & SA_SIGINFO) ? old->sa_sigaction != NULL
+                                               : old->sa_handler != SIG_DFL &&
+                                                     old->sa_handler != SIG_IGN &&
+                                                     old->sa_handler != NULL;
+    int dying = sig == SIGABRT || (!chained && old->sa_handler == SIG_DFL);
+    int taken = cd_report_lock();
+    if (atomic_load(&cd_state.watching))
+        cd_report_watch_culprit(0, sig == SIGABRT ? "SIGABRT" : "SIGTERM",
+                                dying ? CD_FROM_DYING_SIGNAL : CD_FROM_SIGNAL);
+    cd_report_unlock(taken);
+    if (!cd_signal_chain(old, sig, info, uctx)) {
         sigaction(sig, old, NULL);
-        raise(sig);
+        raise(sig);                /* delivered when this handler returns */
     }
+    errno = saved_errno;
 }
 
 int cd_install_signal_handlers(void)
@@ -393,7 +481,7 @@ int cd_install_signal_handlers(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_fatal_signal;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
+    cd_signal_mask(&sa.sa_mask);
     if (sigaction(SIGABRT, &sa, &old_abrt) != 0 || sigaction(SIGTERM, &sa, &old_term) != 0)
         return -1;
     return 0;

@@ -17,6 +17,8 @@
 
 #include "capture/capture.h"
 
+#include <signal.h>
+
 /* ------------------------------------------------------- fd_writer.c -- */
 
 typedef struct {
@@ -91,7 +93,10 @@ int cd_faults_since(uint64_t since, cd_fault *out, int n);
 void cd_report_fault(const cd_fault *f);
 /* Watch mode: the culprit launch, from the ring, when a fault is found outside
  * any wait of ours (a launch refused, the driver log, a signal). Async-signal-
- * safe when `from_signal`. Writes at most once per process. */
+ * safe when `from_signal` (CD_FROM_*). Writes at most once per process for a
+ * fault, and once for a signal (code 0); torchrun's error file from a signal
+ * only when it is CD_FROM_DYING_SIGNAL. */
+enum { CD_FROM_CALL = 0, CD_FROM_SIGNAL = 1, CD_FROM_DYING_SIGNAL = 2 };
 void cd_report_watch_culprit(int code, const char *found_at, int from_signal);
 /* The texts and switches Python owns, handed down once: the block on or off,
  * the line prefix ("[rank k] "), torchrun's error file (NULL: none), the
@@ -102,6 +107,16 @@ void cd_report_configure(int enabled, const char *prefix, const char *error_file
 void cd_report_name_error(int code, const char *name, const char *what);
 /* SIGABRT/SIGTERM: write the watch culprit, then the previous handler. */
 int cd_install_signal_handlers(void);
+/* The signals held back while a report is being written (sa_mask of every
+ * handler of ours): SIGABRT, SIGTERM, SIGUSR1, SIGUSR2. */
+void cd_signal_mask(sigset_t *set);
+/* One report from a signal handler or the hang watcher at a time, across
+ * threads: waits (nanosleep) up to 3 s for the one being written; returns
+ * whether it took the lock (hand that to cd_report_unlock). */
+int cd_report_lock(void);
+void cd_report_unlock(int taken);
+/* Call the handler `old` was (1), or 0 when it is SIG_DFL or SIG_IGN. */
+int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx);
 extern atomic_int cd_report_written;
 
 #endif
