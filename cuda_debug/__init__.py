@@ -27,6 +27,7 @@ _PUBLIC = {
                  "LaunchFailureError", "MisalignedAddressError", "IllegalInstructionError",
                  "InvalidAddressSpaceError", "InvalidPcError", "HardwareStackError",
                  "LaunchTimeoutError"],
+    "._hangs": ["in_flight", "InFlight"],
 }
 _WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
 _SUBMODULES = ("bench", "testing")

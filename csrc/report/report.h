@@ -119,4 +119,16 @@ void cd_report_unlock(int taken);
 int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx);
 extern atomic_int cd_report_written;
 
+/* -------------------------------------------------- inflight_report.c -- */
+
+/* The hang watcher's report: every stream's oldest unfinished launch (kernel
+ * or collective, stream, age, queue depth, launching line), to fd 2. Not from
+ * a signal handler (blocks this thread's signals while it writes). */
+void cd_report_hang(uint64_t hang_after_ns);
+/* Install the dump signal (SIGUSR1/SIGUSR2), chained to the handler there
+ * now; again when something replaced ours. 0, or -1 with errno (EBUSY: another
+ * dump signal is installed). */
+int cd_install_dump_signal(int sig);
+int cd_dump_signal(void);          /* the one installed, 0 none */
+
 #endif
