@@ -151,9 +151,11 @@ class Live:
     exit (killing the process group at the deadline). Use it as a context
     manager: the process group is killed on the way out, whatever happened.
     With ``read_stderr=False`` nobody reads fd 2 until ``start_reading()``
-    (a test that needs the child's stderr pipe to fill up)."""
+    (a test that needs the child's stderr pipe to fill up). `launcher`: what
+    runs the script, after the interpreter (``["-m", "torch.distributed.run",
+    ...]``)."""
 
-    def __init__(self, code, env=None, prelude="", args=(), read_stderr=True):
+    def __init__(self, code, env=None, prelude="", args=(), read_stderr=True, launcher=()):
         import tempfile
         import threading
         import time
@@ -165,7 +167,8 @@ class Live:
             f.write(self.source)
         full_env = dict(os.environ)
         full_env.update(env or {})
-        self.proc = subprocess.Popen([sys.executable, self.script] + list(args), cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable] + list(launcher) + [self.script] +
+                                     list(args), cwd=ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=full_env, start_new_session=True)
         self.pid = self.proc.pid

@@ -6,7 +6,6 @@ collective; ``cuda_debug.in_flight()`` returns the report's fields.
 
 The fake's ``fake_set_async(1)`` runs each stream's kernels on a thread of
 their own, and ``cuda_debug.testing.spin(s)`` keeps one busy for s seconds."""
-import os
 import signal
 import subprocess
 import sys
@@ -14,15 +13,9 @@ import time
 
 import pytest
 
-from conftest import PKG_PARENT
+from test_cli import cli
 
 HEADLINE = "cuda_debug (watch): possible hang"
-
-
-def cli(*args, timeout=60):
-    env = dict(os.environ, PYTHONPATH=PKG_PARENT)
-    return subprocess.run([sys.executable, "-m", "cuda_debug"] + list(args), capture_output=True,
-                          text=True, timeout=timeout, env=env)
 
 
 def test_a_spinning_kernel_is_reported_once_within_seconds_and_the_process_lives(fake_live):
