@@ -763,15 +763,16 @@ static PyObject *py_hang_state(PyObject *self, PyObject *noargs)
                          (unsigned long long)cd_hang_reports(), cd_dump_signal());
 }
 
-/* install_dump_signal(signum): the in-flight report on that signal, chained
- * to the handler there now (again when another replaced ours). */
-static PyObject *py_install_dump_signal(PyObject *self, PyObject *arg)
+/* install_dump_signal(signum, python_has_it, python_has_sigint): the
+ * in-flight report on that signal, chained to the handler there now (again
+ * when Python's signal.signal() replaced ours). */
+static PyObject *py_install_dump_signal(PyObject *self, PyObject *args)
 {
     (void)self;
-    long sig = PyLong_AsLong(arg);
-    if (sig == -1 && PyErr_Occurred())
+    int sig, mine, sigint;
+    if (!PyArg_ParseTuple(args, "ipp", &sig, &mine, &sigint))
         return NULL;
-    if (cd_install_dump_signal((int)sig) != 0)
+    if (cd_install_dump_signal(sig, mine, sigint) != 0)
         return PyErr_SetFromErrno(PyExc_OSError);
     Py_RETURN_NONE;
 }
@@ -855,7 +856,8 @@ static PyMethodDef core_methods[] = {
     METH(in_flight, METH_NOARGS, "every stream's oldest unfinished launch -> ([record], (newest_age_ns, scanned))"),
     METH(set_hang_after, METH_O, "set_hang_after(seconds): the hang watcher's threshold, 0 off"),
     METH(hang_state, METH_NOARGS, "-> (hang_after_ns, reports, dump signal)"),
-    METH(install_dump_signal, METH_O, "install_dump_signal(signum): the in-flight report on a signal"),
+    METH(install_dump_signal, METH_VARARGS,
+         "install_dump_signal(signum, python_has_it, python_has_sigint): the in-flight report on a signal"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,
      METH_VARARGS | METH_KEYWORDS, "launch an embedded test kernel -> CUresult"},
     {"gemm", (PyCFunction)(void (*)(void))cd_py_gemm, METH_VARARGS | METH_KEYWORDS,

@@ -92,8 +92,11 @@ def enter(hang_after: Optional[float]) -> None:
     it), and its hang_after, if any (the shortest of the open ones counts)."""
     sig = _options.OPTIONS.dump_signal
     if sig:
+        import signal
         try:
-            _core.install_dump_signal(sig)
+            # Python's own handlers (signal.signal) tell C which C function is Python's.
+            _core.install_dump_signal(sig, callable(signal.getsignal(sig)),
+                                      callable(signal.getsignal(signal.SIGINT)))
         except OSError as e:
             if not _warned:
                 _warned.append(sig)

@@ -322,3 +322,22 @@ def test_a_bad_hang_after_in_the_environment_is_warned_about(fake_child):
     ''', env={"CUDA_DEBUG_HANG_AFTER": "ten"})
     assert c.result["value"] is None, c
     assert any("CUDA_DEBUG_HANG_AFTER='ten'" in m for m in c.result["warned"]), c
+
+
+def test_faulthandler_chained_both_ways_runs_each_handler_once(fake_child):
+    # faulthandler.register(chain=True) replaces cuda_debug's handler and calls it
+    # after its own; the next watch() re-installs cuda_debug's, chained to
+    # faulthandler's: each runs once, no endless round.
+    c = fake_child('''
+        import faulthandler, os, signal, time, cuda_debug, cuda_debug.testing as t
+        with cuda_debug.watch():
+            faulthandler.register(signal.SIGUSR1, chain=True)
+            with cuda_debug.watch():
+                t.spin(5)
+                os.kill(os.getpid(), signal.SIGUSR1)
+                time.sleep(0.2)
+        report(dict(alive=True))
+    ''')
+    assert c.result == {"alive": True}, c
+    assert c.stderr.count("cuda_debug (watch): SIGUSR1 (pid ") == 1, c.stderr
+    assert c.stderr.count("Current thread") == 1, c.stderr      # faulthandler's stack

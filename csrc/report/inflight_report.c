@@ -187,17 +187,31 @@ void cd_report_hang(uint64_t hang_after_ns)
 
 static struct sigaction old_dump;
 
+static atomic_int in_handler;
+
 static void on_dump_signal(int sig, siginfo_t *info, void *uctx)
 {
+    /* A handler installed after ours that chains back to us (faulthandler.
+     * register(chain=True)), which we chain to after re-installing: once round. */
+    if (atomic_exchange(&in_handler, 1))
+        return;
     int saved_errno = errno;
     int taken = cd_report_lock();
     write_inflight(0, sig);
     cd_report_unlock(taken);
     cd_signal_chain(&old_dump, sig, info, uctx);  /* never the default: it ends the process */
+    atomic_store(&in_handler, 0);
     errno = saved_errno;
 }
 
-int cd_install_dump_signal(int sig)
+static uintptr_t python_trampoline;      /* Python's C-level signal handler, if known */
+
+static uintptr_t handler_of(const struct sigaction *sa)
+{
+    return (sa->sa_flags & SA_SIGINFO) ? (uintptr_t)sa->sa_sigaction : (uintptr_t)sa->sa_handler;
+}
+
+int cd_install_dump_signal(int sig, int sig_is_python, int sigint_is_python)
 {
     if (sig <= 0)
         return 0;
@@ -211,9 +225,22 @@ int cd_install_dump_signal(int sig)
         return -1;
     if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_dump_signal)
         return 0;                  /* still ours */
-    /* Replaced (or never installed): chain to what is there now. With no
-     * handler to chain to, restart the system calls we interrupt; with one,
-     * keep its choice (Python's handlers want EINTR). */
+    if (!had) {
+        /* Python's own handler (one C function for every signal that has a
+         * Python handler): there now, or on SIGINT. */
+        struct sigaction q;
+        if (sig_is_python)
+            python_trampoline = handler_of(&cur);
+        else if (sigint_is_python && sigaction(SIGINT, NULL, &q) == 0)
+            python_trampoline = handler_of(&q);
+    } else if (!python_trampoline || handler_of(&cur) != python_trampoline) {
+        /* A C handler replaced ours (faulthandler.register...): left alone;
+         * if it chains, it chains to ours, and chaining back would loop. */
+        return 0;
+    }
+    /* Never installed, or Python's signal.signal() replaced ours: chain to
+     * what is there now. With no handler to chain to, restart the system
+     * calls we interrupt; with one, keep its choice (Python's wants EINTR). */
     int handler = (cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL
                                               : cur.sa_handler != SIG_DFL &&
                                                     cur.sa_handler != SIG_IGN;

@@ -126,9 +126,11 @@ extern atomic_int cd_report_written;
  * a signal handler (blocks this thread's signals while it writes). */
 void cd_report_hang(uint64_t hang_after_ns);
 /* Install the dump signal (SIGUSR1/SIGUSR2), chained to the handler there
- * now; again when something replaced ours. 0, or -1 with errno (EBUSY: another
- * dump signal is installed). */
-int cd_install_dump_signal(int sig);
+ * now; again when Python's signal.signal() replaced ours (a C handler that
+ * replaced it is left alone). sig_is_python / sigint_is_python: Python has a
+ * handler of its own for `sig` / for SIGINT (how Python's C-level handler is
+ * recognised). 0, or -1 with errno (EBUSY: another dump signal is installed). */
+int cd_install_dump_signal(int sig, int sig_is_python, int sigint_is_python);
 int cd_dump_signal(void);          /* the one installed, 0 none */
 
 #endif
