@@ -197,17 +197,7 @@ static void write_elastic(const char *block, size_t n, int by_signal)
     int fd = open(elastic_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
-    const char *p = o.buf;
-    size_t left = o.n;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        p += w;
-        left -= (size_t)w;
-    }
+    cd_write_all(fd, o.buf, o.n);
     close(fd);
 }
 

@@ -121,22 +121,24 @@ void cd_out_dims(cd_out *o, const unsigned *d)
     cd_out_puts(o, "]");
 }
 
+void cd_write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
 void cd_out_flush(cd_out *o)
 {
     if (o->n && o->buf[o->n - 1] != '\n')
         o->buf[o->n++] = '\n';
-    const char *p = o->buf;
-    size_t n = o->n;
-    while (n > 0) {
-        ssize_t w = write(2, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
+    cd_write_all(2, o->buf, o->n);
     o->n = 0;
 }
 

@@ -38,6 +38,7 @@ void cd_out_dims(cd_out *o, const unsigned *d);
 /* "  launched at file:line in func\n" of the innermost user frame of ids. */
 void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete);
 void cd_out_flush(cd_out *o);      /* write(2) to fd 2, then empty */
+void cd_write_all(int fd, const char *p, size_t n);   /* write(2) until done or an error */
 
 /* --------------------------------------------------- fault_records.c -- */
 
