@@ -341,3 +341,20 @@ def test_faulthandler_chained_both_ways_runs_each_handler_once(fake_child):
     assert c.result == {"alive": True}, c
     assert c.stderr.count("cuda_debug (watch): SIGUSR1 (pid ") == 1, c.stderr
     assert c.stderr.count("Current thread") == 1, c.stderr      # faulthandler's stack
+
+
+def test_more_streams_than_the_report_holds_are_counted(fake_child):
+    c = fake_child('''
+        import os, signal, time, cuda_debug
+        with cuda_debug.watch():                  # not async: nothing runs until a sync
+            for _ in range(70):
+                fake.fake_launch(b"k", fake.fake_stream_create(), 1, 1, 1, 32, 1, 1)
+            n = len(cuda_debug.in_flight())
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.2)
+        report(dict(n=n))
+    ''')
+    assert c.result == {"n": 64}, c
+    assert c.stderr.count("  k on stream 0x") == 32, c.stderr
+    assert "  and 32 more streams\n" in c.stderr, c.stderr
+    assert "  and 6 unfinished launches on streams beyond the 64 followed\n" in c.stderr, c.stderr
