@@ -24,6 +24,9 @@ reported. Configurations:
                that synchronises after every op
     watch_ops  (--extra) the whole workload inside watch(ops=True): each launch
                also records its PyTorch op and input shapes
+    watch_hang (--extra) the whole workload inside watch(hang_after=60): the hang
+               watcher's thread looks at the ring every second (compare with
+               watch: target <= 1.005 on the steps; e.g. --configs watch,watch_hang)
     scope_mode (--extra) launch_blocking() plus a pass-through TorchDispatchMode:
                what a per-op dispatch hook for op/inputs would cost (not built:
                the ops come from the native stack at the fault instead)
@@ -88,6 +91,8 @@ if config == "watch" or config.startswith("watch_"):
     whole = watch if config != "watch_outside" else None
 if config == "watch_ops":
     whole = lambda: watch(ops=True)
+if config == "watch_hang":
+    whole = lambda: watch(hang_after=60)
 region = whole or contextlib.nullcontext
 out = {"config": config, "env": os.environ.get("CUDA_LAUNCH_BLOCKING"),
        "wait": os.environ.get("CUDA_DEBUG_WAIT"), "capture": os.environ.get("CUDA_DEBUG_CAPTURE")}
@@ -252,7 +257,8 @@ def main():
                            ("dispatch / env", "dispatch", "env"),
                            ("scope_mode / scope (per-op hook)", "scope_mode", "scope"),
                            ("watch_ops / never", "watch_ops", "never"),
-                           ("watch_ops / watch", "watch_ops", "watch")] + \
+                           ("watch_ops / watch", "watch_ops", "watch"),
+                           ("watch_hang / watch (target <= 1.005)", "watch_hang", "watch")] + \
             [("%s / %s" % (c, "never" if c.startswith("watch") else "env"), c,
               "never" if c.startswith("watch") else "env") for c in configs if c in VARIANTS]:
         if num not in med:

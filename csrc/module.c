@@ -14,6 +14,7 @@
 
 #include <structmember.h>
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -689,6 +690,93 @@ static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------- hangs -- */
+
+/* in_flight() -> ([(seq, stream, kernel, short, collective, thread_id, device,
+ * frames, flags, age_ns, queued, last_seq, cbid)], (newest_age_ns, scanned)):
+ * every stream's oldest unfinished launch, oldest first (host memory only). */
+static PyObject *py_in_flight(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    cd_inflight *t = PyMem_Calloc(CD_INFLIGHT_MAX, sizeof *t);
+    if (!t)
+        return PyErr_NoMemory();
+    cd_inflight_summary sum;
+    int n;
+    Py_BEGIN_ALLOW_THREADS
+    n = cd_watch_inflight(t, CD_INFLIGHT_MAX, &sum);
+    Py_END_ALLOW_THREADS
+    PyObject *out = PyList_New(n);
+    for (int i = 0; out && i < n; i++) {
+        const cd_watch_record *r = &t[i].rec;
+        char coll[96];
+        size_t cl = cd_collective_name(r, coll, sizeof coll);
+        const char *k = cd_interned(r->kernel), *ks = cd_interned(r->kernel_short);
+        PyObject *v = Py_BuildValue(
+            "(KKy" "sNiiNiKIKi)", (unsigned long long)r->seq, (unsigned long long)r->stream,
+            k ? k : "", ks ? ks : "",
+            cl ? PyUnicode_DecodeUTF8(coll, (Py_ssize_t)cl, "replace") : Py_NewRef(Py_None),
+            (int)r->thread_id, cd_watch_context_device(r->ctx), ids_tuple(r->frames, r->n_frames),
+            (int)r->flags, (unsigned long long)(sum.now_ns > r->t_ns ? sum.now_ns - r->t_ns : 0),
+            (unsigned)t[i].queued, (unsigned long long)t[i].last_seq, (int)r->cbid);
+        if (!v) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    PyMem_Free(t);
+    if (!out)
+        return NULL;
+    unsigned long long newest_age =
+        sum.scanned && sum.now_ns > sum.newest_ns ? sum.now_ns - sum.newest_ns : 0;
+    return Py_BuildValue("(N(KI))", out, newest_age, sum.scanned);
+}
+
+/* set_hang_after(seconds): the hang watcher's threshold (0: off); the first
+ * nonzero one starts its thread. */
+static PyObject *py_set_hang_after(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    double s = PyFloat_AsDouble(arg);
+    if (s == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!(s >= 0 && s < 1e9)) {
+        PyErr_SetString(PyExc_ValueError, "hang_after must be 0 (off) or a positive number of seconds");
+        return NULL;
+    }
+    int rc = cd_hang_watch_set((uint64_t)(s * 1e9));
+    if (rc) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+/* hang_state() -> (hang_after_ns, reports written, dump signal installed). */
+static PyObject *py_hang_state(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    return Py_BuildValue("(KKi)", (unsigned long long)cd_hang_watch_get(),
+                         (unsigned long long)cd_hang_reports(), cd_dump_signal());
+}
+
+/* install_dump_signal(signum, python_has_it, python_has_sigint): the
+ * in-flight report on that signal, chained to the handler there now (again
+ * when Python's signal.signal() replaced ours). */
+static PyObject *py_install_dump_signal(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int sig, mine, sigint;
+    if (!PyArg_ParseTuple(args, "ipp", &sig, &mine, &sigint))
+        return NULL;
+    if (cd_install_dump_signal(sig, mine, sigint) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 /* --------------------------------------------------------------- stats -- */
 
 static PyObject *py_stats(PyObject *self, PyObject *noargs)
@@ -765,6 +853,11 @@ static PyMethodDef core_methods[] = {
     METH(set_op, METH_O, "set_op(token): this thread's current op for watch(ops=True)"),
     METH(cupti_hand_over, METH_NOARGS, "give CUPTI up to a starting profiler -> was it held"),
     METH(install_tee, METH_NOARGS, "install the pass-through stderr (once) -> 0 ok"),
+    METH(in_flight, METH_NOARGS, "every stream's oldest unfinished launch -> ([record], (newest_age_ns, scanned))"),
+    METH(set_hang_after, METH_O, "set_hang_after(seconds): the hang watcher's threshold, 0 off"),
+    METH(hang_state, METH_NOARGS, "-> (hang_after_ns, reports, dump signal)"),
+    METH(install_dump_signal, METH_VARARGS,
+         "install_dump_signal(signum, python_has_it, python_has_sigint): the in-flight report on a signal"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,
      METH_VARARGS | METH_KEYWORDS, "launch an embedded test kernel -> CUresult"},
     {"gemm", (PyCFunction)(void (*)(void))cd_py_gemm, METH_VARARGS | METH_KEYWORDS,

@@ -31,6 +31,7 @@ _PUBLIC = {
                  "LaunchFailureError", "MisalignedAddressError", "IllegalInstructionError",
                  "InvalidAddressSpaceError", "InvalidPcError", "HardwareStackError",
                  "LaunchTimeoutError"],
+    "._hangs": ["in_flight", "InFlight"],
 }
 _SUBMODULES = ("bench", "testing")      # cuda_debug.bench brings NumPy
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
                          is_launch_blocking as is_launch_blocking, check as check,
                          last_error as last_error)
     from ._guard import (guard as guard, is_guarding as is_guarding)
+    from ._hangs import (in_flight as in_flight, InFlight as InFlight)
     from ._errors import (GuardError as GuardError, GuardIndexError as GuardIndexError,
                           GuardValueError as GuardValueError)
     from ._errors import (CudaError as CudaError, CudaUnavailableError as CudaUnavailableError,

@@ -1,4 +1,4 @@
-"""The command line: ``python -m cuda_debug {run,doctor,bench}`` (also ``cuda-debug``).
+"""The command line: ``python -m cuda_debug {run,dump,doctor,bench}`` (also ``cuda-debug``).
 
 ``run [--launch-blocking [--all-threads] | --no-watch] [--traceback] script.py args...``
 (or ``run ... -m module args...``, or ``run ... - args...`` for a script read from stdin)
@@ -20,6 +20,17 @@
     - 2: usage error (bad options, no such script);
     - 3: a sticky CUDA error (device assert, illegal address, trap...): the
       CUDA context is dead, the report says where.
+
+``run --hang-after S ...``
+    the same, and while a launch stays unfinished for S seconds (with later
+    launches queued behind it, or nothing launched: the host waits) every
+    stream's oldest unfinished launch is written to stderr; the script goes on.
+
+``dump [--signal SIGUSR1|SIGUSR2] PID...``
+    ask running processes that watch (``run``, ``watch()``) for the same report,
+    with their dump signal; the report goes to each process's own stderr. A
+    process that does not catch the signal is not sent it (its default action
+    would end it). Exit status 0 when every process was sent it, 1 otherwise.
 
 ``doctor [--json]``
     driver, GPUs, where libcuda / CUPTI / cuBLAS were found, whether
@@ -57,6 +68,10 @@ commands:
                                   the same for a module
   run [--launch-blocking|--no-watch] [--guard] - [args...]
                                   the same for a script read from stdin
+  run --hang-after S script.py [args...]
+                                  also report launches stuck S seconds
+  dump PID...                     a watching process writes its unfinished
+                                  launches to its stderr (SIGUSR1)
   doctor [--json]                 driver, GPU, CUDA/CUPTI/cuBLAS, conflicts
   bench ...                       GEMM and launch-latency benchmarks
 
@@ -98,6 +113,8 @@ def main(argv: Optional[List[str]] = None, prog: str = MODULE_PROG) -> int:
         return run_main(rest, prog)
     if cmd == "doctor":
         return doctor_main(rest, prog)
+    if cmd == "dump":
+        return dump_main(rest, prog)
     if cmd == "bench":
         return bench_main(rest, prog)
     sys.stderr.write("cuda_debug: unknown command %r\n\n%s" % (cmd, usage))
@@ -143,6 +160,11 @@ def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                         "anything is launched (also CUDA_DEBUG_GUARD=1)")
     p.add_argument("--traceback", action="store_true",
                    help="print the full Python traceback too, not only the short report")
+    p.add_argument("--hang-after", metavar="S", type=float,
+                   help="while watching: when a launch stays unfinished S seconds (with later "
+                        "launches queued behind it, or none launched: the host waits), write "
+                        "every stream's oldest unfinished launch to stderr, once per stuck "
+                        "launch; the script goes on (default: CUDA_DEBUG_HANG_AFTER, else off)")
     p.add_argument("-m", dest="module", metavar="module",
                    help="run a library module as a script (like python -m)")
     p.add_argument("script", nargs="?", help="the script to run (-: read it from stdin)")
@@ -171,6 +193,7 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     parser = _run_parser(prog)
     opts = dict.fromkeys(_RUN_FLAGS.values(), False)
     target, module, args = None, False, []
+    hang_after = None
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -179,6 +202,11 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
             return 0
         if a in _RUN_FLAGS:
             opts[_RUN_FLAGS[a]] = True
+        elif a == "--hang-after":
+            hang_after = _seconds(argv[i + 1]) if i + 1 < len(argv) else None
+            if hang_after is None:
+                return _usage_error(parser, "--hang-after takes a number of seconds > 0")
+            i += 1
         elif a == "-m" or (a.startswith("-m") and len(a) > 2):
             target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
             module, args = True, argv[i + (1 if a[2:] else 2):]
@@ -198,6 +226,9 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         return _usage_error(parser, "--launch-blocking and --no-watch exclude each other")
     if opts["all_threads"] and not opts["launch_blocking"]:
         return _usage_error(parser, "--all-threads goes with --launch-blocking")
+    if hang_after is not None and (opts["launch_blocking"] or opts["no_watch"]):
+        return _usage_error(parser, "--hang-after goes with watching (not with %s)" % (
+            "--launch-blocking" if opts["launch_blocking"] else "--no-watch"))
     if module and not _is_module_name(target):
         return _usage_error(parser, "-m %s: not a module name (dotted Python identifiers, like "
                                     "python -m; for a file: run %s)" % (target, target))
@@ -210,10 +241,19 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     from . import _options
     return _run(target, args, module=module, mode=mode, all_threads=opts["all_threads"],
                 full_traceback=opts["traceback"], prog=prog,
-                guard=opts["guard"] or _options.OPTIONS.guard)
+                guard=opts["guard"] or _options.OPTIONS.guard, hang_after=hang_after)
 
 
-def _enter(mode: str, all_threads: bool):
+def _seconds(text: str) -> Optional[float]:
+    """A number of seconds > 0, or None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 < value < 1e9 else None
+
+
+def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None):
     """The entered scope for `mode`, or None: where it cannot be had (no GPU,
     no CUPTI, a profiler holds it) say so once and run without it."""
     if mode == "none":
@@ -225,7 +265,8 @@ def _enter(mode: str, all_threads: bool):
         import importlib.util
         if importlib.util.find_spec("torch") is not None:
             import torch  # noqa: F401  (the op recorder is a PyTorch dispatch mode)
-    scope = watch() if mode == "watch" else launch_blocking(True, all_threads=all_threads)
+    scope = watch(hang_after=hang_after) if mode == "watch" else \
+        launch_blocking(True, all_threads=all_threads)
     try:
         scope.__enter__()
     except (CudaUnavailableError, ToolConflictError) as e:
@@ -256,7 +297,8 @@ def _exec_stdin() -> None:
 
 
 def _run(target: str, args: List[str], module: bool, mode: str, all_threads: bool,
-         full_traceback: bool, prog: str = MODULE_PROG, guard: bool = False) -> int:
+         full_traceback: bool, prog: str = MODULE_PROG, guard: bool = False,
+         hang_after: Optional[float] = None) -> int:
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     try:
         if module:
@@ -270,7 +312,7 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
             sys.argv = [target] + args
             sys.path[0:1] = [os.path.dirname(os.path.abspath(target))]
         try:
-            scope = _enter(mode, all_threads)
+            scope = _enter(mode, all_threads, hang_after)
             with contextlib.ExitStack() as stack:
                 if scope is not None:
                     stack.push(scope)
@@ -383,6 +425,106 @@ def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG) -> 
         "%s (watch, the default) or --launch-blocking\n"
         % (_sticky.describe(code), prog, " ".join(sys.argv) or "..."))
     return EXIT_STICKY
+
+
+# -- dump -----------------------------------------------------------------------------
+
+def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
+    from . import _options
+    p = argparse.ArgumentParser(
+        prog=prog + " dump", allow_abbrev=False,
+        description="Ask processes that watch (python -m cuda_debug run, cuda_debug.watch()) for "
+                    "every stream's oldest unfinished launch: kernel or NCCL collective, launching "
+                    "line, age, launches queued behind it. Each writes it to its own stderr. "
+                    "Exit status 0 when every process was sent the signal, 1 otherwise.")
+    p.add_argument("pid", type=int, nargs="+", help="the process (several: each rank)")
+    p.add_argument("--signal", metavar="SIG",
+                   help="SIGUSR1 or SIGUSR2: the target's CUDA_DEBUG_DUMP_SIGNAL (default: "
+                        "CUDA_DEBUG_DUMP_SIGNAL here, else SIGUSR1)")
+    try:
+        ns = p.parse_args(argv)
+    except SystemExit as e:
+        return _exit_status(e.code)
+    if ns.signal is None:
+        sig = _options.OPTIONS.dump_signal
+        if not sig:
+            p.print_usage(sys.stderr)
+            sys.stderr.write("cuda_debug dump: CUDA_DEBUG_DUMP_SIGNAL=off here: name the target's "
+                             "signal with --signal SIGUSR1|SIGUSR2\n")
+            return EXIT_USAGE
+    else:
+        sig = _options.DUMP_SIGNALS.get(ns.signal.strip().lower())
+        if not sig:
+            p.print_usage(sys.stderr)
+            sys.stderr.write("cuda_debug dump: --signal %s: SIGUSR1 or SIGUSR2\n" % ns.signal)
+            return EXIT_USAGE
+    import signal
+    name = signal.Signals(sig).name
+    status = 0
+    for pid in ns.pid:
+        if not _dump_one(pid, sig, name):
+            status = EXIT_ERROR
+    return status
+
+
+def _dump_one(pid: int, sig: int, name: str) -> bool:
+    what = "process %d%s" % (pid, _command_of(pid))
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        sys.stderr.write("cuda_debug dump: no process %d\n" % pid)
+        return False
+    except PermissionError:
+        sys.stderr.write("cuda_debug dump: not allowed to signal %s: it is another user's (run "
+                         "dump as that user, or as root)\n" % what)
+        return False
+    if _catches(pid, sig) is False:
+        children = [c for c in _children(pid) if _catches(c, sig)]
+        sys.stderr.write(
+            "cuda_debug dump: %s does not catch %s: it is not watching (python -m cuda_debug run, "
+            "cuda_debug.watch()), or its CUDA_DEBUG_DUMP_SIGNAL is another; not sent (the "
+            "signal's default action would end it)\n" % (what, name))
+        if children:
+            sys.stderr.write("  its child processes that catch it: %s (python -m cuda_debug dump "
+                             "%s)\n" % (" ".join(map(str, children)),
+                                         " ".join(map(str, children))))
+        return False
+    os.kill(pid, sig)
+    print("cuda_debug dump: sent %s to %s. The report goes to that process's stderr (fd 2), "
+          "not here: look there for \"cuda_debug (watch): %s (pid %d)\", then each stream's "
+          "oldest unfinished launch (kernel or collective, launching line, age, launches queued "
+          "behind it); under torchrun in that rank's output, each line prefixed [rank k]."
+          % (name, what, name, pid))
+    return True
+
+
+def _proc_read(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def _catches(pid: int, sig: int) -> Optional[bool]:
+    """Does the process catch `sig` (Linux /proc/PID/status SigCgt)? None: unknown."""
+    status = _proc_read("/proc/%d/status" % pid)
+    for line in (status or "").splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return None
+
+
+def _children(pid: int) -> List[int]:
+    text = _proc_read("/proc/%d/task/%d/children" % (pid, pid)) or ""
+    return [int(c) for c in text.split() if c.isdigit()]
+
+
+def _command_of(pid: int) -> str:
+    cmd = (_proc_read("/proc/%d/cmdline" % pid) or "").replace("\0", " ").strip()
+    if not cmd:
+        return ""
+    return " (%s)" % (cmd if len(cmd) <= 80 else cmd[:77] + "...")
 
 
 # -- doctor ---------------------------------------------------------------------------

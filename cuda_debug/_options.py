@@ -12,6 +12,12 @@ and handed to the C core before the first scope or watch opens.
     CUDA_DEBUG_GUARD=0|1           `python -m cuda_debug run` and pytest run inside
                                    cuda_debug.guard(), as run --guard / --cuda-guard
                                    (default 0)
+    CUDA_DEBUG_HANG_AFTER=S|off    watch() reports a launch unfinished for S seconds
+                                   (a hang?), the process left alive, as
+                                   watch(hang_after=S) (default off)
+    CUDA_DEBUG_DUMP_SIGNAL=SIGUSR1|SIGUSR2|off
+                                   the signal that asks a watching process for the same
+                                   report (`python -m cuda_debug dump PID`; default SIGUSR1)
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
 
 An unknown name or value is warned about at import, naming the valid ones, and
@@ -22,6 +28,8 @@ interpreter has not loaded already (``os``); ``warnings`` only to warn.
 """
 import os
 import sys
+
+import _signal               # built in (signal.py would import enum)
 
 _BOOL = {"1": True, "0": False, "on": True, "off": False, "true": True, "false": False,
          "yes": True, "no": False}
@@ -35,19 +43,27 @@ _CHOICES = {
     "CUDA_DEBUG_GUARD": (_BOOL, False),
 }
 _FREE = ("CUDA_DEBUG_COMMIT",)
+_OFF = ("", "0", "off", "no", "false")
+#: CUDA_DEBUG_DUMP_SIGNAL's values (and `dump --signal`'s): name -> number, 0 off
+DUMP_SIGNALS = {"sigusr1": _signal.SIGUSR1, "usr1": _signal.SIGUSR1,
+                "sigusr2": _signal.SIGUSR2, "usr2": _signal.SIGUSR2, "off": 0}
 
 
 class Options:
     """The checked switches (a plain class: ``typing.NamedTuple`` would cost
     ``import typing``, several ms, at every ``import cuda_debug``)."""
 
-    __slots__ = ("report", "capture", "wait", "profile", "capture_check", "watch_ops", "guard")
+    __slots__ = ("report", "capture", "wait", "profile", "capture_check", "watch_ops", "guard",
+                 "hang_after", "dump_signal")
 
     def __init__(self, report: bool, capture: bool, wait: int, profile: bool,
-                 capture_check: bool, watch_ops: bool, guard: bool = False):
+                 capture_check: bool, watch_ops: bool, guard: bool = False,
+                 hang_after: "float | None" = None, dump_signal: int = _signal.SIGUSR1):
         self.report, self.capture, self.wait = report, capture, wait
         self.profile, self.capture_check, self.watch_ops = profile, capture_check, watch_ops
         self.guard = guard
+        self.hang_after = hang_after        # seconds, None: off
+        self.dump_signal = dump_signal      # signal number, 0: off
 
     def __repr__(self):
         return "Options(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -97,7 +113,14 @@ def read(environ=os.environ) -> Options:
             values[name] = default
         else:
             values[name] = table[key]
-    known = set(_CHOICES) | set(_FREE)
+    hang_after = hang_after_seconds(environ.get("CUDA_DEBUG_HANG_AFTER"))
+    raw = environ.get("CUDA_DEBUG_DUMP_SIGNAL")
+    dump_signal = DUMP_SIGNALS.get((raw or "sigusr1").strip().lower())
+    if dump_signal is None:
+        _warn("cuda_debug: CUDA_DEBUG_DUMP_SIGNAL=%r is not one of SIGUSR1|SIGUSR2|off; "
+              "using the default (SIGUSR1)" % raw)
+        dump_signal = _signal.SIGUSR1
+    known = set(_CHOICES) | set(_FREE) | {"CUDA_DEBUG_HANG_AFTER", "CUDA_DEBUG_DUMP_SIGNAL"}
     for name in environ:
         if name.startswith("CUDA_DEBUG_") and name not in known:
             _warn("cuda_debug: unknown setting %s (known: %s)" % (name, ", ".join(sorted(known))))
@@ -105,7 +128,25 @@ def read(environ=os.environ) -> Options:
                    wait=values["CUDA_DEBUG_WAIT"], profile=values["CUDA_DEBUG_PROFILE"],
                    capture_check=values["CUDA_DEBUG_CAPTURE_CHECK"],
                    watch_ops=values["CUDA_DEBUG_WATCH_OPS"],
-                   guard=values["CUDA_DEBUG_GUARD"])
+                   guard=values["CUDA_DEBUG_GUARD"],
+                   hang_after=hang_after, dump_signal=int(dump_signal))
+
+
+def hang_after_seconds(raw, warn=True):
+    """CUDA_DEBUG_HANG_AFTER's value: seconds (> 0), or None for off (warned
+    about, and off, when it is neither)."""
+    if raw is None or raw.strip().lower() in _OFF:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (0 < value < 1e9):
+        if warn:
+            _warn("cuda_debug: CUDA_DEBUG_HANG_AFTER=%r is not a number of seconds > 0 "
+                  "(or off); the hang report is off" % raw)
+        return None
+    return value
 
 
 def _default_name(table, default) -> str:

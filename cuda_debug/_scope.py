@@ -20,8 +20,8 @@ import inspect
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, overload
 
-from . import (_core, _cuda_errors, _dispatch_fallback, _libraries, _locations, _options, _report,
-               _torch_ops)
+from . import (_core, _cuda_errors, _dispatch_fallback, _hangs, _libraries, _locations, _options,
+               _report, _torch_ops)
 from ._errors import CudaError, CudaUnavailableError, ToolConflictError
 
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
@@ -258,6 +258,15 @@ class watch(_Region):
     made by PyTorch ops of this thread and its autograd threads, the op and
     its input shapes (``op``, ``inputs``): a Python call per op, so it costs
     more than watch() alone (benchmarks/RESULTS.md); without it ``op`` is None.
+
+    ``hang_after=s`` (or ``CUDA_DEBUG_HANG_AFTER=s``; 0 turns it off): when a
+    launch has stayed unfinished for s seconds while later launches queue
+    behind it on its stream, or while the program launches nothing (it waits),
+    every stream's oldest unfinished launch (kernel or NCCL collective,
+    launching line, age, queue depth) is written to stderr, once per stuck
+    launch, and the program goes on. ``SIGUSR1`` (``python -m cuda_debug dump
+    PID``) asks for the same report at any time; ``cuda_debug.in_flight()``
+    returns it as records.
     """
 
     _what = "watch()"
@@ -268,17 +277,20 @@ class watch(_Region):
         @overload
         def __new__(cls, ops: _F) -> _F: ...
         @overload
-        def __new__(cls, ops: Optional[bool] = None) -> "watch": ...
+        def __new__(cls, ops: Optional[bool] = None, *,
+                    hang_after: Optional[float] = None) -> "watch": ...
         def __new__(cls, *args: Any, **kwargs: Any) -> Any: ...
     else:
-        def __init__(self, ops: Optional[bool] = None):
+        def __init__(self, ops: Optional[bool] = None, *, hang_after=None):
             self.ops = _options.OPTIONS.watch_ops if ops is None else \
                 _check_bool("watch(ops)", ops)
+            self.hang_after = _hangs.check_hang_after(hang_after)
             self._handles = []
             self._recorders = []
+            self._hang = []
 
     def _copy(self):
-        return watch(self.ops)
+        return watch(self.ops, hang_after=self.hang_after or 0)
 
     def __enter__(self):
         global _watch_epoch
@@ -293,6 +305,11 @@ class watch(_Region):
                 self._handles.pop().close()
                 raise
         self._recorders.append(recorder)
+        hang = None
+        if not isinstance(handle, _dispatch_fallback.DispatchScope):   # a ring to watch
+            hang = self.hang_after
+            _hangs.enter(hang)
+        self._hang.append(hang)
         if _watch_epoch is None:       # no lock: two first watches differ by a few launches
             _watch_epoch = handle.watch_mark
         return self
@@ -301,6 +318,8 @@ class watch(_Region):
         recorder = self._recorders.pop() if self._recorders else None
         if recorder is not None:
             recorder.close()
+        if self._hang:
+            _hangs.leave(self._hang.pop())
         handle = self._exit_handle()
         if exc is None:
             return False
@@ -311,7 +330,9 @@ class watch(_Region):
         self._raise(err, exc)
 
     def __repr__(self):
-        return "cuda_debug.watch(ops=True)" if self.ops else "cuda_debug.watch()"
+        args = (["ops=True"] if self.ops else []) + \
+            (["hang_after=%g" % self.hang_after] if self.hang_after else [])
+        return "cuda_debug.watch(%s)" % ", ".join(args)
 
 
 def is_launch_blocking() -> bool:

@@ -131,7 +131,7 @@ def child():
 
 # The fake CUDA driver + CUPTI for CPU-only runs (tests/fake_cuda): the
 # session-scoped build and the fake_child runner.
-from fake_cuda.fixtures import fake_child, fake_cuda_dir  # noqa: E402,F401
+from fake_cuda.fixtures import fake_child, fake_cuda_dir, fake_live  # noqa: E402,F401
 
 
 def needs(*modules):
@@ -142,3 +142,110 @@ def needs(*modules):
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip("needs %s" % ", ".join(missing))
+
+
+class Live:
+    """A child process that runs while the test talks to it (signals, ``dump
+    PID``): its output is read as it comes, each line with the time it came.
+    ``wait_for(text)`` waits for a line holding `text`; ``finish()`` waits for the
+    exit (killing the process group at the deadline). Use it as a context
+    manager: the process group is killed on the way out, whatever happened.
+    With ``read_stderr=False`` nobody reads fd 2 until ``start_reading()``
+    (a test that needs the child's stderr pipe to fill up). `launcher`: what
+    runs the script, after the interpreter (``["-m", "torch.distributed.run",
+    ...]``)."""
+
+    def __init__(self, code, env=None, prelude="", args=(), read_stderr=True, launcher=()):
+        import tempfile
+        import threading
+        import time
+        self._time = time
+        self.source = _PRELUDE + prelude + textwrap.dedent(code)
+        self.folder = tempfile.mkdtemp(prefix="cuda_debug_live_")
+        self.script = os.path.join(self.folder, "user_script.py")
+        with open(self.script, "w") as f:
+            f.write(self.source)
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.proc = subprocess.Popen([sys.executable] + list(launcher) + [self.script] +
+                                     list(args), cwd=ROOT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=full_env, start_new_session=True)
+        self.pid = self.proc.pid
+        self.lines = {"stdout": [], "stderr": []}
+        self._cond = threading.Condition()
+        self._threads = []
+        self._threading = threading
+        self._start("stdout")
+        if read_stderr:
+            self._start("stderr")
+
+    def _start(self, name):
+        def pump(f=getattr(self.proc, name), out=self.lines[name]):
+            for raw in iter(f.readline, b""):
+                with self._cond:
+                    out.append((self._time.monotonic(), raw.decode("utf-8", "replace")))
+                    self._cond.notify_all()
+        t = self._threading.Thread(target=pump, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def start_reading(self):
+        """Begin reading stderr (after read_stderr=False)."""
+        self._start("stderr")
+
+    def line_of(self, marker):
+        return line_of(self.source, marker)
+
+    def text(self, name="stderr"):
+        with self._cond:
+            return "".join(line for _, line in self.lines[name])
+
+    def wait_for(self, text, name="stderr", timeout=30.0, count=1):
+        """(time, line) of the `count`-th line of `name` holding `text`; an
+        AssertionError with the output so far at the deadline."""
+        deadline = self._time.monotonic() + timeout
+        with self._cond:
+            while True:
+                hits = [(t, l) for t, l in self.lines[name] if text in l]
+                if len(hits) >= count:
+                    return hits[count - 1]
+                left = deadline - self._time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.2))
+        raise AssertionError("no line with %r in the child's %s within %.0f s:\n%r" %
+                             (text, name, timeout, self))
+
+    def finish(self, timeout=30.0):
+        """The exit status (negative: the signal); the group is killed at the deadline."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.proc.wait(10)
+        for t in self._threads:
+            t.join(5)
+        return self.proc.returncode
+
+    def kill(self):
+        import signal
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.kill()
+        self.proc.wait(10)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return False
+
+    def __repr__(self):
+        return "<live child pid %d rc=%s>\n--- stdout\n%s\n--- stderr\n%s" % (
+            self.pid, self.proc.returncode, self.text("stdout")[-4000:],
+            self.text("stderr")[-4000:])

@@ -7,6 +7,8 @@
  *                 code locations interned once; the user-frame rule
  *   watch_ring.c  watch mode: the launch ring, completion markers, the
  *                 search for unfinished launches (host memory only)
+ *   inflight.c    every stream's oldest unfinished launch, its age and queue
+ *                 (hangs; host memory only), and the collective an NCCL launch ran
  *   stderr_tee.c  the pass-through stderr that catches the device's assert text
  *   native_ops.c  the PyTorch operators on the launching thread's native stack
  *   driver_log.c  the driver's error log (cuLogsRegisterCallback, CUDA >= 12.9)
@@ -15,6 +17,8 @@
 #define CD_CAPTURE_H
 
 #include "base/base.h"
+
+#include <time.h>
 
 /* ---------------------------------------------------------- frames.c -- */
 
@@ -79,6 +83,7 @@ int cd_tee_installed(void);
 typedef struct {
     _Atomic uint64_t seq;      /* written last (release); 0 while being written */
     uintptr_t stream;
+    uint64_t t_ns;             /* CLOCK_MONOTONIC at the launch (cd_clock_ns) */
     uint32_t kernel, kernel_short; /* interned */
     uint32_t frames[CD_RING_FRAMES];
     uint32_t grid[3], block[3];
@@ -108,9 +113,43 @@ int cd_watch_get(uint64_t seq, cd_watch_record *out);
  * out[] sorted by seq; returns the count (-1: one guess in out[0]). */
 int cd_watch_incomplete(uint64_t since, uint64_t *out, int max);
 int cd_watch_context_device(int ctx_index);
+/* CLOCK_MONOTONIC in ns (vDSO: ~25 ns; async-signal-safe). */
+static inline uint64_t cd_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 /* watch(ops=True): the op the calling thread is in (a token Python hands out
  * per op call, 0 when none), copied into each watch record. */
 extern _Thread_local uint32_t cd_tls_op;
+
+/* -------------------------------------------------------- inflight.c -- */
+
+#define CD_INFLIGHT_MAX 64         /* streams one search follows */
+
+typedef struct {
+    cd_watch_record rec;       /* the stream's oldest unfinished launch (rec.seq) */
+    uint32_t queued;           /* launches recorded after it on that stream */
+    uint64_t last_seq;         /* the stream's newest launch */
+} cd_inflight;
+
+typedef struct {
+    uint64_t now_ns;           /* cd_clock_ns() when the search ended */
+    uint64_t newest_seq, newest_ns;    /* the newest launch recorded, on any stream */
+    uint32_t scanned;          /* records read */
+    uint32_t unknown;          /* of which with no completion marker (skipped) */
+    uint32_t streams_cut;      /* launches of streams that did not fit in out[] */
+} cd_inflight_summary;
+
+/* Per stream, the oldest launch of the watch ring whose marker has not come
+ * back, with the launches queued behind it: out[] oldest first; returns the
+ * count (at most max). Host memory only: async-signal-safe. */
+int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum);
+/* The collective an NCCL launch ran ("all_reduce", or the torch.distributed
+ * function that issued it; "collective" when neither says): its length, 0
+ * (and "") when the kernel is not NCCL's. Async-signal-safe. */
+size_t cd_collective_name(const cd_watch_record *r, char *out, size_t cap);
 
 /* ------------------------------------------------------ native_ops.c -- */
 

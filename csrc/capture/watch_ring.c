@@ -15,7 +15,7 @@
  * CUDA call (so also from a signal handler). Launches on a capturing stream
  * are skipped (hooks/launch_callback.c); a graph replay is one record.
  *
- * Memory: CD_WATCH_RING records (88 bytes each, 5.5 MiB) and, per context, one
+ * Memory: CD_WATCH_RING records (96 bytes each, 6 MiB) and, per context, one
  * pinned buffer of CD_WATCH_SLOTS 32-bit slots (256 KiB), allocated at the
  * first launch seen in that context (cold path, once) and kept for the life
  * of the process. A fault can be named while it is among the last 65,536
@@ -142,6 +142,7 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
     memcpy(r->block, dims.block, sizeof r->block);
     r->shared_mem = dims.shared_mem;
     r->stream = (uintptr_t)s;
+    r->t_ns = cd_clock_ns();
     r->kernel = cd_intern_kernel(cb->symbolName, &r->kernel_short);
     if (!tls_tid)
         tls_tid = (int32_t)syscall(SYS_gettid);

@@ -7,6 +7,8 @@
  *   launch_callback.c  the CUPTI launch callback (the hot path)
  *   scopes.c           opening and closing launch_blocking() scopes and
  *                      watch() blocks: drain, take CUPTI, push the state
+ *   hang_watcher.c     watch(hang_after=s): the thread that reports stuck
+ *                      launches, the process left alive
  */
 #ifndef CD_HOOKS_H
 #define CD_HOOKS_H
@@ -47,5 +49,13 @@ void cd_on_sticky_logged(int code);
 int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int *code,
                   char *holder, size_t holder_len);
 void cd_scope_close(int kind, int all_threads, uint32_t token);
+
+/* ----------------------------------------------------- hang_watcher.c -- */
+
+/* hang_after in ns (0: off). The first nonzero value starts the watcher
+ * thread: 0, or pthread_create's error. */
+int cd_hang_watch_set(uint64_t ns);
+uint64_t cd_hang_watch_get(void);
+uint64_t cd_hang_reports(void);    /* reports the watcher wrote */
 
 #endif

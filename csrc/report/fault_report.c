@@ -38,11 +38,11 @@ static struct {
 } names[MAX_NAMES];
 static int n_names;
 static int enabled = 1;
-static char prefix[32];
 static char restart[160] = "The CUDA context is now unusable: restart the process.";
 static char elastic_file[1024];        /* TORCHELASTIC_ERROR_FILE, "" when unset */
-static atomic_int elastic_written;
+static atomic_int elastic_written;      /* 0, ELASTIC_BY_SIGNAL or ELASTIC_FINAL */
 atomic_int cd_report_written;          /* the culprit block of watch mode: once */
+static atomic_int signal_written;      /* the block of a SIGABRT/SIGTERM: once, apart */
 static atomic_int consequences;        /* one-line notes for refusals, a few at most */
 
 /* Called before the first scope (Python: _report.configure_core), while no
@@ -51,7 +51,7 @@ void cd_report_configure(int on, const char *pfx, const char *error_file, const 
 {
     enabled = on;
     snprintf(elastic_file, sizeof elastic_file, "%s", error_file ? error_file : "");
-    snprintf(prefix, sizeof prefix, "%s", pfx ? pfx : "");
+    cd_out_set_prefix(pfx);
     if (text)
         snprintf(restart, sizeof restart, "%s", text);
 }
@@ -72,131 +72,14 @@ void cd_report_name_error(int code, const char *name, const char *what)
 
 /* ---------------------------------------------- a writer with no malloc -- */
 
-typedef struct {
-    char buf[6144];
-    size_t n;
-    int line_start;
-    int raw;                       /* 1: no rank prefix (the JSON) */
-} out_t;
-
-/* The length of the valid UTF-8 sequence at s (of n bytes), 0 if invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    size_t k;
-    unsigned min;
-    if (s[0] >= 0xC2 && s[0] <= 0xDF)
-        k = 2, min = 0x80;
-    else if (s[0] >= 0xE0 && s[0] <= 0xEF)
-        k = 3, min = 0x800;
-    else if (s[0] >= 0xF0 && s[0] <= 0xF4)
-        k = 4, min = 0x10000;
-    else
-        return 0;
-    if (n < k)
-        return 0;
-    unsigned c = s[0] & (0x7F >> k);
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-        return 0;
-    return k;
-}
-
-/* Never trust text we did not make: control characters become '?', bytes
- * that are not valid UTF-8 (a thread name cut inside a character, a binary
- * kernel name) are written escaped, \xe5, so that a reader decoding stderr as
- * UTF-8 never fails. */
-static void put(out_t *o, const char *s, size_t len)
-{
-    const size_t room = sizeof o->buf - 6;
-    for (size_t i = 0; i < len && o->n < room;) {
-        if (o->line_start && prefix[0] && !o->raw) {
-            for (const char *p = prefix; *p && o->n < room; p++)
-                o->buf[o->n++] = *p;
-        }
-        unsigned char c = (unsigned char)s[i];
-        o->line_start = c == '\n';
-        if (c < 0x80) {
-            o->buf[o->n++] = c != '\n' && c != '\t' && (c < 0x20 || c == 0x7F) ? '?' : (char)c;
-            i++;
-            continue;
-        }
-        size_t k = utf8_seq((const unsigned char *)s + i, len - i);
-        if (k && o->n + k <= room) {
-            memcpy(o->buf + o->n, s + i, k);
-            o->n += k;
-            i += k;
-        } else if (!k) {
-            o->buf[o->n++] = '\\';
-            o->buf[o->n++] = 'x';
-            o->buf[o->n++] = "0123456789abcdef"[c >> 4];
-            o->buf[o->n++] = "0123456789abcdef"[c & 15];
-            i++;
-        } else {
-            break;
-        }
-    }
-}
-
-static void puts_(out_t *o, const char *s) { put(o, s, strlen(s)); }
-
-static void put_u(out_t *o, unsigned long long v)
-{
-    char t[24];
-    int i = 0;
-    do {
-        t[i++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v && i < 23);
-    while (i)
-        put(o, &t[--i], 1);
-}
-
-static void put_hex(out_t *o, unsigned long long v)
-{
-    char t[20];
-    int i = 0;
-    do {
-        t[i++] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v && i < 19);
-    puts_(o, "0x");
-    while (i)
-        put(o, &t[--i], 1);
-}
-
-static void put_dims(out_t *o, const unsigned *d)
-{
-    puts_(o, "[");
-    put_u(o, d[0]);
-    puts_(o, ",");
-    put_u(o, d[1]);
-    puts_(o, ",");
-    put_u(o, d[2]);
-    puts_(o, "]");
-}
-
-static void flush(out_t *o)
-{
-    if (o->n && o->buf[o->n - 1] != '\n')
-        o->buf[o->n++] = '\n';
-    const char *p = o->buf;
-    size_t n = o->n;
-    while (n > 0) {
-        ssize_t w = write(2, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    o->n = 0;
-}
+/* report/fd_writer.c, under the short names this file uses. */
+typedef cd_out out_t;
+static inline void put(out_t *o, const char *s, size_t n) { cd_out_put(o, s, n); }
+static inline void puts_(out_t *o, const char *s) { cd_out_puts(o, s); }
+static inline void put_u(out_t *o, unsigned long long v) { cd_out_u(o, v); }
+static inline void put_hex(out_t *o, unsigned long long v) { cd_out_hex(o, v); }
+static inline void put_dims(out_t *o, const unsigned *d) { cd_out_dims(o, d); }
+static inline void flush(out_t *o) { cd_out_flush(o); }
 
 static void put_error(out_t *o, int code)
 {
@@ -212,35 +95,9 @@ static void put_error(out_t *o, int code)
     put_u(o, (unsigned)code);
 }
 
-/* "launched at file:line in func" from location ids, innermost first: the
- * innermost user frame; else the outermost pseudo-file (python -c); else the
- * innermost frame. */
-static void put_location(out_t *o, const uint32_t *ids, int n, int complete)
+static inline void put_location(out_t *o, const uint32_t *ids, int n, int complete)
 {
-    int pick = -1;
-    cd_location loc;
-    for (int i = 0; i < n && pick < 0; i++)
-        if (cd_location_get(ids[i], &loc) == 0 && loc.kind == CD_LOC_USER)
-            pick = i;
-    if (pick < 0 && complete == 1 && n > 0 && cd_location_get(ids[n - 1], &loc) == 0 &&
-        loc.kind == CD_LOC_PSEUDO)
-        pick = n - 1;
-    if (pick < 0 && n > 0)
-        pick = 0;
-    if (pick < 0 || cd_location_get(ids[pick], &loc) != 0) {
-        puts_(o, "  launched from no Python frame (a framework thread, or C code)\n");
-        return;
-    }
-    const char *file = cd_interned(loc.file), *func = cd_interned(loc.func);
-    puts_(o, "  launched at ");
-    puts_(o, file ? file : "?");
-    puts_(o, ":");
-    put_u(o, (unsigned)(loc.lineno < 0 ? 0 : loc.lineno));
-    puts_(o, " in ");
-    puts_(o, func ? func : "?");
-    if (loc.kind != CD_LOC_USER)
-        puts_(o, " (library code: no frame of yours was found)");
-    puts_(o, "\n");
+    cd_out_location(o, ids, n, complete);
 }
 
 /* The first device-assert line of text (or the first line). */
@@ -311,10 +168,21 @@ static void json_str(out_t *o, const char *s, size_t n)
     put(o, "\"", 1);
 }
 
-static void write_elastic(const char *block, size_t n)
+/* Written once by a fault (final); a signal's (SIGABRT, or a SIGTERM about to
+ * end the process) is kept only until a fault writes its own. */
+enum { ELASTIC_BY_SIGNAL = 1, ELASTIC_FINAL = 2 };
+
+static void write_elastic(const char *block, size_t n, int by_signal)
 {
-    if (!elastic_file[0] || atomic_exchange(&elastic_written, 1))
+    if (!elastic_file[0])
         return;
+    if (by_signal) {
+        int none = 0;
+        if (!atomic_compare_exchange_strong(&elastic_written, &none, ELASTIC_BY_SIGNAL))
+            return;
+    } else if (atomic_exchange(&elastic_written, ELASTIC_FINAL) == ELASTIC_FINAL) {
+        return;
+    }
     /* the headline: the block's first line, without "cuda_debug: " */
     const char *nl = memchr(block, '\n', n);
     size_t first = nl ? (size_t)(nl - block) : n;
@@ -329,25 +197,17 @@ static void write_elastic(const char *block, size_t n)
     int fd = open(elastic_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
-    const char *p = o.buf;
-    size_t left = o.n;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        p += w;
-        left -= (size_t)w;
-    }
+    cd_write_all(fd, o.buf, o.n);
     close(fd);
 }
 
-/* flush() that also feeds the elastic file (before the block is written). */
-static void flush_report(out_t *o)
+/* flush() that also feeds the elastic file (before the block is written):
+ * to_elastic: 0 no, 1 as a fault's, 2 as a signal's; to_fd: write it to fd 2. */
+static void flush_report_to(out_t *o, int to_elastic, int to_fd)
 {
     /* the block without the rank prefixes, for the JSON */
     char plain[sizeof o->buf];
+    const char *prefix = cd_out_prefix();
     size_t k = 0, pl = strlen(prefix);
     for (size_t i = 0; i < o->n && k < sizeof plain; ) {
         if (pl && (i == 0 || o->buf[i - 1] == '\n') && o->n - i >= pl &&
@@ -365,9 +225,14 @@ static void flush_report(out_t *o)
             body = c + 2;
         }
     }
-    write_elastic(body, k);
-    flush(o);
+    if (to_elastic)
+        write_elastic(body, k, to_elastic == 2);
+    if (to_fd)
+        flush(o);
+    o->n = 0;
 }
+
+static void flush_report(out_t *o) { flush_report_to(o, 1, 1); }
 
 void cd_report_fault(const cd_fault *f)
 {
@@ -451,8 +316,19 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         n = 1;
     if (code == 0 && n == 0)
         return;                    /* a signal, and nothing unfinished: nothing to say */
-    if (atomic_exchange(&cd_report_written, 1))
+    int to_fd = 1;
+    if (from_signal) {
+        /* A fault's block (and error file) said it all. A signal's block is
+         * written once, with its own flag: a handled SIGTERM must not use up
+         * the fault's. Its error file only when the process is about to die. */
+        if (atomic_load(&cd_report_written))
+            return;
+        to_fd = !atomic_exchange(&signal_written, 1);
+        if (!to_fd && from_signal != CD_FROM_DYING_SIGNAL)
+            return;
+    } else if (atomic_exchange(&cd_report_written, 1)) {
         return;
+    }
     out_t o = {.n = 0, .line_start = 1};
     puts_(&o, "cuda_debug (watch): ");
     if (code) {
@@ -500,7 +376,10 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         puts_(&o, restart);
         puts_(&o, "\n");
     }
-    flush_report(&o);
+    if (from_signal)
+        flush_report_to(&o, from_signal == CD_FROM_DYING_SIGNAL ? 2 : 0, to_fd);
+    else
+        flush_report(&o);
 }
 
 /* ------------------------------------------------ dying of a signal --- */
@@ -508,24 +387,80 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
 /* NCCL's watchdog aborts the process (SIGABRT) when it meets the sticky
  * error; torchrun ends the other ranks with SIGTERM. Before that, while
  * watching, write what the ring knows (faulthandler-style: async-signal-safe,
- * then the previous handler, or the default action, runs). */
+ * then the previous handler, or the default action, runs).
+ *
+ * The process is about to die when the previous disposition is the default
+ * (it is restored and the signal raised again), and at SIGABRT (abort() does
+ * not return, whatever the handler does): only then is torchrun's error file
+ * written. A handler chained to returns, and the process may go on (Python's
+ * handlers run later, in the main thread). errno is kept for the interrupted
+ * code; the sibling signals (cd_signal_mask) wait until the report is out:
+ * on this thread, by sa_mask; on another thread (a process-directed SIGTERM
+ * goes to any thread that does not block it), by cd_report_lock. */
 static struct sigaction old_abrt, old_term;
 static atomic_int handlers_installed;
+static atomic_int report_busy;
+
+int cd_report_lock(void)
+{
+    for (int i = 0; i < 3000; i++) {          /* 3 s, in 1 ms sleeps */
+        int free_ = 0;
+        if (atomic_compare_exchange_strong(&report_busy, &free_, 1))
+            return 1;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+void cd_report_unlock(int taken)
+{
+    if (taken)
+        atomic_store(&report_busy, 0);
+}
+
+void cd_signal_mask(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGABRT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGUSR1);
+    sigaddset(set, SIGUSR2);
+}
+
+int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx)
+{
+    if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction) {
+        old->sa_sigaction(sig, info, uctx);
+        return 1;
+    }
+    if (!(old->sa_flags & SA_SIGINFO) && old->sa_handler != SIG_DFL &&
+        old->sa_handler != SIG_IGN && old->sa_handler != NULL) {
+        old->sa_handler(sig);
+        return 1;
+    }
+    return 0;
+}
 
 static void on_fatal_signal(int sig, siginfo_t *info, void *uctx)
 {
-    if (atomic_load(&cd_state.watching))
-        cd_report_watch_culprit(0, sig == SIGABRT ? "SIGABRT" : "SIGTERM", 1);
+    int saved_errno = errno;
     struct sigaction *old = sig == SIGABRT ? &old_abrt : &old_term;
-    if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction) {
-        old->sa_sigaction(sig, info, uctx);
-    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN &&
-               old->sa_handler != NULL) {
-        old->sa_handler(sig);
-    } else {
+    int chained = (old->sa_flags & SA_SIGINFO) ? old->sa_sigaction != NULL
+                                               : old->sa_handler != SIG_DFL &&
+                                                     old->sa_handler != SIG_IGN &&
+                                                     old->sa_handler != NULL;
+    int dying = sig == SIGABRT || (!chained && old->sa_handler == SIG_DFL);
+    int taken = cd_report_lock();
+    if (atomic_load(&cd_state.watching))
+        cd_report_watch_culprit(0, sig == SIGABRT ? "SIGABRT" : "SIGTERM",
+                                dying ? CD_FROM_DYING_SIGNAL : CD_FROM_SIGNAL);
+    cd_report_unlock(taken);
+    if (!cd_signal_chain(old, sig, info, uctx)) {
         sigaction(sig, old, NULL);
-        raise(sig);
+        raise(sig);                /* delivered when this handler returns */
     }
+    errno = saved_errno;
 }
 
 int cd_install_signal_handlers(void)
@@ -536,7 +471,7 @@ int cd_install_signal_handlers(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_fatal_signal;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
+    cd_signal_mask(&sa.sa_mask);
     if (sigaction(SIGABRT, &sa, &old_abrt) != 0 || sigaction(SIGTERM, &sa, &old_term) != 0)
         return -1;
     return 0;

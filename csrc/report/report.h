@@ -2,16 +2,43 @@
  * report/report.h: what happened, kept and told. Reads what capture/ keeps;
  * never calls up into hooks/ (the callback and scopes call it).
  *
+ *   fd_writer.c      the writer of every fd-2 block: fixed buffer, write(2),
+ *                    the rank prefix, text sanitised (async-signal-safe)
  *   fault_records.c  the ring of fault records (the first fault wins; echoes of
  *                    a dead context are marked consequences)
  *   fault_report.c   the compact block written to fd 2 at the moment of the
  *                    fault; watch mode's culprit block; torchrun's error file;
  *                    the SIGABRT/SIGTERM handlers
+ *   inflight_report.c  the hang report: every stream's oldest unfinished launch
+ *                    (age, queue, collective); the dump signal (SIGUSR1)
  */
 #ifndef CD_REPORT_H
 #define CD_REPORT_H
 
 #include "capture/capture.h"
+
+#include <signal.h>
+
+/* ------------------------------------------------------- fd_writer.c -- */
+
+typedef struct {
+    char buf[6144];
+    size_t n;
+    int line_start;
+    int raw;                       /* 1: no rank prefix (the JSON) */
+} cd_out;
+
+void cd_out_set_prefix(const char *prefix);   /* "[rank k] " or "" (configure time) */
+const char *cd_out_prefix(void);
+void cd_out_put(cd_out *o, const char *s, size_t len);     /* sanitised, cut when full */
+void cd_out_puts(cd_out *o, const char *s);
+void cd_out_u(cd_out *o, unsigned long long v);
+void cd_out_hex(cd_out *o, unsigned long long v);
+void cd_out_dims(cd_out *o, const unsigned *d);
+/* "  launched at file:line in func\n" of the innermost user frame of ids. */
+void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete);
+void cd_out_flush(cd_out *o);      /* write(2) to fd 2, then empty */
+void cd_write_all(int fd, const char *p, size_t n);   /* write(2) until done or an error */
 
 /* --------------------------------------------------- fault_records.c -- */
 
@@ -67,7 +94,10 @@ int cd_faults_since(uint64_t since, cd_fault *out, int n);
 void cd_report_fault(const cd_fault *f);
 /* Watch mode: the culprit launch, from the ring, when a fault is found outside
  * any wait of ours (a launch refused, the driver log, a signal). Async-signal-
- * safe when `from_signal`. Writes at most once per process. */
+ * safe when `from_signal` (CD_FROM_*). Writes at most once per process for a
+ * fault, and once for a signal (code 0); torchrun's error file from a signal
+ * only when it is CD_FROM_DYING_SIGNAL. */
+enum { CD_FROM_CALL = 0, CD_FROM_SIGNAL = 1, CD_FROM_DYING_SIGNAL = 2 };
 void cd_report_watch_culprit(int code, const char *found_at, int from_signal);
 /* The texts and switches Python owns, handed down once: the block on or off,
  * the line prefix ("[rank k] "), torchrun's error file (NULL: none), the
@@ -78,6 +108,30 @@ void cd_report_configure(int enabled, const char *prefix, const char *error_file
 void cd_report_name_error(int code, const char *name, const char *what);
 /* SIGABRT/SIGTERM: write the watch culprit, then the previous handler. */
 int cd_install_signal_handlers(void);
+/* The signals held back while a report is being written (sa_mask of every
+ * handler of ours): SIGABRT, SIGTERM, SIGUSR1, SIGUSR2. */
+void cd_signal_mask(sigset_t *set);
+/* One report from a signal handler or the hang watcher at a time, across
+ * threads: waits (nanosleep) up to 3 s for the one being written; returns
+ * whether it took the lock (hand that to cd_report_unlock). */
+int cd_report_lock(void);
+void cd_report_unlock(int taken);
+/* Call the handler `old` was (1), or 0 when it is SIG_DFL or SIG_IGN. */
+int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx);
 extern atomic_int cd_report_written;
+
+/* -------------------------------------------------- inflight_report.c -- */
+
+/* The hang watcher's report: every stream's oldest unfinished launch (kernel
+ * or collective, stream, age, queue depth, launching line), to fd 2. Not from
+ * a signal handler (blocks this thread's signals while it writes). */
+void cd_report_hang(uint64_t hang_after_ns);
+/* Install the dump signal (SIGUSR1/SIGUSR2), chained to the handler there
+ * now; again when Python's signal.signal() replaced ours (a C handler that
+ * replaced it is left alone). sig_is_python / sigint_is_python: Python has a
+ * handler of its own for `sig` / for SIGINT (how Python's C-level handler is
+ * recognised). 0, or -1 with errno (EBUSY: another dump signal is installed). */
+int cd_install_dump_signal(int sig, int sig_is_python, int sigint_is_python);
+int cd_dump_signal(void);          /* the one installed, 0 none */
 
 #endif

@@ -5,6 +5,8 @@
     fake_child      run_child(code, ...) with the fakes preloaded in the child:
                     fake_child(code, env=None, timeout=60, args=(), preload=True,
                                ld_library_path=False) -> conftest.Child
+    fake_live       fake_live(code, env=None, args=(), read_stderr=True) -> conftest.Live:
+                    a child that runs while the test signals it or reads its output
 """
 import pytest
 
@@ -29,3 +31,17 @@ def fake_child(fake_cuda_dir):
         return run_child(code, env=full, timeout=timeout, args=args, prelude=PRELUDE)
 
     return run
+
+
+@pytest.fixture
+def fake_live(fake_cuda_dir):
+    """fake_live(code, env=None, args=(), read_stderr=True) -> conftest.Live: a
+    child with the fakes preloaded that runs while the test talks to it."""
+    from conftest import Live
+
+    def start(code, env=None, args=(), read_stderr=True):
+        full = child_env(fake_cuda_dir)
+        full.update(env or {})
+        return Live(code, env=full, prelude=PRELUDE, args=args, read_stderr=read_stderr)
+
+    return start

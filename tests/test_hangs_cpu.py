@@ -1,0 +1,360 @@
+"""Hangs on the fake driver (CPU, CI): watch(hang_after=s) reports a stuck
+launch once and the process lives on; the dump signal (SIGUSR1) and
+``python -m cuda_debug dump PID`` ask for the same report, also while the main
+thread is blocked in a synchronize; NCCL launches are named by their
+collective; ``cuda_debug.in_flight()`` returns the report's fields.
+
+The fake's ``fake_set_async(1)`` runs each stream's kernels on a thread of
+their own, and ``cuda_debug.testing.spin(s)`` keeps one busy for s seconds."""
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_cli import cli
+
+HEADLINE = "cuda_debug (watch): possible hang"
+
+
+def test_a_spinning_kernel_is_reported_once_within_seconds_and_the_process_lives(fake_live):
+    with fake_live('''
+        import time, cuda_debug, cuda_debug.testing as t
+        fake.fake_set_async(1)
+        with cuda_debug.watch(hang_after=1):
+            t.spin(4)                                  # SPIN
+            print("LAUNCHED %.3f" % time.monotonic(), flush=True)
+            cuda_debug.check()                         # the host waits
+        print("ALIVE", flush=True)
+    ''', env={"RANK": "2"}) as live:
+        _, launched = live.wait_for("LAUNCHED", name="stdout")
+        t_report, _ = live.wait_for(HEADLINE)
+        assert live.finish() == 0, live
+        assert t_report - float(launched.split()[1]) < 3.0, live      # hang_after + a step
+        assert "ALIVE" in live.text("stdout"), live
+        err = live.text()
+        assert err.count(HEADLINE) == 1, err           # not again every step
+        block = err[err.index("[rank 2] " + HEADLINE):].splitlines()
+        assert all(line.startswith("[rank 2] ") for line in block), block
+        assert "  spin on stream 0x0, device 0: unfinished for " in block[2], block
+        assert "0 launches queued behind it (launch #1, thread" in block[2], block
+        assert block[3] == "[rank 2]     launched at %s:%d in <module>" % (
+            live.script, live.line_of("# SPIN")), block
+        assert "The process goes on" in block[4] and "cuda_debug dump %d" % live.pid in block[4]
+
+
+def test_queue_depth_and_a_later_stuck_launch_reports_again(fake_child):
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        fake.fake_set_async(1)
+        with cuda_debug.watch(hang_after=1):
+            t.spin(3)                              # FIRST
+            for _ in range(3):
+                t.empty()                          # queued behind the spin
+            rec = cuda_debug.in_flight()
+            cuda_debug.check()
+            after = cuda_debug.in_flight()
+            t.spin(3)                              # SECOND
+            cuda_debug.check()
+        report(dict(n=len(rec), short=rec[0].short, depth=rec[0].queue_depth, seq=rec[0].seq,
+                    line=rec[0].lineno, fn=rec[0].function, thread=rec[0].thread_name,
+                    collective=rec[0].collective, graph=rec[0].graph, after=len(after),
+                    age=rec[0].age_s))
+    ''')
+    assert c.returncode == 0, c
+    r = c.result
+    assert (r["n"], r["short"], r["depth"], r["seq"], r["line"], r["fn"], r["thread"]) == \
+        (1, "spin", 3, 1, c.line_of("# FIRST"), "<module>", "MainThread"), r
+    assert r["collective"] is None and r["graph"] is False and r["after"] == 0, r
+    assert 0 <= r["age"] < 1.0, r
+    assert c.stderr.count(HEADLINE) == 2, c.stderr
+    first, second = c.stderr.split(HEADLINE)[1:]
+    assert "3 launches queued behind it (launch #1," in first, first
+    assert "launched at %s:%d" % (c.script, c.line_of("# FIRST")) in first, first
+    assert "0 launches queued behind it (launch #5," in second, second
+    assert "launched at %s:%d" % (c.script, c.line_of("# SECOND")) in second, second
+
+
+def test_a_long_kernel_on_a_side_stream_is_no_hang_while_the_program_launches(fake_child):
+    # The documented rule: the stuck launch must have launches queued behind it
+    # on its stream, or the host must have stopped launching (it waits).
+    c = fake_child('''
+        import time, cuda_debug, cuda_debug.testing as t
+        fake.fake_set_async(1)
+        side = fake.fake_stream_create()
+        with cuda_debug.watch(hang_after=1.5):
+            t.spin(4, stream=side)                 # SIDE
+            t0 = time.monotonic()
+            seen = None
+            while time.monotonic() - t0 < 3.5:     # the program goes on on its own stream
+                t.empty()
+                time.sleep(0.05)
+                if seen is None and time.monotonic() - t0 > 2.5:
+                    seen = [(r.short, r.queue_depth, r.stream == side, round(r.age_s))
+                            for r in cuda_debug.in_flight()]
+            fake.fake_stream_sync(side)
+        report(dict(seen=seen))
+    ''')
+    assert c.returncode == 0, c
+    assert c.result == {"seen": [["spin", 0, True, 3]]}, c
+    assert HEADLINE not in c.stderr, c.stderr
+
+
+def test_sigusr1_is_answered_while_the_main_thread_is_blocked_in_a_synchronize(fake_child):
+    c = fake_child('''
+        import os, signal, threading, time, cuda_debug, cuda_debug.testing as t
+        fake.fake_set_async(1)
+        main = threading.get_ident()
+
+        def poke():
+            time.sleep(1.0)
+            signal.pthread_kill(main, signal.SIGUSR1)     # lands in the main thread's wait
+
+        with cuda_debug.watch():
+            t.spin(3)                                    # SPIN
+            threading.Thread(target=poke).start()
+            cuda_debug.check()                           # blocked in cuCtxSynchronize
+        report(dict(alive=True))
+    ''')
+    assert c.result == {"alive": True}, c
+    head = "cuda_debug (watch): SIGUSR1 (pid "
+    assert c.stderr.count(head) == 1, c.stderr
+    block = c.stderr[c.stderr.index(head):]
+    assert "  spin on stream 0x0, device 0: unfinished for 1." in block, block
+    assert "launched at %s:%d in <module>" % (c.script, c.line_of("# SPIN")) in block, block
+    assert "possible hang" not in c.stderr       # no hang_after: no watcher
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_a_python_handler_for_the_dump_signal_keeps_running(fake_child, order):
+    c = fake_child('''
+        import os, signal, time, cuda_debug, cuda_debug.testing as t
+        seen = []
+        handler = lambda s, f: seen.append(s)
+        if %r == "before":
+            signal.signal(signal.SIGUSR1, handler)          # the program's own, first
+        with cuda_debug.watch():
+            if %r == "after":
+                signal.signal(signal.SIGUSR1, handler)      # replaces cuda_debug's...
+            with cuda_debug.watch():                        # ...which comes back, chained
+                t.spin(5)
+                os.kill(os.getpid(), signal.SIGUSR1)
+                for _ in range(200):
+                    if seen:
+                        break
+                    time.sleep(0.01)
+        report(dict(seen=seen))
+    ''' % (order, order))
+    assert c.result == {"seen": [int(signal.SIGUSR1)]}, c
+    assert c.stderr.count("cuda_debug (watch): SIGUSR1 (pid ") == 1, c.stderr
+
+
+@pytest.mark.parametrize("setting, caught", [("SIGUSR2", ["USR2"]), ("off", [])])
+def test_the_dump_signal_is_configurable(fake_child, setting, caught):
+    c = fake_child('''
+        import os, signal, time, cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core
+        with cuda_debug.watch():
+            t.spin(0.1)
+        with open("/proc/self/status") as f:
+            mask = int([l for l in f if l.startswith("SigCgt:")][0].split()[1], 16)
+        caught = [n for n in ("USR1", "USR2") if mask >> (getattr(signal, "SIG" + n) - 1) & 1]
+        if caught:
+            os.kill(os.getpid(), getattr(signal, "SIG" + caught[0]))
+        report(dict(caught=caught, installed=_core.hang_state()[2]))
+    ''', env={"CUDA_DEBUG_DUMP_SIGNAL": setting})
+    installed = int(getattr(signal, "SIG" + caught[0])) if caught else 0
+    assert c.result == {"caught": caught, "installed": installed}, c
+    assert ("cuda_debug (watch): SIG%s (pid" % caught[0] in c.stderr) if caught else \
+        "cuda_debug (watch)" not in c.stderr, c.stderr
+
+
+def test_dump_pid_asks_a_watching_process_for_its_report(fake_live):
+    with fake_live('''
+        import cuda_debug, cuda_debug.testing as t
+        fake.fake_set_async(1)
+        with cuda_debug.watch():
+            t.spin(60)                          # SPIN
+            print("READY", flush=True)
+            cuda_debug.check()
+    ''') as live:
+        live.wait_for("READY", name="stdout")
+        p = cli("dump", str(live.pid))
+        assert p.returncode == 0, p
+        assert "sent SIGUSR1 to process %d (" % live.pid in p.stdout, p.stdout
+        assert "goes to that process's stderr" in p.stdout, p.stdout
+        assert 'look there for "cuda_debug (watch): SIGUSR1 (pid %d)"' % live.pid in p.stdout
+        live.wait_for("cuda_debug (watch): SIGUSR1 (pid %d)" % live.pid, timeout=10)
+        live.wait_for("launched at %s:%d in <module>" % (live.script, live.line_of("# SPIN")),
+                      timeout=10)
+        assert "  spin on stream 0x0, device 0: unfinished for " in live.text(), live
+        assert live.proc.poll() is None, live      # alive
+
+
+def test_dump_refuses_a_process_that_does_not_catch_the_signal():
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        p = cli("dump", str(bystander.pid))
+        assert p.returncode == 1, p
+        assert "process %d (" % bystander.pid in p.stderr, p.stderr
+        assert "does not catch SIGUSR1" in p.stderr and "not sent" in p.stderr, p.stderr
+        time.sleep(0.2)
+        assert bystander.poll() is None            # not killed by the default action
+    finally:
+        bystander.kill()
+        bystander.wait()
+    p = cli("dump", "999999999")
+    assert p.returncode == 1 and "no process 999999999" in p.stderr, p
+    p = cli("dump", "--signal", "SIGKILL", "1")
+    assert p.returncode == 2 and "SIGUSR1 or SIGUSR2" in p.stderr, p
+
+
+NCCL = {
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL": "all_reduce",
+    "_Z%dncclDevKernel_ReduceScatter_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE"
+    % len("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL"): "reduce_scatter",
+    "ncclKernel_AllGather_RING_LL_Sum_int8_t": "all_gather",
+    "ncclDevKernel_Broadcast_RING_LL": "broadcast",
+    "ncclDevKernel_Reduce_Sum_f32_RING_LL": "reduce",
+    "ncclDevKernel_SendRecv": "send/recv",
+    "ncclDevKernel_Generic_4": "collective",
+    "my_reduce_kernel": None,
+}
+
+
+def test_nccl_launches_are_named_by_their_collective_and_the_line_that_issued_them(fake_child,
+                                                                                    tmp_path):
+    # torch.distributed's own function names the collective when it is on the
+    # stack (NCCL's generic kernels name none); a library file, as in site-packages.
+    c10d = tmp_path / "site-packages" / "torch" / "distributed" / "distributed_c10d.py"
+    c10d.parent.mkdir(parents=True)
+    c10d.write_text("def all_gather_into_tensor(fake, stream):\n"
+                    "    fake.fake_launch(b'ncclDevKernel_Generic', stream, 1, 1, 1, 64, 1, 1)\n")
+    c = fake_child('''
+        import importlib.util, os, signal, time, cuda_debug
+        spec = importlib.util.spec_from_file_location("c10d", %r)
+        c10d = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(c10d)
+        names = %r
+        with cuda_debug.watch():                  # not async: nothing runs until a sync
+            for name in names:
+                fake.fake_launch(name.encode(), fake.fake_stream_create(), 1, 1, 1, 64, 1, 1)  # EACH
+            c10d.all_gather_into_tensor(fake, fake.fake_stream_create())   # ISSUE
+            recs = cuda_debug.in_flight()
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.2)
+        report([(r.short, r.collective, r.lineno) for r in recs])
+    ''' % (str(c10d), list(NCCL)))
+    each, issue = c.line_of("# EACH"), c.line_of("# ISSUE")
+    got = c.result
+    assert [(v, line) for _, v, line in got] == \
+        [(v, each) for v in NCCL.values()] + [("all_gather_into_tensor", issue)], (got, c)
+    assert got[1][0] == "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", got      # demangled
+    assert got[-1][0] == "ncclDevKernel_Generic", got
+    err = c.stderr
+    assert "  all_reduce (ncclDevKernel_AllReduce_Sum_f32_RING_LL) on stream 0x" in err, err
+    assert "  all_gather_into_tensor (ncclDevKernel_Generic) on stream 0x" in err, err
+    assert "    launched at %s:%d in <module>" % (c.script, issue) in err, err
+    assert "  my_reduce_kernel on stream 0x" in err, err
+
+
+def test_run_hang_after(fake_child, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import cuda_debug, cuda_debug.testing as t\n"
+                      "t.spin(2.5)\n"
+                      "cuda_debug.check()\n"
+                      "print('DONE')\n")
+    c = fake_child('''
+        fake.fake_set_async(1)
+        from cuda_debug import _cli
+        sys.exit(_cli.main(["run", "--hang-after", "1", %r]))
+    ''' % str(script))
+    assert c.returncode == 0 and "DONE" in c.stdout, c
+    assert c.stderr.count(HEADLINE + ": a launch unfinished for longer than hang_after=1.0 s") \
+        == 1, c.stderr
+    assert "launched at %s:2 in <module>" % script in c.stderr, c.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hang-after"], "--hang-after takes a number of seconds > 0"),
+    (["--hang-after", "soon"], "--hang-after takes a number of seconds > 0"),
+    (["--hang-after", "-3"], "--hang-after takes a number of seconds > 0"),
+    (["--hang-after", "5", "--no-watch"], "--hang-after goes with watching (not with --no-watch)"),
+    (["--launch-blocking", "--hang-after", "5"], "(not with --launch-blocking)"),
+])
+def test_run_hang_after_usage_errors(tmp_path, args, message):
+    script = tmp_path / "s.py"
+    script.write_text("print('ran')\n")
+    p = cli("run", *(args + [str(script)]))
+    assert p.returncode == 2 and message in p.stderr and "ran" not in p.stdout, p
+
+
+def test_the_environment_sets_hang_after_and_watch_checks_it(fake_child):
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        fake.fake_set_async(1)
+        errors = []
+        for bad in ("soon", -1, True):
+            try:
+                cuda_debug.watch(hang_after=bad)
+            except (TypeError, ValueError) as e:
+                errors.append(type(e).__name__)
+        w = cuda_debug.watch()
+        off = cuda_debug.watch(hang_after=0)
+        with w:
+            t.spin(2.5)
+            cuda_debug.check()
+        report(dict(errors=errors, repr=repr(w), off=off.hang_after))
+    ''', env={"CUDA_DEBUG_HANG_AFTER": "1"})
+    assert c.result == {"errors": ["TypeError", "ValueError", "TypeError"],
+                        "repr": "cuda_debug.watch(hang_after=1)", "off": None}, c
+    assert c.stderr.count(HEADLINE) == 1, c.stderr
+
+
+def test_a_bad_hang_after_in_the_environment_is_warned_about(fake_child):
+    c = fake_child('''
+        import warnings
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            import cuda_debug._options as o
+        report(dict(value=o.OPTIONS.hang_after, warned=[str(x.message) for x in w]))
+    ''', env={"CUDA_DEBUG_HANG_AFTER": "ten"})
+    assert c.result["value"] is None, c
+    assert any("CUDA_DEBUG_HANG_AFTER='ten'" in m for m in c.result["warned"]), c
+
+
+def test_faulthandler_chained_both_ways_runs_each_handler_once(fake_child):
+    # faulthandler.register(chain=True) replaces cuda_debug's handler and calls it
+    # after its own; the next watch() re-installs cuda_debug's, chained to
+    # faulthandler's: each runs once, no endless round.
+    c = fake_child('''
+        import faulthandler, os, signal, time, cuda_debug, cuda_debug.testing as t
+        with cuda_debug.watch():
+            faulthandler.register(signal.SIGUSR1, chain=True)
+            with cuda_debug.watch():
+                t.spin(5)
+                os.kill(os.getpid(), signal.SIGUSR1)
+                time.sleep(0.2)
+        report(dict(alive=True))
+    ''')
+    assert c.result == {"alive": True}, c
+    assert c.stderr.count("cuda_debug (watch): SIGUSR1 (pid ") == 1, c.stderr
+    assert c.stderr.count("Current thread") == 1, c.stderr      # faulthandler's stack
+
+
+def test_more_streams_than_the_report_holds_are_counted(fake_child):
+    c = fake_child('''
+        import os, signal, time, cuda_debug
+        with cuda_debug.watch():                  # not async: nothing runs until a sync
+            for _ in range(70):
+                fake.fake_launch(b"k", fake.fake_stream_create(), 1, 1, 1, 32, 1, 1)
+            n = len(cuda_debug.in_flight())
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.2)
+        report(dict(n=n))
+    ''')
+    assert c.result == {"n": 64}, c
+    assert c.stderr.count("  k on stream 0x") == 32, c.stderr
+    assert "  and 32 more streams\n" in c.stderr, c.stderr
+    assert "  and 6 unfinished launches on streams beyond the 64 followed\n" in c.stderr, c.stderr
