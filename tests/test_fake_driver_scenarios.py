@@ -119,6 +119,33 @@ def test_thread_name_cut_inside_a_utf8_character(fake_child):
     assert r["thread"] is None or "worker" in r["thread"]
 
 
+def test_thread_name_cut_inside_a_utf8_character_is_escaped_on_fd2(fake_child):
+    """The fd-2 block written at the fault: the thread name "worke" + 3 x "学"
+    + the first byte of a fourth (the OS keeps 15 bytes) is written with that
+    byte escaped, so that stderr decodes as strict UTF-8. (Guards issue 18
+    item 5: at e598ab7 the byte 0xe5 went to fd 2 raw.)"""
+    c = run(fake_child, """
+        import threading
+        import cuda_debug, cuda_debug.testing as t
+
+        def worker():
+            name = ("worke" + "\\u5b66" * 4).encode()          # 17 bytes; the OS keeps 15
+            fake.fake_set_thread_name(name, len(name))
+            try:
+                with cuda_debug.launch_blocking():
+                    t.device_assert()
+            except cuda_debug.DeviceAssertError:
+                pass
+
+        th = threading.Thread(target=worker); th.start(); th.join()
+    """)
+    raw = c.stderr_bytes
+    text = raw.decode("utf-8")                  # strict: raises on a raw cut character
+    block = [l for l in text.splitlines() if ", thread worke" in l]
+    assert block, c
+    assert "thread worke\u5b66\u5b66\u5b66\\xe5 (tid " in block[0], block
+
+
 def test_assert_flood_is_cut_visibly_and_reaches_fd2_in_order(fake_child):
     """1000 assert lines (about 120 KB): the report keeps the first lines and
     says it was cut; nothing hangs; fd 2 gets all 1000 lines, in order."""
@@ -516,3 +543,54 @@ def test_watch_records_the_configuration_of_every_launch_api(fake_child):
     ''')
     assert c.result == [["plain_k", [2, 1, 1], [32, 1, 1]], ["ex_k", [3, 1, 1], [64, 1, 1]],
                         ["coop_k", [4, 1, 1], [128, 1, 1]]], c
+
+
+# `python -m cuda_debug run train.py`, run from the script's folder: the file
+# name in the code objects is the relative "train.py", which is the user's
+# code (issue 18 item 4; at e598ab7 the C rule called every relative path
+# library code, and the fd-2 block said "(library code: no frame of yours was
+# found)" or named a frame outside the script).
+_RUN_RELATIVE = '''
+    import os, runpy
+    os.chdir(%r)
+    sys.argv = ["cuda_debug", "run", "train.py"]
+    runpy.run_module("cuda_debug", run_name="__main__", alter_sys=True)   # python -m cuda_debug
+'''
+
+_TRAIN = {
+    "fault": """import cuda_debug, cuda_debug.testing as t
+t.empty()
+t.device_assert()                               # LAUNCH
+cuda_debug.check()
+""",
+    "sigterm": """import os, signal, time
+from fake_cuda.child import fake
+fake.fake_set_async(1)
+fake.fake_set_kernel(b"hangs_forever", 0, 0, b"", -1, 60000000)
+fake.fake_launch(b"hangs_forever", 0, 1, 1, 1, 32, 1, 1)     # LAUNCH
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(5)
+print("not reached")
+""",
+}
+
+
+@pytest.mark.parametrize("what", ["fault", "sigterm"])
+def test_run_relative_script_path_is_the_users_code_in_the_fd2_block(fake_child, tmp_path, what):
+    source = _TRAIN[what]
+    (tmp_path / "train.py").write_text(source)
+    c = run(fake_child, _RUN_RELATIVE % str(tmp_path))
+    lineno = [i for i, l in enumerate(source.splitlines(), 1) if "# LAUNCH" in l][0]
+    head = "cuda_debug (watch): device-side assert" if what == "fault" else \
+        "cuda_debug (watch): SIGTERM while watching"
+    lines = c.stderr.splitlines()
+    starts = [i for i, l in enumerate(lines) if l.startswith(head)]
+    assert starts, c
+    block = lines[starts[0]:starts[0] + 8]
+    launched = [l for l in block if l.startswith("  launched at ")]
+    assert launched and launched[0] == "  launched at train.py:%d in <module>" % lineno, block
+    assert "library code" not in c.stderr, c
+    if what == "sigterm":
+        assert c.returncode == -15 and "not reached" not in c.stdout, c
+    else:
+        assert c.returncode == 3, c
