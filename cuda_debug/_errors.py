@@ -32,7 +32,7 @@ REPORT_FIELDS = (
     "filename", "lineno", "function", "line", "launch_stack", "device_message",
     "driver_log", "op", "inputs", "thread", "launch_api", "found_at", "launch_refused",
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
-    "recent_launches", "surfaced_at", "provenance", "op_stack",
+    "recent_launches", "surfaced_at", "provenance", "op_stack", "later_exception",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -294,6 +294,9 @@ def format_report(err: CudaError) -> str:
     if err.mechanism == "watch" and err.surfaced_at:
         lines.append("  surfaced at %s (kernels run asynchronously; watch() named the launch)"
                      % err.surfaced_at)
+    if err.later_exception:
+        lines.append("  later: %s, while handling this fault: a consequence, not the cause"
+                     % err.later_exception)
     if err.provenance:
         lines.append("  torch.compile: " + err.provenance)
     dev = _device_line(err)

@@ -96,6 +96,30 @@ def stack_from(tb=None, frame=None):
     return traceback.StackSummary.extract(pairs, lookup_lines=True)
 
 
+def holds_line(tb, filename, lineno):
+    """Does the traceback `tb` pass through line `lineno` of `filename`?"""
+    return any(f.f_code.co_filename == filename and n == lineno
+               for f, n in traceback.walk_tb(tb))
+
+
+def traceback_through(outer, inner):
+    """The traceback `inner` (of an exception caught in some frame) with the
+    entries of `outer` (a later exception that passed through that frame)
+    above that frame: the path from the user's outermost frame down to where
+    `inner` was raised."""
+    import types
+    above = []
+    t = outer
+    while t is not None and t.tb_frame is not inner.tb_frame:
+        above.append(t)
+        t = t.tb_next
+    if t is None:
+        return inner
+    for e in reversed(above):
+        inner = types.TracebackType(inner, e.tb_frame, e.tb_lasti, e.tb_lineno)
+    return inner
+
+
 def location(loc_id):
     """(filename, function, lineno, kind) of a C location id, or None."""
     return _core.location(loc_id)

@@ -344,11 +344,40 @@ def build_dispatch(rec: dict, *, tb=None, frame=None, found_at: str = "launch") 
     return class_for(rec["code"])(code=rec["code"], **fields)
 
 
-def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
-              watch_mark: Optional[int] = None, code: Optional[int] = None,
-              found_at: str = "launch", frame=None, thread_id: Optional[int] = None,
-              require_sticky_or_mentioned: bool = True,
-              include_claimed: bool = False) -> Optional[CudaError]:
+def raised_at_launch(exc: Optional[BaseException], err: CudaError) -> Optional[BaseException]:
+    """When `exc`, the exception `err` translates, did not pass through the
+    launching line (a framework's teardown met the dead context inside its
+    `except` block and raised again, as Lightning's trainer.fit does): the
+    exception of its __cause__/__context__ chain whose traceback holds that
+    line, the one raised at the launch; else None."""
+    if exc is None or exc.__traceback__ is None or not err.filename or not err.lineno or \
+            _locations.holds_line(exc.__traceback__, err.filename, err.lineno):
+        return None
+    seen, todo = {id(exc)}, [exc.__cause__, exc.__context__]
+    while todo and len(seen) < 64:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if e.__traceback__ is not None and \
+                _locations.holds_line(e.__traceback__, err.filename, err.lineno):
+            return e
+        todo += [e.__cause__, e.__context__]
+    return None
+
+
+def _note_later(err: Optional[CudaError], exc: Optional[BaseException]):
+    """Name `exc` in `err`'s report when it is a later exception, raised while
+    the one from the launch was handled: a consequence of the fault."""
+    if err is not None and raised_at_launch(exc, err) is not None:
+        from . import _sticky
+        *_, (f, lineno) = traceback.walk_tb(exc.__traceback__)
+        err.later_exception = "%s, raised at %s:%d in %s" % (
+            _sticky.first_line(exc), f.f_code.co_filename, lineno, f.f_code.co_name)
+    return err
+
+
+def error_for(exc: Optional[BaseException] = None, **kw) -> Optional[CudaError]:
     """The cuda_debug exception for what happened since `mark` (a fault_seq()),
     or None to let `exc` go on as it is.
 
@@ -357,7 +386,17 @@ def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
     consequence; with none passing, the framework swallowed it), or when the
     passing exception speaks of it. Else, while watching (`watch_mark` given)
     and a sticky error surfaced (`code`, or named by `exc`), the watch ring
-    names the culprit. Else, with a `code`, a report of the code alone."""
+    names the culprit. Else, with a `code`, a report of the code alone.
+    A passing exception raised after the one from the launch, while handling
+    it, is named as a consequence (:func:`raised_at_launch`)."""
+    return _note_later(_error_for(exc, **kw), exc)
+
+
+def _error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
+               watch_mark: Optional[int] = None, code: Optional[int] = None,
+               found_at: str = "launch", frame=None, thread_id: Optional[int] = None,
+               require_sticky_or_mentioned: bool = True,
+               include_claimed: bool = False) -> Optional[CudaError]:
     from . import _sticky
     if isinstance(exc, CudaError):
         return None                    # already ours (an inner scope, cuda_debug.testing)

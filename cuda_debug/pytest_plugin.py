@@ -150,6 +150,17 @@ def _force_exception(outcome, exc: BaseException) -> None:
         outcome._excinfo = (type(exc), exc, exc.__traceback__)
 
 
+def _at_test_frames(translated, exc):
+    """The traceback of `translated` (a scope's translation of `exc`) from the
+    frame where `exc`'s begins (the test's own), without this hook and the
+    scope's __exit__; `exc`'s own when it does not pass there."""
+    start = exc.__traceback__.tb_frame
+    tb = translated.__traceback__
+    while tb is not None and tb.tb_frame is not start:
+        tb = tb.tb_next
+    return tb or exc.__traceback__
+
+
 def _outcome(report) -> str:
     return "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
 
@@ -323,10 +334,11 @@ class CudaDebugPlugin:
             scope.__exit__(type(exc) if exc is not None else None, exc,
                            exc.__traceback__ if exc is not None else None)
         except BaseException as translated:
-            if exc is not None and translated.__cause__ is exc and exc.__traceback__ is not None:
+            if exc is not None and exc.__traceback__ is not None and \
+                    exc in (translated.__cause__, translated.__context__):
                 # Show the translated error at the test's own frames (where the
-                # launch failed), not at the scope's __exit__.
-                translated = translated.with_traceback(exc.__traceback__)
+                # launch failed), not at this hook and the scope's __exit__.
+                translated = translated.with_traceback(_at_test_frames(translated, exc))
             _force_exception(outcome, translated)
 
     def pytest_sessionfinish(self, session):

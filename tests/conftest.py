@@ -85,7 +85,7 @@ class Child:
         # errors="replace": a driver may print undecodable bytes (hostile assert text)
         self.stdout, self.stderr = _text(proc.stdout), _text(proc.stderr)
         self.result = None
-        for line in proc.stdout.splitlines():
+        for line in self.stdout.splitlines():
             if line.startswith("RESULT "):
                 self.result = json.loads(line[len("RESULT "):])
 

@@ -28,6 +28,7 @@ pass since the rewrite of the C core):
   on the H200), and the driver-log clamp; the frame reader itself.
 """
 import re
+import textwrap
 import subprocess
 
 import pytest
@@ -594,3 +595,83 @@ def test_run_relative_script_path_is_the_users_code_in_the_fd2_block(fake_child,
         assert c.returncode == -15 and "not reached" not in c.stdout, c
     else:
         assert c.returncode == 3, c
+
+
+# A framework's teardown meets the dead context inside its `except` block and
+# raises a second error (Lightning's trainer.fit does): the scope converts
+# that later exception. Issue 18 item 1: its traceback ended at the teardown;
+# the user must get the traceback through the launching line, the framework's
+# exception from the launch in the chain, and the later one named as a
+# consequence.
+_LATER = {
+    "same_frame": '''
+        with cuda_debug.launch_blocking():
+            try:
+                check(fake.fake_launch(b"bad_label", 0, 1, 1, 1, 32, 1, 1))   # LAUNCH
+            except RuntimeError:
+                raise ValueError("teardown failed too")                      # LATER
+    ''',
+    "nested": '''
+        def training_step():
+            check(fake.fake_launch(b"bad_label", 0, 1, 1, 1, 32, 1, 1))   # LAUNCH
+
+        def teardown():
+            raise ValueError("teardown failed too")                      # LATER
+
+        def fit():
+            try:
+                training_step()                                          # STEP
+            except BaseException:
+                teardown()                                               # TEARDOWN
+                raise
+
+        with cuda_debug.launch_blocking():
+            fit()                                                        # FIT
+    ''',
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_LATER))
+def test_a_later_exception_from_an_except_block_is_reported_as_a_consequence(fake_child, shape):
+    body = textwrap.indent(textwrap.dedent(_LATER[shape]), "    ")
+    c = run(fake_child, textwrap.dedent('''
+        import pickle, traceback
+        import cuda_debug
+        fake.fake_set_kernel(b"bad_label", 710, -1, b"t >= 0 && t < n_classes", -1, 0)
+
+        def check(rc):
+            if rc:
+                raise RuntimeError("CUDA error: device-side assert triggered (%d)" % rc)
+
+        try:
+        ''') + body + textwrap.dedent('''
+        except BaseException as e:
+            report(dict(cls=type(e).__name__, lineno=e.lineno, text=str(e),
+                        tb=[[f.filename, f.lineno, f.name]
+                            for f in traceback.extract_tb(e.__traceback__)],
+                        cause=repr(e.__cause__), context=repr(e.__context__),
+                        later=getattr(e, "later_exception", None), again=str(pickle.loads(pickle.dumps(e)))))
+        '''))
+    r = c.result
+    assert r is not None, c
+    launch, later = c.line_of("# LAUNCH"), c.line_of("# LATER")
+    assert r["cls"] == "DeviceAssertError" and r["lineno"] == launch, r
+    lines = [(f[0], f[1]) for f in r["tb"]]
+    # the traceback reaching the user goes through the launching line and ends
+    # where the framework raised there
+    assert (c.script, launch) in lines, r["tb"]
+    assert r["tb"][-1][2] == "check", r["tb"]
+    assert (c.script, later) not in lines, r["tb"]
+    if shape == "nested":
+        tail = [l for l in lines if l[0] == c.script][-4:]
+        assert tail == [(c.script, c.line_of(m)) for m in ("# FIT", "# STEP", "# LAUNCH")] + \
+            [(c.script, c.line_of('raise RuntimeError("CUDA error'))], r["tb"]
+    # the framework's exception from the launch is the cause; the later one
+    # the context, and the report says it is a consequence
+    assert r["cause"].startswith("RuntimeError('CUDA error: device-side assert"), r
+    assert r["context"] == "ValueError('teardown failed too')", r
+    where = "%s:%d in %s" % (c.script, later, "teardown" if shape == "nested" else "<module>")
+    assert r["later"] == "ValueError: teardown failed too, raised at %s" % where, r
+    assert "  later: ValueError: teardown failed too, raised at %s, while handling this " \
+           "fault: a consequence, not the cause" % where in r["text"].splitlines(), r["text"]
+    assert r["again"] == r["text"]

@@ -40,6 +40,23 @@ def inner(pytester, monkeypatch):
     return pytester
 
 
+@pytest.fixture
+def fake_inner(inner, monkeypatch, fake_cuda_dir):
+    """`inner` whose pytest runs with the fake CUDA driver and CUPTI preloaded
+    (LD_PRELOAD): the real scopes work without a GPU, and a test file that
+    starts with FAKE_IMPORT controls the driver through `fake`."""
+    from fake_cuda import LIBCUDA, LIBCUPTI
+    monkeypatch.setenv("LD_PRELOAD", " ".join(os.path.join(fake_cuda_dir, n)
+                                              for n in (LIBCUDA, LIBCUPTI)))
+    monkeypatch.setenv("CD_TEST_FAKE_DIR", fake_cuda_dir)
+    monkeypatch.setenv("CD_TEST_FAKE_PRELOAD", "0")
+    return inner
+
+
+FAKE_IMPORT = "import sys; sys.path.insert(0, %r)\nfrom fake_cuda.child import fake\n" % \
+    os.path.dirname(os.path.abspath(__file__))
+
+
 def run(pytester, *args, timeout=120):
     return pytester.runpytest_subprocess(*PLUGIN_ARGS, "-p", "no:cacheprovider", *args,
                                          timeout=timeout)
@@ -298,6 +315,43 @@ scope_module.launch_blocking = TranslatingScope
                                  "pytest stopped after test_t.py::test_2: 1 test not run*"])
     assert "_scope.py" not in out(result) and "__exit__" not in out(result).split(
         "The above exception")[1], out(result)
+
+
+def test_a_later_exception_is_shown_at_the_launching_line(fake_inner):
+    """A test whose except block raises again after the launch failed (as a
+    framework's teardown does): the failure is the translated error, with the
+    traceback through the launching line, and the later error named as a
+    consequence (issue 18 item 1)."""
+    source = FAKE_IMPORT + '''
+fake.fake_set_kernel(b"bad_label", 710, -1, b"t < n_classes", -1, 0)
+
+def check(rc):
+    if rc:
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+def test_fit():
+    try:
+        check(fake.fake_launch(b"bad_label", 0, 1, 1, 1, 32, 1, 1))    # LAUNCH
+    except RuntimeError:
+        raise ValueError("teardown failed too")
+'''
+    fake_inner.makepyfile(test_t=source)
+    result = run(fake_inner, "--cuda-launch-blocking")
+    result.assert_outcomes(failed=1)
+    text = out(result)
+    result.stdout.fnmatch_lines([
+        "*The above exception was the direct cause of the following exception:*",
+        "    def test_fit():",
+        "        try:",
+        ">           check(fake.fake_launch(b\"bad_label\", 0, 1, 1, 1, 32, 1, 1))    # LAUNCH",
+        "*",
+        "E *cuda_debug.DeviceAssertError: device-side assert in bad_label",
+        "E *at *test_t.py:%d in test_fit:*" % line_of(source, "# LAUNCH"),
+        "E *later: ValueError: teardown failed too, raised at *test_t.py:%d in test_fit, "
+        "while handling this fault: a consequence, not the cause"
+        % line_of(source, "raise ValueError"),
+    ])
+    assert "_scope.py" not in text.split("direct cause")[1], text
 
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="a GPU is usable here")
