@@ -33,6 +33,7 @@ REPORT_FIELDS = (
     "driver_log", "op", "inputs", "thread", "launch_api", "found_at", "launch_refused",
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
     "recent_launches", "surfaced_at", "provenance", "op_stack", "later_exception",
+    "compiled_function",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "

@@ -214,7 +214,7 @@ static void put_error(out_t *o, int code)
 
 /* "launched at file:line in func" from location ids, innermost first: the
  * innermost user frame; else the outermost pseudo-file (python -c); else the
- * innermost frame. */
+ * innermost frame. A frame TorchDynamo ran inside it is named. */
 static void put_location(out_t *o, const uint32_t *ids, int n, int complete)
 {
     int pick = -1;
@@ -240,6 +240,16 @@ static void put_location(out_t *o, const uint32_t *ids, int n, int complete)
     puts_(o, func ? func : "?");
     if (loc.kind != CD_LOC_USER)
         puts_(o, " (library code: no frame of yours was found)");
+    for (int i = pick - 1; i >= 0; i--) {
+        cd_location inner;
+        if (cd_location_get(ids[i], &inner) == 0 && inner.kind == CD_LOC_COMPILED) {
+            const char *name = cd_interned(inner.func);
+            puts_(o, ", inside torch.compile'd ");
+            puts_(o, name ? name : "?");
+            puts_(o, " (its source line is unknown)");
+            break;
+        }
+    }
     puts_(o, "\n");
 }
 
