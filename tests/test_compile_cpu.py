@@ -65,7 +65,8 @@ try:
     with cuda_debug.launch_blocking():
         f(%d)                                    # CALL
 except cuda_debug.CudaError as e:
-    report(dict(lineno=e.lineno, function=e.function, compiled=getattr(e, "compiled_function", None), text=str(e)))
+    report(dict(lineno=e.lineno, function=e.function,
+                compiled=getattr(e, "compiled_function", None), text=str(e)))
 ''' % depth)
     assert c.result is not None, c
     _check_compiled(c, c.result, "launch_blocking")
@@ -84,7 +85,8 @@ try:
         if fake.fake_ctx_sync():                 # a framework meets the fault later
             raise RuntimeError("CUDA error: device-side assert triggered")
 except cuda_debug.CudaError as e:
-    report(dict(lineno=e.lineno, function=e.function, compiled=getattr(e, "compiled_function", None), text=str(e)))
+    report(dict(lineno=e.lineno, function=e.function,
+                compiled=getattr(e, "compiled_function", None), text=str(e)))
 ''' % depth)
     assert c.result is not None, c
     _check_compiled(c, c.result, "watch")

@@ -650,7 +650,8 @@ def test_a_later_exception_from_an_except_block_is_reported_as_a_consequence(fak
                         tb=[[f.filename, f.lineno, f.name]
                             for f in traceback.extract_tb(e.__traceback__)],
                         cause=repr(e.__cause__), context=repr(e.__context__),
-                        later=getattr(e, "later_exception", None), again=str(pickle.loads(pickle.dumps(e)))))
+                        later=getattr(e, "later_exception", None),
+                        again=str(pickle.loads(pickle.dumps(e)))))
         '''))
     r = c.result
     assert r is not None, c
