@@ -399,7 +399,8 @@ class CudaDebugPlugin:
         if exc is None and _core.fault_seq() <= item.stash.get(_SEQ, 1 << 62):
             return                          # the common case: nothing happened
         tb = call.excinfo.tb if call.excinfo is not None else None
-        text, located = _report_text(item, exc, tb, may_probe=rep.failed and self.poisoner is None)
+        may_probe = (rep.failed or hasattr(rep, "wasxfail")) and self.poisoner is None
+        text, located = _report_text(item, exc, tb, may_probe=may_probe)
         if text is None:
             if not (rep.failed and self.poisoner is not None and _cudaish(exc)):
                 return

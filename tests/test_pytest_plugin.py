@@ -481,6 +481,27 @@ def fault():
     assert out(result).count("a sticky CUDA error.") == 1, out(result)
 
 
+def test_xfail_on_a_dead_context_is_named_from_the_driver(fake_inner):
+    fake_inner.makepyfile(FAKE_IMPORT + '''
+import pytest
+import cuda_debug.testing as t
+
+def test_1(): pass
+
+@pytest.mark.xfail(strict=True)
+def test_2():
+    t.device_assert()
+    raise RuntimeError("CUDA error: device-side assert triggered")
+
+def test_3(): pass
+''')
+    result = run(fake_inner)
+    result.assert_outcomes(passed=2, xfailed=1)
+    result.stdout.fnmatch_lines(["test_*::test_2 xfailed, but poisoned the CUDA context:",
+                                 "  RuntimeError: CUDA error: device-side assert triggered",
+                                 "    CUDA_ERROR_ASSERT (*): a sticky CUDA error."])
+
+
 def test_framework_words_on_a_live_context_do_not_stop(fake_inner):
     """CUDA in the process, its context alive: the words are not enough."""
     fake_inner.makepyfile(faults=FAKE_IMPORT + '''

@@ -207,7 +207,12 @@ def test_torch_compile_names_the_call_and_the_compiled_function(child, scope):
     source = "fused up to %s:%d in f:  return (x[i] * 2).sum()  # SOURCE (Inductor's line map)" \
         % (c.script, c.line_of("# SOURCE"))
     assert source in r["text"] or "source line unknown" in r["text"], r["text"]
-    assert "Source Nodes: [" in r["text"], r["text"]
+    # Inductor's source nodes: from the generated module in the launching stack
+    # (launch_blocking); the watch ring keeps 4 frames, so there the loaded
+    # module that defines the kernel is looked up (or its absence said)
+    assert "Source Nodes: [" in r["text"] or (
+        scope == "watch" and "generated code for this kernel was not found" in r["text"]), \
+        r["text"]
     for marker in ("@torch.compile", "def f(x, i)"):
         assert "%s:%d in " % (c.script, c.line_of(marker)) not in r["text"] + c.stderr, \
             (marker, r["text"], c.stderr)
