@@ -139,12 +139,9 @@ def translate(value, tb) -> Optional[CudaError]:
 
 
 def framework_report(value, tb, shell=None) -> Optional[List[str]]:
-    """Short-report lines for a framework's exception, or None to leave it to
-    IPython: cuda_debug's report when it recorded a new sticky fault; a short
-    explanation when the exception names a sticky error cuda_debug did not see."""
-    err = translate(value, tb)
-    if err is not None:
-        return render(err, shell) + ["  (raised as %s)" % _sticky.first_line(value)]
+    """Short-report lines for a framework's exception that names a sticky
+    error cuda_debug did not see (else None: IPython's own traceback). One it
+    saw becomes cuda_debug's exception (:func:`translate`)."""
     code = _sticky.sticky_code(value)
     if code is None:
         return None
