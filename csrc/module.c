@@ -528,6 +528,18 @@ static PyObject *str_or_none(uint32_t id)
     return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
 }
 
+/* code_kind(code) -> LOC_USER | LOC_LIBRARY | LOC_PSEUDO | LOC_COMPILED: the
+ * kind the launch callback gives this code object's frames. */
+static PyObject *py_code_kind(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyCode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "code_kind() takes a code object");
+        return NULL;
+    }
+    return PyLong_FromLong(cd_code_kind(arg));
+}
+
 /* location(id) -> (filename, function, lineno, kind) or None */
 static PyObject *py_location(PyObject *self, PyObject *arg)
 {
@@ -834,6 +846,8 @@ static PyMethodDef core_methods[] = {
     METH(configure, METH_VARARGS | METH_KEYWORDS, "texts and switches for the C fault path"),
     METH(configure_frames, METH_VARARGS, "configure_frames(library_prefixes, user_pseudo)"),
     METH(file_kind, METH_O, "file_kind(filename) -> LOC_USER | LOC_LIBRARY | LOC_PSEUDO"),
+    METH(code_kind, METH_O, "code_kind(code) -> LOC_USER | LOC_LIBRARY | LOC_PSEUDO | "
+                            "LOC_COMPILED"),
     METH(scope_open, METH_VARARGS, "scope_open(kind, all_threads) -> (status, Scope | code[, holder])"),
     METH(thread_state, METH_NOARGS, "this thread's scope state: +1 block, -1 opted out, 0"),
     METH(cupti_result_string, METH_O, "CUPTI result text"),
@@ -926,6 +940,7 @@ static int core_exec(PyObject *m)
         {"SCOPE_BLOCK", CD_SCOPE_BLOCK}, {"SCOPE_OPT_OUT", CD_SCOPE_OPT_OUT},
         {"SCOPE_WATCH", CD_SCOPE_WATCH}, {"LOC_LIBRARY", CD_LOC_LIBRARY},
         {"LOC_USER", CD_LOC_USER}, {"LOC_PSEUDO", CD_LOC_PSEUDO},
+        {"LOC_COMPILED", CD_LOC_COMPILED},
         {"FAULT_RING", CD_FAULT_RING}, {"FAULT_FRAMES", CD_FAULT_FRAMES},
         {"WATCH_RING", CD_WATCH_RING}, {"WATCH_SLOTS", CD_WATCH_SLOTS},
         {"WATCH_RECORD_BYTES", sizeof(cd_watch_record)}, {"RING_FRAMES", CD_RING_FRAMES},

@@ -23,11 +23,10 @@ launches; scopes entered later use the fallback above.
 """
 import sys
 import threading
-import traceback
 import warnings
 from typing import Optional
 
-from . import _core, _sticky, _torch_ops
+from . import _core, _locations, _sticky, _torch_ops
 
 _local = threading.local()
 _faults = []                    # (thread id, record dict): dispatch-level faults
@@ -87,13 +86,10 @@ def _record(func, args, kwargs, exc, frame) -> None:
     pairs = [(_torch_ops.arg_name(func, i), a) for i, a in enumerate(args)]
     pairs += list(kwargs.items())
     rec = {"code": code, "op": _torch_ops.schema_name(func), "inputs": _torch_ops.metas(pairs),
-           "stack": traceback.StackSummary.extract(traceback.walk_stack(frame),
-                                                   lookup_lines=True) if frame else None,
+           "stack": _locations.stack_from(frame=frame) if frame else None,   # outermost first
            "device_message": _core.recent_asserts().decode("utf-8", "replace") or None,
            "thread": "%s (tid %d)" % (threading.current_thread().name, tid),
            "claimed": False}
-    if rec["stack"] is not None:
-        rec["stack"].reverse()       # outermost first, like every launch_stack
     with _lock:
         _faults.append((tid, rec))
         del _faults[:-32]
@@ -188,10 +184,9 @@ def _guarded(orig):
 
 
 def _caller_where() -> Optional[str]:
-    from ._locations import is_user_file
     f = sys._getframe(2)
     while f is not None:
-        if is_user_file(f.f_code.co_filename):
+        if _locations.is_user_file(f.f_code.co_filename):
             return "%s:%d" % (f.f_code.co_filename, f.f_lineno)
         f = f.f_back
     return None

@@ -32,7 +32,8 @@ REPORT_FIELDS = (
     "filename", "lineno", "function", "line", "launch_stack", "device_message",
     "driver_log", "op", "inputs", "thread", "launch_api", "found_at", "launch_refused",
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
-    "recent_launches", "surfaced_at", "provenance", "op_stack",
+    "recent_launches", "surfaced_at", "provenance", "op_stack", "later_exception",
+    "compiled_function",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -77,6 +78,8 @@ class CudaError(RuntimeError):
     surfaced_at: Optional[str]
     provenance: Optional[str]
     op_stack: Optional[List[str]]
+    later_exception: Optional[str]
+    compiled_function: Optional[str]
 
     def __init__(self, message: Optional[str] = None, *, code: Optional[int] = None,
                  **fields):
@@ -327,6 +330,9 @@ def format_report(err: CudaError) -> str:
     if err.mechanism == "watch" and err.surfaced_at:
         lines.append("  surfaced at %s (kernels run asynchronously; watch() named the launch)"
                      % err.surfaced_at)
+    if err.later_exception:
+        lines.append("  later: %s, while handling this fault: a consequence, not the cause"
+                     % err.later_exception)
     if err.provenance:
         lines.append("  torch.compile: " + err.provenance)
     dev = _device_line(err)

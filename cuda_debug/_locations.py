@@ -15,7 +15,12 @@ exception always agree. The rule:
 - a path with ``site-packages`` or ``dist-packages`` in it: library;
 - the path resolved (a relative one against the current folder, symbolic links
   followed) inside a library folder (:func:`library_prefixes`): library;
-- anything else, a relative ``train.py`` included: user code.
+- anything else, a relative ``train.py`` included: user code;
+- but a code object of a user file that TorchDynamo made to run a
+  ``torch.compile``'d function (it calls the compiled graph, a global named
+  ``__compiled_fn_...``): ``LOC_COMPILED``. Its line is the ``def`` (or
+  ``@torch.compile``) line, none the user wrote; the user's line is its
+  caller's. C classifies code objects too (``_core.code_kind``).
 
 Python hands the folders to C once (:func:`configure`).
 """
@@ -84,6 +89,27 @@ def is_user_file(filename, outermost=False):
     return kind == _core.LOC_USER or (outermost and kind == _core.LOC_PSEUDO)
 
 
+class Frame(traceback.FrameSummary):
+    """A FrameSummary that knows its kind, as C gave it (``LOC_COMPILED``
+    cannot be told from the file name)."""
+    __slots__ = ("kind",)
+
+    def __init__(self, filename, lineno, name, kind, **kw):
+        super().__init__(filename, lineno, name, lookup_line=False, **kw)
+        self.kind = kind
+
+
+def frame_kind(fs):
+    """The kind of a FrameSummary (its own, else its file's)."""
+    kind = getattr(fs, "kind", None)
+    return file_kind(fs.filename) if kind is None else kind
+
+
+def is_user_frame(fs, outermost=False):
+    kind = frame_kind(fs)
+    return kind == _core.LOC_USER or (outermost and kind == _core.LOC_PSEUDO)
+
+
 def stack_from(tb=None, frame=None):
     """The stack of a traceback (the frames above its first frame, then the
     traceback down to where it was raised), or of `frame`; outermost first."""
@@ -93,7 +119,36 @@ def stack_from(tb=None, frame=None):
         pairs = outer[::-1] + list(traceback.walk_tb(tb))
     elif frame is not None:
         pairs = list(traceback.walk_stack(frame))[::-1]
-    return traceback.StackSummary.extract(pairs, lookup_lines=True)
+    stack = traceback.StackSummary.extract(pairs, lookup_lines=True)
+    for i, (f, _) in enumerate(pairs):
+        if _core.code_kind(f.f_code) == _core.LOC_COMPILED:
+            fs = stack[i]
+            stack[i] = Frame(fs.filename, fs.lineno, fs.name, _core.LOC_COMPILED, line=fs.line)
+    return stack
+
+
+def holds_line(tb, filename, lineno):
+    """Does the traceback `tb` pass through line `lineno` of `filename`?"""
+    return any(f.f_code.co_filename == filename and n == lineno
+               for f, n in traceback.walk_tb(tb))
+
+
+def traceback_through(outer, inner):
+    """The traceback `inner` (of an exception caught in some frame) with the
+    entries of `outer` (a later exception that passed through that frame)
+    above that frame: the path from the user's outermost frame down to where
+    `inner` was raised."""
+    import types
+    above = []
+    t = outer
+    while t is not None and t.tb_frame is not inner.tb_frame:
+        above.append(t)
+        t = t.tb_next
+    if t is None:
+        return inner
+    for e in reversed(above):
+        inner = types.TracebackType(inner, e.tb_frame, e.tb_lasti, e.tb_lineno)
+    return inner
 
 
 def location(loc_id):
@@ -108,8 +163,8 @@ def stack_from_ids(ids):
         loc = location(loc_id)
         if loc is None:
             continue
-        filename, function, lineno, _ = loc
-        entries.append((filename or "?", lineno, function or "?", None))
+        filename, function, lineno, kind = loc
+        entries.append(Frame(filename or "?", lineno, function or "?", kind))
     stack = traceback.StackSummary.from_list(entries)
     for fs in stack:
         fs.line                       # linecache, now (the file may change later)
@@ -117,12 +172,27 @@ def stack_from_ids(ids):
 
 
 def user_frame(stack, complete=True):
-    """The innermost frame of user code (the last one if all are library)."""
+    """The innermost frame of user code (else the outermost frame a
+    torch.compile'd function ran in; else the last one)."""
     n = len(stack)
     for i in range(n - 1, -1, -1):
-        if is_user_file(stack[i].filename, outermost=complete and i == 0):
+        if is_user_frame(stack[i], outermost=complete and i == 0):
             return stack[i]
-    return stack[-1] if n else None
+    compiled = [fs for fs in stack if frame_kind(fs) == _core.LOC_COMPILED]
+    return compiled[0] if compiled else stack[-1] if n else None
+
+
+def compiled_frame(stack, complete=True):
+    """The frame TorchDynamo ran for a torch.compile'd function inside the
+    user frame of `stack` (the launch happened in its compiled graph), or None."""
+    n = len(stack)
+    for i in range(n - 1, -1, -1):
+        fs = stack[i]
+        if frame_kind(fs) == _core.LOC_COMPILED:
+            return fs
+        if is_user_frame(fs, outermost=complete and i == 0):
+            return None
+    return None
 
 
 def current_frame(depth=1):

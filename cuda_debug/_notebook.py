@@ -16,14 +16,18 @@
   line, the device's assert text, which otherwise goes to the kernel's fd 2
   and never reaches the notebook) instead of a long traceback.
 - A framework's exception (``torch.AcceleratorError``, CuPy's
-  ``CUDADriverError``...) renders as cuda_debug's report when cuda_debug
+  ``CUDADriverError``...) becomes cuda_debug's exception (the one IPython
+  keeps: ``sys.last_value``, ``%debug``, ``error_in_exec``) when cuda_debug
   recorded the fault behind it; when it names a sticky error cuda_debug did not
-  see, as its first line, where it was reported, and what to do.
+  see, it renders as its first line, where it was reported, and what to do.
+- Without a GPU (or CUPTI) the magics say so, once for each reason, and run the
+  code without the scope, as ``run`` and the pytest plugin do.
 
 The full traceback stays available: ``import traceback;
 traceback.print_exception(sys.last_value)``.
 """
 import ast
+import contextlib
 import sys
 from typing import List, Optional
 
@@ -42,6 +46,8 @@ class _State:
         self.seq_seen = _core.fault_seq()
         self.custom_exc = False        # our handler is IPython's custom exception handler
         self.watch = None              # the watch() of %cuda_watch on
+        self.kept = None               # (framework's exception, ours): the cell's, translated
+        self.said = set()              # why a scope could not be had, said once each
 
 
 _state: Optional[_State] = None
@@ -120,18 +126,26 @@ def _user_frame(tb):
     return fs.filename, fs.lineno, fs.name, fs.line
 
 
-def framework_report(value, tb, shell=None) -> Optional[List[str]]:
-    """Short-report lines for a framework's exception, or None to leave it to
-    IPython: cuda_debug's report when it recorded a new sticky fault; a short
-    explanation when the exception names a sticky error cuda_debug did not see."""
+def translate(value, tb) -> Optional[CudaError]:
+    """cuda_debug's exception for a framework's (chained to it, with its
+    traceback) when cuda_debug recorded a new sticky fault behind it or the
+    watch ring names one; else None."""
     from ._scope import watch_epoch
     st = _state
     seen = st.seq_seen if st else 0
     err = _report.error_for(value, mark=seen, watch_mark=watch_epoch(), found_at="cell")
-    if err is not None and err.sticky:
-        if st:
-            st.seq_seen = _core.fault_seq()
-        return render(err, shell) + ["  (raised as %s)" % _sticky.first_line(value)]
+    if err is None or not err.sticky:
+        return None
+    if st:
+        st.seq_seen = _core.fault_seq()
+    err.__cause__ = value
+    return err.with_traceback(tb)
+
+
+def framework_report(value, tb, shell=None) -> Optional[List[str]]:
+    """Short-report lines for a framework's exception that names a sticky
+    error cuda_debug did not see (else None: IPython's own traceback). One it
+    saw becomes cuda_debug's exception (:func:`translate`)."""
     code = _sticky.sticky_code(value)
     if code is None:
         return None
@@ -164,9 +178,22 @@ def _errors_restart() -> str:
 
 def _custom_exc(shell, etype, value, tb, tb_offset=None):
     """IPython's custom exception handler for RuntimeError (frameworks raise
-    subclasses of it): our report when there is one, else IPython's own."""
+    subclasses of it): our exception and report when there is one (the
+    exception IPython keeps: sys.last_value, %debug, the cell's
+    ExecutionResult.error_in_exec, as a scope's would be); else IPython's own."""
     stb = None
     if not isinstance(value, CudaError):
+        try:
+            err = translate(value, tb)
+        except Exception:
+            err = None
+        if err is not None:
+            lines = render(err, shell) + ["  (raised as %s)" % _sticky.first_line(value)]
+            err._render_traceback_ = lambda: lines
+            if _state is not None:
+                _state.kept = (value, err)      # for the ExecutionResult (_post_run_cell)
+            shell.showtraceback((type(err), err, tb), tb_offset=tb_offset)
+            return None
         try:
             stb = framework_report(value, tb, shell)
         except Exception:
@@ -204,7 +231,39 @@ def _running_cell_number(shell) -> int:
     return shell.execution_count
 
 
-def _run_cell_body(shell, cell: str, all_threads: bool, scope=None):
+def _entered(scope, magic: str) -> bool:
+    """Enter `scope`; where it cannot be had (no GPU, no CUPTI, a profiler
+    holds it) say so once and return False: the code then runs without it,
+    the rule of every entry point that wraps code (``run``, the plugin)."""
+    from ._errors import CudaUnavailableError, ToolConflictError
+    try:
+        scope.__enter__()
+        return True
+    except (CudaUnavailableError, ToolConflictError) as e:
+        text = "cuda_debug: %s runs without %s: %s" % (
+            magic, getattr(scope, "_what", "a scope"), e)
+        if _state is not None and text not in _state.said:
+            _state.said.add(text)
+            print(text, file=sys.stderr)
+        return False
+
+
+@contextlib.contextmanager
+def _scope_or_not(scope, magic: str):
+    """`with scope:` where it can be had, else the body alone (said once)."""
+    if not _entered(scope, magic):
+        yield
+        return
+    try:
+        yield
+    except BaseException as e:
+        if not scope.__exit__(type(e), e, e.__traceback__):
+            raise
+    else:
+        scope.__exit__(None, None, None)
+
+
+def _run_cell_body(shell, cell: str, all_threads: bool, scope=None, magic="%%launch_blocking"):
     """Run a cell's body in a scope; its last expression is the magic's value
     (displayed as Out[n]). Line numbers are the cell's, magic line included."""
     number = _running_cell_number(shell)
@@ -221,7 +280,7 @@ def _run_cell_body(shell, cell: str, all_threads: bool, scope=None):
     body = shell.compile(ast.Module(tree.body, type_ignores=[]), name, "exec")
     tail = shell.compile(last, name, "eval") if last is not None else None
     ns = shell.user_ns
-    with scope if scope is not None else _make_scope(all_threads):
+    with _scope_or_not(scope if scope is not None else _make_scope(all_threads), magic):
         exec(body, shell.user_global_ns, ns)
         if tail is not None:
             return eval(tail, shell.user_global_ns, ns)
@@ -251,8 +310,10 @@ def _launch_blocking_magic(line: str, cell: Optional[str] = None):
             _exit_cell_scope()
         _state.all_threads = all_threads
         if _state.cell_scope is None:
-            _enter_cell_scope()            # the rest of this cell too; raises if impossible
-        _state.every_cell = True
+            scope = _make_scope(all_threads)
+            if _entered(scope, "%launch_blocking on"):
+                _state.cell_scope = scope  # the rest of this cell too
+        _state.every_cell = _state.cell_scope is not None
     else:
         _state.every_cell = False
         _exit_cell_scope()
@@ -284,7 +345,13 @@ def _pre_run_cell(*args):
 
 
 def _post_run_cell(*args):
-    if _state is None or _state.cell_scope is None:
+    if _state is None:
+        return
+    kept, _state.kept = _state.kept, None
+    result = args[0] if args else None
+    if kept is not None and getattr(result, "error_in_exec", None) is kept[0]:
+        result.error_in_exec = kept[1]
+    if _state.cell_scope is None:
         return
     try:
         _exit_cell_scope()
@@ -308,8 +375,8 @@ def _cuda_watch_magic(line: str):
         if _state.watch is None:
             from ._scope import watch
             scope = watch()
-            scope.__enter__()          # raises (no GPU, CUPTI held): the cell shows why
-            _state.watch = scope
+            if _entered(scope, "%cuda_watch on"):
+                _state.watch = scope
     else:
         scope, _state.watch = _state.watch, None
         if scope is not None:
@@ -333,7 +400,7 @@ def _cuda_guard_magic(line: str, cell: Optional[str] = None):
     if cell is not None:
         if words:
             raise UsageError("%%%%cuda_guard takes no arguments, not %s" % " ".join(words))
-        return _run_cell_body(_state.shell, cell, False, scope=guard())
+        return _run_cell_body(_state.shell, cell, False, scope=guard(), magic="%%cuda_guard")
     if words and (len(words) != 1 or words[0].lower() not in ("on", "off")):
         raise UsageError("usage: %cuda_guard [on|off]")
     if words and words[0].lower() == "on" and _guard_region is None:

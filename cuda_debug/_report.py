@@ -11,13 +11,14 @@ Callers (scope and watch exit, ``check()``, ``last_error()``, ``cuda_debug.testi
 re-parse formatted text.
 """
 import os
+import sys
 import threading
 import traceback
 from typing import List, NamedTuple, Optional, Sequence
 
 from . import _core, _cuda_errors, _dispatch_fallback, _torch_ops
 from . import _locations
-from ._locations import is_user_file, stack_from, stack_from_ids, user_frame
+from ._locations import compiled_frame, is_user_file, stack_from, stack_from_ids, user_frame
 from ._errors import CudaError, class_for
 
 
@@ -78,31 +79,95 @@ def _text(b: bytes) -> str:
     return b.decode("utf-8", "replace")
 
 
-def inductor_provenance(kernel: Optional[str], stack) -> Optional[str]:
-    """For a kernel torch.compile generated (``triton_poi_fused_...``): the source
-    nodes Inductor wrote above its definition in the generated module that
-    launched it (``Topologically Sorted Source Nodes: [getitem, mul], Original
-    ATen: [aten.index, aten.mul]``), or a sentence saying they are not known."""
-    if not kernel or not kernel.startswith(("triton_", "cpp_fused")) or not stack:
+def _generated_module(name: str, stack):
+    """(path, lines, launch line) of the module Inductor generated that
+    defines kernel `name`: the one in the launching stack (with the line of its
+    `call` that launched), else the one loaded module that defines it (the
+    launch line read from its source); None where not found."""
+    for fs in reversed(stack or ()):
+        if "torchinductor_" in fs.filename and fs.filename.endswith(".py"):
+            lines = _read_lines(fs.filename)
+            if any(line.startswith(name + " = ") for line in lines):
+                return fs.filename, lines, fs.lineno
+    found = [m.__file__ for m in list(sys.modules.values())
+             if "torchinductor_" in (getattr(m, "__file__", None) or "") and
+             m.__file__.endswith(".py") and name in getattr(m, "__dict__", {})]
+    if len(set(found)) != 1:
+        return None           # none, or several graphs reuse the name: not guessed
+    lines = _read_lines(found[0])
+    call = next((i for i, line in enumerate(lines, 1)
+                 if line.lstrip().startswith((name + ".run(", name + "("))), None)
+    return found[0], lines, call
+
+
+def _read_lines(path: str) -> List[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def _inductor_source(path: str, lineno: Optional[int]):
+    """The user's frame Inductor's own line map gives for line `lineno` of its
+    generated code (PyCodeCache.linemaps: per kernel launch, the stack trace of
+    the last FX node the kernel fused), as a FrameSummary; None if unknown."""
+    cc = sys.modules.get("torch._inductor.codecache")
+    frames_for = getattr(getattr(cc, "PyCodeCache", None), "stack_frames_for_code", None)
+    if frames_for is None or not lineno:
         return None
-    name = kernel.split("(")[0].strip()
-    for fs in reversed(stack):
-        if "torchinductor_" not in fs.filename or not fs.filename.endswith(".py"):
-            continue
-        try:
-            with open(fs.filename, encoding="utf-8", errors="replace") as f:
-                lines = f.read().splitlines()
-        except OSError:
-            continue
+    try:
+        frames = frames_for(path, lineno) or ()
+        picked = next((f for f in frames if is_user_file(f["filename"])), None)
+        if picked is None:
+            return None
+        fs = traceback.FrameSummary(picked["filename"], int(picked["line"]), picked["name"])
+        fs.line                       # linecache, now
+        return fs
+    except Exception:
+        return None
+
+
+def inductor_provenance(kernel: Optional[str], stack, compiled=None) -> Optional[str]:
+    """For a kernel torch.compile generated (``triton_poi_fused_...``) or a
+    launch from inside a torch.compile'd function (`compiled`, the frame
+    TorchDynamo ran): the function, the source line Inductor's line map gives
+    (the last node the kernel fused), and the source nodes it wrote above the
+    kernel's definition (``Topologically Sorted Source Nodes: [getitem, mul],
+    Original ATen: [aten.index, aten.mul]``); or sentences saying what is not
+    known. None for other kernels."""
+    inductor = bool(kernel) and kernel.startswith(("triton_", "cpp_fused"))
+    if not inductor and compiled is None:
+        return None
+    out = []
+    if compiled is not None:
+        out.append("inside torch.compile'd %s (%s:%s)" % (compiled.name, compiled.filename,
+                                                         compiled.lineno))
+    module = _generated_module(kernel.split("(")[0].strip(), stack) if inductor else None
+    source = _inductor_source(module[0], module[2]) if module else None
+    if source is not None:
+        out.append("fused up to %s:%d in %s%s (Inductor's line map)" % (
+            source.filename, source.lineno, source.name,
+            ":  " + source.line if source.line else ""))
+    elif compiled is not None:
+        out.append("source line unknown" + (
+            " (Inductor's generated code for this kernel was not found)"
+            if inductor and module is None else ""))
+    if module is not None:
+        path, lines, _ = module
+        name = kernel.split("(")[0].strip()
         for i, line in enumerate(lines):
             if line.startswith(name + " = "):
                 for back in lines[max(0, i - 40):i][::-1]:
                     if back.startswith("#") and "Source Nodes" in back:
-                        return back.lstrip("# ").strip() + " (Inductor's generated code: %s)" \
-                            % fs.filename
+                        out.append(back.lstrip("# ").strip() + " (Inductor's generated code: %s)"
+                                   % path)
+                        break
                 break
-    return "a kernel Inductor generated; which lines of the compiled function it fused is " \
-           "not known (its generated code was not in the launching stack)"
+    elif inductor and compiled is None:
+        out.append("a kernel Inductor generated; which lines of the compiled function it fused "
+                   "is not known (its generated code was not found)")
+    return "; ".join(out) if out else None
 
 
 def configure_core() -> None:
@@ -135,6 +200,7 @@ def _launch_dict(rec: WatchRecord) -> dict:
     kernel = _text(rec.kernel)
     stack = stack_from_ids(rec.frames)
     fs = user_frame(stack, complete=False)
+    compiled = compiled_frame(stack, complete=False)
     return {
         "seq": rec.seq, "kernel": (_core.demangle(kernel) or kernel) if kernel else None,
         "short": _core.short_kernel_name(kernel) if kernel else None,
@@ -144,6 +210,7 @@ def _launch_dict(rec: WatchRecord) -> dict:
         "filename": fs.filename if fs else None, "lineno": fs.lineno if fs else None,
         "function": fs.name if fs else None,
         "stack": [(f.filename, f.lineno, f.name, f.line) for f in stack],
+        "compiled": (compiled.filename, compiled.lineno, compiled.name) if compiled else None,
         "op": rec.op,
     }
 
@@ -278,8 +345,10 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
         message = raw.device_message
         if not message and _cuda_errors.is_sticky(raw.code) and not raw.consequence:
             message = _core.asserts_for(mangled)     # printed by another thread, or late
+        compiled = compiled_frame(stack, complete) if stack else None
         fields.update(
-            provenance=inductor_provenance(mangled, stack),
+            provenance=inductor_provenance(mangled, stack, compiled),
+            compiled_function=compiled.name if compiled else None,
             kernel=(_core.demangle(mangled) or mangled) if mangled else None,
             kernel_mangled=mangled or None,
             grid=raw.grid, block=raw.block, shared_mem=raw.shared_mem,
@@ -304,8 +373,11 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
                 fields["inputs"] = _torch_ops.call_inputs(tb)
     if watch is not None:
         c = watch["culprit"]
-        fields["provenance"] = inductor_provenance(
-            c["kernel"], traceback.StackSummary.from_list(c["stack"]))
+        compiled = traceback.FrameSummary(*c["compiled"], lookup_line=False) \
+            if c.get("compiled") else None
+        fields.update(compiled_function=compiled.name if compiled else None,
+                      provenance=inductor_provenance(
+                          c["kernel"], traceback.StackSummary.from_list(c["stack"]), compiled))
         fields.update(
             kernel=c["kernel"], grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
             stream=c["stream"], device=c["device"], exact=watch["exact"],
@@ -344,11 +416,40 @@ def build_dispatch(rec: dict, *, tb=None, frame=None, found_at: str = "launch") 
     return class_for(rec["code"])(code=rec["code"], **fields)
 
 
-def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
-              watch_mark: Optional[int] = None, code: Optional[int] = None,
-              found_at: str = "launch", frame=None, thread_id: Optional[int] = None,
-              require_sticky_or_mentioned: bool = True,
-              include_claimed: bool = False) -> Optional[CudaError]:
+def raised_at_launch(exc: Optional[BaseException], err: CudaError) -> Optional[BaseException]:
+    """When `exc`, the exception `err` translates, did not pass through the
+    launching line (a framework's teardown met the dead context inside its
+    `except` block and raised again, as Lightning's trainer.fit does): the
+    exception of its __cause__/__context__ chain whose traceback holds that
+    line, the one raised at the launch; else None."""
+    if exc is None or exc.__traceback__ is None or not err.filename or not err.lineno or \
+            _locations.holds_line(exc.__traceback__, err.filename, err.lineno):
+        return None
+    seen, todo = {id(exc)}, [exc.__cause__, exc.__context__]
+    while todo and len(seen) < 64:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if e.__traceback__ is not None and \
+                _locations.holds_line(e.__traceback__, err.filename, err.lineno):
+            return e
+        todo += [e.__cause__, e.__context__]
+    return None
+
+
+def _note_later(err: Optional[CudaError], exc: Optional[BaseException]):
+    """Name `exc` in `err`'s report when it is a later exception, raised while
+    the one from the launch was handled: a consequence of the fault."""
+    if err is not None and raised_at_launch(exc, err) is not None:
+        from . import _sticky
+        *_, (f, lineno) = traceback.walk_tb(exc.__traceback__)
+        err.later_exception = "%s, raised at %s:%d in %s" % (
+            _sticky.first_line(exc), f.f_code.co_filename, lineno, f.f_code.co_name)
+    return err
+
+
+def error_for(exc: Optional[BaseException] = None, **kw) -> Optional[CudaError]:
     """The cuda_debug exception for what happened since `mark` (a fault_seq()),
     or None to let `exc` go on as it is.
 
@@ -357,7 +458,17 @@ def error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
     consequence; with none passing, the framework swallowed it), or when the
     passing exception speaks of it. Else, while watching (`watch_mark` given)
     and a sticky error surfaced (`code`, or named by `exc`), the watch ring
-    names the culprit. Else, with a `code`, a report of the code alone."""
+    names the culprit. Else, with a `code`, a report of the code alone.
+    A passing exception raised after the one from the launch, while handling
+    it, is named as a consequence (:func:`raised_at_launch`)."""
+    return _note_later(_error_for(exc, **kw), exc)
+
+
+def _error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
+               watch_mark: Optional[int] = None, code: Optional[int] = None,
+               found_at: str = "launch", frame=None, thread_id: Optional[int] = None,
+               require_sticky_or_mentioned: bool = True,
+               include_claimed: bool = False) -> Optional[CudaError]:
     from . import _sticky
     if isinstance(exc, CudaError):
         return None                    # already ours (an inner scope, cuda_debug.testing)

@@ -157,11 +157,20 @@ class _Region(contextlib.ContextDecorator):
 
     @staticmethod
     def _raise(err, exc):
-        if exc is not None:
+        if exc is None:
+            raise err
+        launch = _report.raised_at_launch(exc, err)
+        if launch is None:
             # The frames of the faulting call, as contextlib re-raises: the
             # printed traceback ends at the launching line, not at __exit__.
             raise err.with_traceback(exc.__traceback__) from exc
-        raise err
+        # `exc` was raised later, while the exception from the launch was
+        # handled (a framework's teardown): the traceback goes through the
+        # launching line, the cause is the exception raised there, and `exc`
+        # stays the context (the report names it as a consequence).
+        err.__context__ = exc
+        raise err.with_traceback(_locations.traceback_through(
+            exc.__traceback__, launch.__traceback__)) from launch
 
 
 class launch_blocking(_Region):

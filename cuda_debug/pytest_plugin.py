@@ -28,11 +28,14 @@ worker does not tear down its session fixtures nor write its coverage data
 (its CUDA context is dead anyway); the poisoned test is counted once, but
 ``--junitxml`` gets an empty second <testcase> for it (xdist's crash report).
 
-A sticky error is recognised by a cuda_debug ``StickyCudaError``; by a
-framework exception that names one (``torch.AcceleratorError: CUDA error:
-device-side assert triggered``, CuPy ``CUDA_ERROR_ASSERT``...); by a fault
-cuda_debug recorded during the test; or, after a failure that speaks of CUDA in
-a process that already loaded libcuda, by synchronising the current context.
+A sticky error is recognised by a cuda_debug ``StickyCudaError`` (made from a
+driver's return code); by a fault cuda_debug recorded during the test; or, after
+a failure that names one or speaks of CUDA (``torch.AcceleratorError: CUDA
+error: device-side assert triggered``, CuPy ``CUDA_ERROR_ASSERT``...), when the
+driver confirms it: in a process that already loaded libcuda, synchronising the
+current context returns a sticky code. A framework's words alone never stop the
+session. The report is printed once: in the test's failure (its "cuda_debug"
+section or the error itself), or in the summary when the test did not fail.
 
 Cost when none of it is used: no CUDA call, no import of torch; per test one
 marker lookup and two reads of an integer in the C core. The report header
@@ -43,7 +46,6 @@ fork).
 """
 import os
 import sys
-import warnings
 from typing import List, Optional
 
 import pytest
@@ -64,6 +66,7 @@ GUARD_MARKER = "cuda_guard"
 SECTION = "cuda_debug"
 PROPERTY = "cuda_debug.sticky"       # user_properties keys: they cross xdist to the controller
 PROPERTY_DEAD = "cuda_debug.dead_context"
+PROPERTY_NOTE = "cuda_debug.note"    # a scope could not be had: said once at the end
 WORKER_EXIT_STATUS = 3               # os._exit status of a poisoned xdist worker
 
 
@@ -169,6 +172,17 @@ def _force_exception(outcome, exc: BaseException) -> None:
         outcome._excinfo = (type(exc), exc, exc.__traceback__)
 
 
+def _at_test_frames(translated, exc):
+    """The traceback of `translated` (a scope's translation of `exc`) from the
+    frame where `exc`'s begins (the test's own), without this hook and the
+    scope's __exit__; `exc`'s own when it does not pass there."""
+    start = exc.__traceback__.tb_frame
+    tb = translated.__traceback__
+    while tb is not None and tb.tb_frame is not start:
+        tb = tb.tb_next
+    return tb or exc.__traceback__
+
+
 def _outcome(report) -> str:
     return "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
 
@@ -194,7 +208,8 @@ def _new_report(item, exc):
 
 def _probe_context(exc) -> Optional[int]:
     """After a failure that speaks of CUDA, in a process that already loaded
-    libcuda: is the current context dead? (cuCtxSynchronize's sticky code)"""
+    libcuda: is the current (or an active primary) context dead? (the sticky
+    code cuCtxSynchronize returns, else None)"""
     from . import _environment, _libraries
     if not _environment.libcuda_mapped():
         return None
@@ -221,15 +236,18 @@ def _report_text(item, exc, tb, may_probe: bool):
         if exc is not None and not isinstance(exc, CudaError):
             text += "\n  (raised as %s)" % _sticky.first_line(exc)
         return text, True
-    if exc is None:
+    if exc is None or not may_probe:
         return None, False
-    code, how = _sticky.sticky_code(exc), None
-    if code is None and may_probe and _cudaish(exc):
-        code = _probe_context(exc)
-        if code is not None:
-            how = "cuCtxSynchronize after this failure returned " + _sticky.describe(code)
+    # A framework's words are not enough (a test may raise them, or a child
+    # process's): only the driver, asked now, says whether the context is dead.
+    named = _sticky.sticky_code(exc)
+    if named is None and not _cudaish(exc):
+        return None, False
+    code = _probe_context(exc)
     if code is None:
         return None, False
+    how = None if code == named else \
+        "cuCtxSynchronize after this failure returned " + _sticky.describe(code)
     return "\n".join([
         _sticky.first_line(exc),
         "  %s: a sticky CUDA error." % (how or _sticky.describe(code)),
@@ -253,6 +271,7 @@ class CudaDebugPlugin:
         self.session = None
         self.unavailable: Optional[str] = None   # why launch_blocking() cannot be had here
         self.warned_conflict = False
+        self.notes: List[str] = []                # said once, in the terminal summary
         self.poisoner: Optional[_Culprit] = None  # the first test that poisoned this process
         self.culprits: List[_Culprit] = []        # as reported (on the xdist controller too)
         self.stopped_at: Optional[str] = None
@@ -314,17 +333,23 @@ class CudaDebugPlugin:
             scope.__enter__()
         except CudaUnavailableError as e:
             self.unavailable = str(e)
-            warnings.warn(pytest.PytestWarning(
-                "cuda_debug: %s is unavailable here, tests run without it: %s"
-                % (scope._what, e)))
+            self._say(item, "cuda_debug: %s is unavailable here, tests ran without it: %s"
+                      % (scope._what, e))
             return None
         except ToolConflictError as e:
             if not self.warned_conflict:
                 self.warned_conflict = True
-                warnings.warn(pytest.PytestWarning(
-                    "cuda_debug: %s skipped for %s: %s" % (scope._what, item.nodeid, e)))
+                self._say(item, "cuda_debug: %s skipped for %s (and later tests, while the "
+                                "tool holds CUPTI): %s" % (scope._what, item.nodeid, e))
             return None
         return scope
+
+    @staticmethod
+    def _say(item, text: str) -> None:
+        """Say `text` once, in the terminal summary (not as a warning inside a
+        test: `filterwarnings = error` would fail it). It travels with the
+        test's reports (user_properties), so an xdist controller says it too."""
+        item.user_properties.append((PROPERTY_NOTE, text))
 
     def _phase(self, item):
         """Run one phase (setup, call, teardown) of `item` in a scope if wanted.
@@ -346,10 +371,11 @@ class CudaDebugPlugin:
             scope.__exit__(type(exc) if exc is not None else None, exc,
                            exc.__traceback__ if exc is not None else None)
         except BaseException as translated:
-            if exc is not None and translated.__cause__ is exc and exc.__traceback__ is not None:
+            if exc is not None and exc.__traceback__ is not None and \
+                    exc in (translated.__cause__, translated.__context__):
                 # Show the translated error at the test's own frames (where the
-                # launch failed), not at the scope's __exit__.
-                translated = translated.with_traceback(exc.__traceback__)
+                # launch failed), not at this hook and the scope's __exit__.
+                translated = translated.with_traceback(_at_test_frames(translated, exc))
             _force_exception(outcome, translated)
 
     def pytest_sessionfinish(self, session):
@@ -396,7 +422,8 @@ class CudaDebugPlugin:
         if exc is None and _core.fault_seq() <= item.stash.get(_SEQ, 1 << 62):
             return                          # the common case: nothing happened
         tb = call.excinfo.tb if call.excinfo is not None else None
-        text, located = _report_text(item, exc, tb, may_probe=rep.failed and self.poisoner is None)
+        may_probe = (rep.failed or hasattr(rep, "wasxfail")) and self.poisoner is None
+        text, located = _report_text(item, exc, tb, may_probe=may_probe)
         if text is None:
             if not (rep.failed and self.poisoner is not None and _cudaish(exc)):
                 return
@@ -460,6 +487,8 @@ class CudaDebugPlugin:
 
     def pytest_runtest_logreport(self, report):
         for key, value in getattr(report, "user_properties", None) or ():
+            if key == PROPERTY_NOTE and value not in self.notes:
+                self.notes.append(value)
             if key in (PROPERTY, PROPERTY_DEAD) and \
                     not any(c.nodeid == report.nodeid for c in self.culprits):
                 node = getattr(report, "node", None)
@@ -477,11 +506,14 @@ class CudaDebugPlugin:
             report.longrepr = None
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+        tr = terminalreporter
+        for note in self.notes:
+            tr.write_line(note, yellow=True)
         if not self.culprits:
             return
-        tr = terminalreporter
         tr.write_sep("=", "cuda_debug: sticky CUDA error", red=True, bold=True)
         controller = self.worker is None and config.pluginmanager.getplugin("dsession") is not None
+        shown = getattr(config.option, "tbstyle", "auto") not in ("no", "line")
         for c in self.culprits:
             where = " (xdist worker %s)" % c.worker if controller and c.worker else ""
             if c.consequence:
@@ -490,7 +522,12 @@ class CudaDebugPlugin:
                 tr.write_line("%s%s %s the CUDA context:" % (
                     c.nodeid, where, "failed: it poisoned" if c.outcome == "failed"
                     else "%s, but poisoned" % c.outcome))
-            tr.write_line(_indent(c.report))
+            if c.outcome == "failed" and not c.consequence and shown:
+                # its failure above holds the report: once is enough
+                tr.write_line("  %s  (its report is in the failure above)"
+                              % c.report.splitlines()[0])
+            else:
+                tr.write_line(_indent(c.report))
             if controller and c.worker:
                 tr.write_line("  Worker %s exited after it; xdist replaced it and ran the "
                               "remaining tests on workers with a live context." % c.worker)

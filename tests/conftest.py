@@ -81,10 +81,11 @@ class Child:
         self.script = script
         self.source = source
         self.returncode = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
+        self.stdout_bytes, self.stderr_bytes = proc.stdout, proc.stderr   # raw, as written
+        # errors="replace": a driver may print undecodable bytes (hostile assert text)
+        self.stdout, self.stderr = _text(proc.stdout), _text(proc.stderr)
         self.result = None
-        for line in proc.stdout.splitlines():
+        for line in self.stdout.splitlines():
             if line.startswith("RESULT "):
                 self.result = json.loads(line[len("RESULT "):])
 
@@ -95,6 +96,11 @@ class Child:
     def __repr__(self):
         return "<child rc=%s>\n--- stdout\n%s\n--- stderr\n%s" % (
             self.returncode, self.stdout[-4000:], self.stderr[-4000:])
+
+
+def _text(b):
+    """Bytes a child wrote, as text mode would read them (universal newlines)."""
+    return b.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 _PRELUDE = "import json, sys\ndef report(obj): print('RESULT ' + json.dumps(obj), flush=True)\n"
@@ -114,11 +120,9 @@ def run_child(code, env=None, timeout=120, args=(), prelude=""):
         f.write(source)
     full_env = dict(os.environ)
     full_env.update(env or {})
-    # errors="replace": a driver may print undecodable bytes (hostile assert text)
     try:
         proc = subprocess.run([sys.executable, script] + list(args), capture_output=True,
-                              text=True, errors="replace", timeout=timeout, env=full_env,
-                              cwd=ROOT)
+                              timeout=timeout, env=full_env, cwd=ROOT)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return Child(proc, script, source)

@@ -28,7 +28,10 @@ pass since the rewrite of the C core):
   on the H200), and the driver-log clamp; the frame reader itself.
 """
 import re
+import textwrap
 import subprocess
+
+import os
 
 import pytest
 
@@ -117,6 +120,33 @@ def test_thread_name_cut_inside_a_utf8_character(fake_child):
     assert "check_index" in r["kernel"]
     assert r["lineno"] == c.line_of("# LAUNCH")
     assert r["thread"] is None or "worker" in r["thread"]
+
+
+def test_thread_name_cut_inside_a_utf8_character_is_escaped_on_fd2(fake_child):
+    """The fd-2 block written at the fault: the thread name "worke" + 3 x "学"
+    + the first byte of a fourth (the OS keeps 15 bytes) is written with that
+    byte escaped, so that stderr decodes as strict UTF-8. (Guards issue 18
+    item 5: at e598ab7 the byte 0xe5 went to fd 2 raw.)"""
+    c = run(fake_child, """
+        import threading
+        import cuda_debug, cuda_debug.testing as t
+
+        def worker():
+            name = ("worke" + "\\u5b66" * 4).encode()          # 17 bytes; the OS keeps 15
+            fake.fake_set_thread_name(name, len(name))
+            try:
+                with cuda_debug.launch_blocking():
+                    t.device_assert()
+            except cuda_debug.DeviceAssertError:
+                pass
+
+        th = threading.Thread(target=worker); th.start(); th.join()
+    """)
+    raw = c.stderr_bytes
+    text = raw.decode("utf-8")                  # strict: raises on a raw cut character
+    block = [l for l in text.splitlines() if ", thread worke" in l]
+    assert block, c
+    assert "thread worke\u5b66\u5b66\u5b66\\xe5 (tid " in block[0], block
 
 
 def test_assert_flood_is_cut_visibly_and_reaches_fd2_in_order(fake_child):
@@ -516,3 +546,139 @@ def test_watch_records_the_configuration_of_every_launch_api(fake_child):
     ''')
     assert c.result == [["plain_k", [2, 1, 1], [32, 1, 1]], ["ex_k", [3, 1, 1], [64, 1, 1]],
                         ["coop_k", [4, 1, 1], [128, 1, 1]]], c
+
+
+# `python -m cuda_debug run train.py`, run from the script's folder: the file
+# name in the code objects is the relative "train.py", which is the user's
+# code (issue 18 item 4; at e598ab7 the C rule called every relative path
+# library code, and the fd-2 block said "(library code: no frame of yours was
+# found)" or named a frame outside the script).
+_RUN_RELATIVE = '''
+    import os, runpy
+    os.chdir(%r)
+    sys.argv = ["cuda_debug", "run", "train.py"]
+    runpy.run_module("cuda_debug", run_name="__main__", alter_sys=True)   # python -m cuda_debug
+'''
+
+_TRAIN = {
+    "fault": """import cuda_debug, cuda_debug.testing as t
+t.empty()
+t.device_assert()                               # LAUNCH
+cuda_debug.check()
+""",
+    "sigterm": """import os, signal, time
+from fake_cuda.child import fake
+fake.fake_set_async(1)
+fake.fake_set_kernel(b"hangs_forever", 0, 0, b"", -1, 60000000)
+fake.fake_launch(b"hangs_forever", 0, 1, 1, 1, 32, 1, 1)     # LAUNCH
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(5)
+print("not reached")
+""",
+}
+
+
+@pytest.mark.parametrize("what", ["fault", "sigterm"])
+def test_run_relative_script_path_is_the_users_code_in_the_fd2_block(fake_child, tmp_path, what):
+    source = _TRAIN[what]
+    (tmp_path / "train.py").write_text(source)
+    c = run(fake_child, _RUN_RELATIVE % str(tmp_path))
+    lineno = [i for i, l in enumerate(source.splitlines(), 1) if "# LAUNCH" in l][0]
+    head = "cuda_debug (watch): device-side assert" if what == "fault" else \
+        "cuda_debug (watch): SIGTERM while watching"
+    lines = c.stderr.splitlines()
+    starts = [i for i, l in enumerate(lines) if l.startswith(head)]
+    assert starts, c
+    block = lines[starts[0]:starts[0] + 8]
+    launched = [l for l in block if l.startswith("  launched at ")]
+    # `run` gives the script its absolute path, as `python train.py` does (3.9+)
+    assert launched, block
+    where = launched[0][len("  launched at "):]
+    assert where.endswith("train.py:%d in <module>" % lineno), block
+    assert os.path.samefile(where.rsplit(":", 1)[0], str(tmp_path / "train.py")), block
+    assert "library code" not in c.stderr, c
+    if what == "sigterm":
+        assert c.returncode == -15 and "not reached" not in c.stdout, c
+    else:
+        assert c.returncode == 3, c
+
+
+# A framework's teardown meets the dead context inside its `except` block and
+# raises a second error (Lightning's trainer.fit does): the scope converts
+# that later exception. Issue 18 item 1: its traceback ended at the teardown;
+# the user must get the traceback through the launching line, the framework's
+# exception from the launch in the chain, and the later one named as a
+# consequence.
+_LATER = {
+    "same_frame": '''
+        with cuda_debug.launch_blocking():
+            try:
+                check(fake.fake_launch(b"bad_label", 0, 1, 1, 1, 32, 1, 1))   # LAUNCH
+            except RuntimeError:
+                raise ValueError("teardown failed too")                      # LATER
+    ''',
+    "nested": '''
+        def training_step():
+            check(fake.fake_launch(b"bad_label", 0, 1, 1, 1, 32, 1, 1))   # LAUNCH
+
+        def teardown():
+            raise ValueError("teardown failed too")                      # LATER
+
+        def fit():
+            try:
+                training_step()                                          # STEP
+            except BaseException:
+                teardown()                                               # TEARDOWN
+                raise
+
+        with cuda_debug.launch_blocking():
+            fit()                                                        # FIT
+    ''',
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_LATER))
+def test_a_later_exception_from_an_except_block_is_reported_as_a_consequence(fake_child, shape):
+    body = textwrap.indent(textwrap.dedent(_LATER[shape]), "    ")
+    c = run(fake_child, textwrap.dedent('''
+        import pickle, traceback
+        import cuda_debug
+        fake.fake_set_kernel(b"bad_label", 710, -1, b"t >= 0 && t < n_classes", -1, 0)
+
+        def check(rc):
+            if rc:
+                raise RuntimeError("CUDA error: device-side assert triggered (%d)" % rc)
+
+        try:
+        ''') + body + textwrap.dedent('''
+        except BaseException as e:
+            report(dict(cls=type(e).__name__, lineno=e.lineno, text=str(e),
+                        tb=[[f.filename, f.lineno, f.name]
+                            for f in traceback.extract_tb(e.__traceback__)],
+                        cause=repr(e.__cause__), context=repr(e.__context__),
+                        later=getattr(e, "later_exception", None),
+                        again=str(pickle.loads(pickle.dumps(e)))))
+        '''))
+    r = c.result
+    assert r is not None, c
+    launch, later = c.line_of("# LAUNCH"), c.line_of("# LATER")
+    assert r["cls"] == "DeviceAssertError" and r["lineno"] == launch, r
+    lines = [(f[0], f[1]) for f in r["tb"]]
+    # the traceback reaching the user goes through the launching line and ends
+    # where the framework raised there
+    assert (c.script, launch) in lines, r["tb"]
+    assert r["tb"][-1][2] == "check", r["tb"]
+    assert (c.script, later) not in lines, r["tb"]
+    if shape == "nested":
+        tail = [l for l in lines if l[0] == c.script][-4:]
+        assert tail == [(c.script, c.line_of(m)) for m in ("# FIT", "# STEP", "# LAUNCH")] + \
+            [(c.script, c.line_of('raise RuntimeError("CUDA error'))], r["tb"]
+    # the framework's exception from the launch is the cause; the later one
+    # the context, and the report says it is a consequence
+    assert r["cause"].startswith("RuntimeError('CUDA error: device-side assert"), r
+    assert r["context"] == "ValueError('teardown failed too')", r
+    where = "%s:%d in %s" % (c.script, later, "teardown" if shape == "nested" else "<module>")
+    assert r["later"] == "ValueError: teardown failed too, raised at %s" % where, r
+    assert "  later: ValueError: teardown failed too, raised at %s, while handling this " \
+           "fault: a consequence, not the cause" % where in r["text"].splitlines(), r["text"]
+    assert r["again"] == r["text"]

@@ -127,16 +127,23 @@ def test_magics_and_short_reports(notebook):
     assert c[15].ename == "UsageError" or "not found" in c[15].stderr + c[15].tb_text, c[15]
 
 
-def test_launch_blocking_on_without_a_gpu_says_why_in_a_few_lines(notebook):
+def test_magics_without_a_gpu_say_so_once_and_run_the_code(notebook):
+    """The README's rule for every entry point that wraps code: say so once
+    and run the code without the scope (they raised, and a %%launch_blocking
+    cell's body did not run)."""
     if not NO_GPU:
         pytest.skip("a GPU is usable here")
     cells = notebook(["%load_ext cuda_debug", "%launch_blocking on", "%launch_blocking",
-                      "%%launch_blocking\n1 + 1"])
-    for cell in (cells[1], cells[3]):
-        assert cell.ename == "CudaUnavailableError", cell
-        assert cell.traceback[0].startswith("CudaUnavailableError: no CUDA driver"), cell
-        assert len(cell.traceback) <= 3
-    assert "launch blocking: off" in cells[2].stdout
+                      "%%launch_blocking\n1 + 1", "%%launch_blocking\n2 + 2", "%cuda_watch on"])
+    assert all(cell.ename is None for cell in cells), cells
+    assert cells[1].stderr.startswith("cuda_debug: %launch_blocking on runs without "
+                                      "launch_blocking(): no CUDA driver"), cells[1]
+    assert "launch blocking: off" in cells[1].stdout and "launch blocking: off" in cells[2].stdout
+    assert cells[3].result == "2" and cells[4].result == "4", cells[3:5]
+    assert cells[3].stderr.startswith("cuda_debug: %%launch_blocking runs without"), cells[3]
+    assert cells[4].stderr == "", cells[4]                     # said once
+    assert cells[5].stderr.startswith("cuda_debug: %cuda_watch on runs without watch()"), cells[5]
+    assert "cuda_watch: off" in cells[5].stdout
 
 
 # -- GPU --------------------------------------------------------------------------------
@@ -200,6 +207,29 @@ def test_gpu_torch_device_assert_without_a_scope(notebook):
     assert any(line.startswith("  reported at Cell In[2], line") for line in cell.traceback), cell
     assert "%%launch_blocking" in cell.tb_text and "restart" in cell.tb_text
     assert len(cell.traceback) <= 6, cell
+
+
+@pytest.mark.gpu
+def test_gpu_watch_fault_surfacing_in_a_later_cell_is_kept_as_cuda_debugs(notebook):
+    """Issue 18 item 3: the report was right, but IPython kept torch's
+    AcceleratorError (sys.last_value, %debug, error_in_exec)."""
+    pytest.importorskip("torch")
+    cells = notebook([
+        "%load_ext cuda_debug",
+        "%cuda_watch on",
+        "import torch\nx = torch.zeros(4, device='cuda')\ni = torch.tensor([10], device='cuda')\n"
+        "torch.cuda.synchronize()",
+        "y = x[i]",
+        "torch.cuda.synchronize()",
+        "import sys\n(type(sys.last_value).__name__, type(sys.last_value.__cause__).__name__, "
+        "sys.last_traceback is sys.last_value.__traceback__)",
+    ])
+    cell = cells[4]
+    assert cell.ename == "DeviceAssertError", cell
+    assert any("launched at Cell In[4], line 1:  y = x[i]" in line for line in cell.traceback), cell
+    assert "(raised as torch.AcceleratorError: CUDA error: device-side assert triggered)" in \
+        cell.tb_text, cell
+    assert cells[5].result == "('DeviceAssertError', 'AcceleratorError', True)", cells[5]
 
 
 def test_relocate_names_the_cell_at_module_level_and_in_functions():

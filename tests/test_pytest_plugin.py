@@ -40,6 +40,27 @@ def inner(pytester, monkeypatch):
     return pytester
 
 
+@pytest.fixture
+def fake_inner(inner, monkeypatch, fake_cuda_dir):
+    """`inner` whose pytest runs with the fake CUDA driver and CUPTI preloaded
+    (LD_PRELOAD): the real scopes work without a GPU, and a test file that
+    starts with FAKE_IMPORT controls the driver through `fake`."""
+    from fake_cuda import LIBCUDA, LIBCUPTI
+    monkeypatch.setenv("LD_PRELOAD", " ".join(os.path.join(fake_cuda_dir, n)
+                                              for n in (LIBCUDA, LIBCUPTI)))
+    monkeypatch.setenv("CD_TEST_FAKE_DIR", fake_cuda_dir)
+    monkeypatch.setenv("CD_TEST_FAKE_PRELOAD", "0")
+    return inner
+
+
+FAKE_IMPORT = "import sys; sys.path.insert(0, %r)\nfrom fake_cuda.child import fake\n" % \
+    os.path.dirname(os.path.abspath(__file__))
+
+
+# The summary's line for a failed poisoner: its report is shown once, in the failure.
+ONCE = "  (its report is in the failure above)"
+
+
 def run(pytester, *args, timeout=120):
     return pytester.runpytest_subprocess(*PLUGIN_ARGS, "-p", "no:cacheprovider", *args,
                                          timeout=timeout)
@@ -300,18 +321,69 @@ scope_module.launch_blocking = TranslatingScope
         "The above exception")[1], out(result)
 
 
+def test_a_later_exception_is_shown_at_the_launching_line(fake_inner):
+    """A test whose except block raises again after the launch failed (as a
+    framework's teardown does): the failure is the translated error, with the
+    traceback through the launching line, and the later error named as a
+    consequence (issue 18 item 1)."""
+    source = FAKE_IMPORT + '''
+fake.fake_set_kernel(b"bad_label", 710, -1, b"t < n_classes", -1, 0)
+
+def check(rc):
+    if rc:
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+def test_fit():
+    try:
+        check(fake.fake_launch(b"bad_label", 0, 1, 1, 1, 32, 1, 1))    # LAUNCH
+    except RuntimeError:
+        raise ValueError("teardown failed too")
+'''
+    fake_inner.makepyfile(test_t=source)
+    result = run(fake_inner, "--cuda-launch-blocking")
+    result.assert_outcomes(failed=1)
+    text = out(result)
+    result.stdout.fnmatch_lines([
+        "*The above exception was the direct cause of the following exception:*",
+        "    def test_fit():",
+        "        try:",
+        ">           check(fake.fake_launch(b\"bad_label\", 0, 1, 1, 1, 32, 1, 1))    # LAUNCH",
+        "*",
+        "E *cuda_debug.DeviceAssertError: device-side assert in bad_label",
+        "E *at *test_t.py:%d in test_fit:*" % line_of(source, "# LAUNCH"),
+        "E *later: ValueError: teardown failed too, raised at *test_t.py:%d in test_fit, "
+        "while handling this fault: a consequence, not the cause"
+        % line_of(source, "raise ValueError"),
+    ])
+    assert "_scope.py" not in text.split("direct cause")[1], text
+
+
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="a GPU is usable here")
-def test_without_a_gpu_the_option_warns_once_and_tests_run(inner):
+@pytest.mark.parametrize("option,what", [("--cuda-launch-blocking", "launch_blocking()"),
+                                         ("--cuda-watch", "watch()")])
+@pytest.mark.parametrize("strict", ["-W error", "ini"])
+def test_without_a_gpu_the_option_says_so_once_and_tests_run(inner, option, what, strict):
+    """No GPU: said once, in the terminal summary, not as a warning inside a
+    test, so a CPU-only CI with `filterwarnings = error` passes (issue 18
+    item 6: the first test failed with the plugin's PytestWarning)."""
     inner.makepyfile('''
         import pytest, cuda_debug
         def test_a(): assert not cuda_debug.is_launch_blocking()
         def test_b(): pass
         @pytest.mark.cuda_launch_blocking
         def test_c(): pass
+        @pytest.mark.cuda_watch
+        def test_d(): pass
     ''')
-    result = run(inner, "--cuda-launch-blocking", "-W", "default")
-    result.assert_outcomes(passed=3)
-    assert out(result).count("launch_blocking() is unavailable here") == 1, out(result)
+    if strict == "ini":
+        inner.makeini("[pytest]\nfilterwarnings = error\n")
+    result = run(inner, option, *(["-W", "error"] if strict != "ini" else []))
+    result.assert_outcomes(passed=4)
+    text = out(result)
+    assert text.count("is unavailable here") == 1, text
+    result.stdout.fnmatch_lines(["cuda_debug: %s is unavailable here, tests ran without it: "
+                                 "no CUDA driver*" % what])
+    assert "Warning" not in text, text
 
 
 # -- fail fast --------------------------------------------------------------------------------
@@ -332,26 +404,66 @@ def test_sticky_cuda_debug_error_stops_the_session(inner):
     result.stdout.fnmatch_lines([
         "*= cuda_debug: sticky CUDA error =*",
         "test_five.py::test_2 failed: it poisoned the CUDA context:",
-        "  DeviceAssertError: device-side assert in check_index<int>",
-        "    at *faults.py:7 in test_2:  t.device_assert()",
-        "    device: fault_kernels.cu:14 block [[]0,0,0] thread [[]3,0,0]: Assertion `idx[[]i] >= 0*",
-        "    The CUDA context is now unusable*",
+        "  DeviceAssertError: device-side assert in check_index<int>" + ONCE,
         "pytest stopped after test_five.py::test_2: 3 tests not run*",
     ])
     result.stdout.fnmatch_lines(["*cuda_debug: test_five.py::test_2 poisoned the CUDA context "
                                  "(DeviceAssertError): stopping, 3 tests not run*"])
+    # the report once: in the failure (the error itself), not again in the summary
+    assert text.count("thread [3,0,0]: Assertion `idx[i] >= 0") == 1, text
+    assert text.count("faults.py:7 in test_2") == 1, text
 
 
-@pytest.mark.parametrize("message,name", [
+def test_the_summary_holds_the_report_where_the_failure_does_not(inner):
+    five(inner, "    fake_device_assert()\n")
+    result = run(inner, "--tb=no")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "test_five.py::test_2 failed: it poisoned the CUDA context:",
+        "  DeviceAssertError: device-side assert in check_index<int>",
+        "    at *faults.py:7 in test_2:  t.device_assert()",
+        "    device: fault_kernels.cu:14 block [[]0,0,0] thread [[]3,0,0]: Assertion `idx[[]i] >= 0*",
+        "    The CUDA context is now unusable*",
+    ])
+    assert out(result).count("thread [3,0,0]: Assertion `idx[i] >= 0") == 1, out(result)
+
+
+_WORDS = [
     ("CUDA error: device-side assert triggered\\nCUDA kernel errors might be asynchronously "
-     "reported at some other API call", "CUDA_ERROR_ASSERT"),
-    ("CUDA error: an illegal memory access was encountered", "CUDA_ERROR_ILLEGAL_ADDRESS"),
-    ("Triton Error [CUDA]: unspecified launch failure", "CUDA_ERROR_LAUNCH_FAILED"),
-    ("CUDA_ERROR_MISALIGNED_ADDRESS: misaligned address", "CUDA_ERROR_MISALIGNED_ADDRESS"),
-])
-def test_framework_words_stop_the_session(inner, message, name):
+     "reported at some other API call", "CUDA_ERROR_ASSERT", "device_assert"),
+    ("CUDA error: an illegal memory access was encountered", "CUDA_ERROR_ILLEGAL_ADDRESS",
+     "illegal_address"),
+    ("Triton Error [CUDA]: unspecified launch failure", "CUDA_ERROR_LAUNCH_FAILED", "trap"),
+    ("CUDA_ERROR_MISALIGNED_ADDRESS: misaligned address", "CUDA_ERROR_MISALIGNED_ADDRESS",
+     "misaligned_address"),
+]
+
+
+@pytest.mark.parametrize("message,name,fault", _WORDS)
+def test_framework_words_alone_do_not_stop_the_session(inner, message, name, fault):
+    """No option, no CUDA in the process: a test raising a framework's words
+    is an ordinary failure (issue 18 item 7: it stopped the session)."""
     five(inner, "    raise RuntimeError(%r)\n" % message.replace("\\n", "\n"))
     result = run(inner)
+    result.assert_outcomes(passed=4, failed=1)
+    assert "- cuda_debug -" not in out(result), out(result)     # no section
+    assert "sticky CUDA error" not in out(result), out(result)
+
+
+@pytest.mark.parametrize("message,name,fault", _WORDS)
+def test_framework_words_on_a_dead_context_stop_the_session(fake_inner, message, name, fault):
+    """The fake driver's context really dead (a faulting kernel launched
+    outside any scope), then the framework's words: the driver confirms, the
+    session stops, and the report is printed once."""
+    fake_inner.makepyfile(faults=FAKE_IMPORT + '''
+import cuda_debug.testing as t
+
+def fault():
+    t.%s()
+    raise RuntimeError(%r)
+''' % (fault, message.replace("\\n", "\n")))
+    fake_inner.makepyfile(test_five=FIVE_TESTS)
+    result = run(fake_inner)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
         "*- cuda_debug -*",
@@ -364,32 +476,81 @@ def test_framework_words_stop_the_session(inner, message, name):
         "test_five.py::test_1.)",
         "pytest stops here: 3 tests not run.",
     ])
+    result.stdout.fnmatch_lines(["test_five.py::test_2 failed: it poisoned the CUDA context:",
+                                 "  RuntimeError: *" + ONCE])
+    assert out(result).count("a sticky CUDA error.") == 1, out(result)
 
 
-def test_framework_exception_with_an_error_code(inner):
-    inner.makepyfile(faults='''
-        class AcceleratorError(RuntimeError):
-            def __init__(self, msg, code):
-                super().__init__(msg)
-                self.error_code = code
-        def fault():
-            raise AcceleratorError("CUDA error: something the runtime said", 700)
-    ''')
-    inner.makepyfile(test_five=FIVE_TESTS)
-    run(inner).assert_outcomes(passed=1, failed=1)
+def test_xfail_on_a_dead_context_is_named_from_the_driver(fake_inner):
+    fake_inner.makepyfile(FAKE_IMPORT + '''
+import pytest
+import cuda_debug.testing as t
+
+def test_1(): pass
+
+@pytest.mark.xfail(strict=True)
+def test_2():
+    t.device_assert()
+    raise RuntimeError("CUDA error: device-side assert triggered")
+
+def test_3(): pass
+''')
+    result = run(fake_inner)
+    result.assert_outcomes(passed=2, xfailed=1)
+    result.stdout.fnmatch_lines(["test_*::test_2 xfailed, but poisoned the CUDA context:",
+                                 "  RuntimeError: CUDA error: device-side assert triggered",
+                                 "    CUDA_ERROR_ASSERT (*): a sticky CUDA error."])
 
 
-def test_sticky_error_in_a_fixture_setup_stops_too(inner):
-    inner.makepyfile('''
-        import pytest
-        @pytest.fixture
-        def model():
-            raise RuntimeError("CUDA error: unspecified launch failure")
-        def test_1(): pass
-        def test_2(model): pass
-        def test_3(): pass
-    ''')
-    result = run(inner)
+def test_framework_words_on_a_live_context_do_not_stop(fake_inner):
+    """CUDA in the process, its context alive: the words are not enough."""
+    fake_inner.makepyfile(faults=FAKE_IMPORT + '''
+import cuda_debug.testing as t
+
+def fault():
+    t.empty()
+    raise RuntimeError("CUDA error: device-side assert triggered")
+''')
+    fake_inner.makepyfile(test_five=FIVE_TESTS)
+    result = run(fake_inner)
+    result.assert_outcomes(passed=4, failed=1)
+    assert "sticky CUDA error" not in out(result), out(result)
+
+
+def test_framework_exception_with_an_error_code(fake_inner):
+    fake_inner.makepyfile(faults=FAKE_IMPORT + '''
+import cuda_debug.testing as t
+
+class AcceleratorError(RuntimeError):
+    def __init__(self, msg, code):
+        super().__init__(msg)
+        self.error_code = code
+
+def fault():
+    t.illegal_address()
+    raise AcceleratorError("CUDA error: something the runtime said", 700)
+''')
+    fake_inner.makepyfile(test_five=FIVE_TESTS)
+    result = run(fake_inner)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["  CUDA_ERROR_ILLEGAL_ADDRESS (*): a sticky CUDA error."])
+
+
+def test_sticky_error_in_a_fixture_setup_stops_too(fake_inner):
+    fake_inner.makepyfile(FAKE_IMPORT + '''
+import pytest
+import cuda_debug.testing as t
+
+@pytest.fixture
+def model():
+    t.trap()
+    raise RuntimeError("CUDA error: unspecified launch failure")
+
+def test_1(): pass
+def test_2(model): pass
+def test_3(): pass
+''')
+    result = run(fake_inner)
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["pytest stops here: 1 test not run."])
 
@@ -432,8 +593,7 @@ def test_xdist_replaces_the_poisoned_worker(inner):
     result.stdout.fnmatch_lines([
         "*= cuda_debug: sticky CUDA error =*",
         "test_five.py::test_2 (xdist worker gw*) failed: it poisoned the CUDA context:",
-        "  DeviceAssertError: device-side assert in check_index<int>",
-        "*",
+        "  DeviceAssertError: device-side assert in check_index<int>" + ONCE,
         "  Worker gw* exited after it; xdist replaced it*",
     ])
     result.stdout.fnmatch_lines(["*pytest-xdist worker gw* exits after this test*"])
@@ -468,14 +628,15 @@ def test_gpu_device_assert_stops_the_session(inner):
     text = out(result)
     for t in ("test_3", "test_4", "test_5"):
         assert "test_gpu_five.py::%s " % t not in text, text
-    result.stdout.fnmatch_lines([
+    result.stdout.fnmatch_lines([      # the report, once: in the failure
+        "E *cuda_debug.DeviceAssertError: device-side assert in check_index<int>",
+        "E *at *test_gpu_five.py:%d in test_2:  t.device_assert()"
+        % line_of(GPU_FIVE, "t.device_assert()"),
+        "E *device: *Assertion*",
+        "E *The CUDA context is now unusable*",
         "*= cuda_debug: sticky CUDA error =*",
         "test_gpu_five.py::test_2 failed: it poisoned the CUDA context:",
-        "  DeviceAssertError: device-side assert in check_index<int>",
-        "    at *test_gpu_five.py:%d in test_2:  t.device_assert()"
-        % line_of(GPU_FIVE, "t.device_assert()"),
-        "    device: *Assertion*",
-        "    The CUDA context is now unusable*",
+        "  DeviceAssertError: device-side assert in check_index<int>" + ONCE,
         "pytest stopped after test_gpu_five.py::test_2: 3 tests not run*",
     ])
 
@@ -487,11 +648,12 @@ def test_gpu_device_assert_under_xdist_runs_the_rest(inner):
     result = run(inner, "-n", "2", timeout=180)
     result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines([
-        "test_gpu_five.py::test_2 (xdist worker gw*) failed: it poisoned the CUDA context:",
-        "  DeviceAssertError: device-side assert in check_index<int>",
-        "    at *test_gpu_five.py:%d in test_2:  t.device_assert()"
+        "E *cuda_debug.DeviceAssertError: device-side assert in check_index<int>",
+        "E *at *test_gpu_five.py:%d in test_2:  t.device_assert()"
         % line_of(GPU_FIVE, "t.device_assert()"),
-        "    device: *Assertion*",
+        "E *device: *Assertion*",
+        "test_gpu_five.py::test_2 (xdist worker gw*) failed: it poisoned the CUDA context:",
+        "  DeviceAssertError: device-side assert in check_index<int>" + ONCE,
     ])
 
 
@@ -517,10 +679,10 @@ def test_gpu_option_marker_fixture_and_header(inner):
                                  "CUDA * headers*launch blocking: on, every test*"])
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines([
-        "test_gpu_opt.py::test_fault failed: it poisoned the CUDA context:",
-        "  DeviceAssertError: device-side assert in check_index<int>",
-        "    at *test_gpu_opt.py:%d in test_fault:  t.device_assert()"
+        "E *at *test_gpu_opt.py:%d in test_fault:  t.device_assert()"
         % line_of(source, "t.device_assert()"),
+        "test_gpu_opt.py::test_fault failed: it poisoned the CUDA context:",
+        "  DeviceAssertError: device-side assert in check_index<int>" + ONCE,
         "pytest stopped after test_gpu_opt.py::test_fault: 1 test not run*",
     ])
 
@@ -578,10 +740,11 @@ def test_gpu_torch_device_assert_with_the_fixture(inner):
     result = run(inner)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
+        "E *cuda_debug.DeviceAssertError: device-side assert in *",
+        "E *at *test_torch.py:%d in test_2:  y = x[[]i]" % line_of(_TORCH_FAULT, "y = x[i]"),
+        "E *device: *Assertion*",
         "test_torch.py::test_2 failed: it poisoned the CUDA context:",
-        "  DeviceAssertError: device-side assert in *",
-        "    at *test_torch.py:%d in test_2:  y = x[[]i]" % line_of(_TORCH_FAULT, "y = x[i]"),
-        "    device: *Assertion*",
+        "  DeviceAssertError: device-side assert in *" + ONCE,
     ])
 
 
@@ -598,6 +761,7 @@ def test_gpu_torch_device_assert_without_a_scope(inner):
         "*--cuda-launch-blocking*",
     ])
     result.stdout.fnmatch_lines(["pytest stopped after test_torch.py::test_2: 1 test not run*"])
+    assert out(result).count("a sticky CUDA error.") == 1, out(result)     # said once
 
 
 # -- recognising a framework's sticky error (cuda_debug._sticky), in process -------------------

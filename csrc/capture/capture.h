@@ -27,13 +27,20 @@
 
 /* Kinds of code locations: the user-frame rule (cuda_debug/_locations.py
  * documents it; Python asks cd_file_kind, it never re-implements it). */
-enum { CD_LOC_LIBRARY = 0, CD_LOC_USER = 1, CD_LOC_PSEUDO = 2 /* <string> */ };
+enum {
+    CD_LOC_LIBRARY = 0, CD_LOC_USER = 1, CD_LOC_PSEUDO = 2 /* <string> */,
+    /* A user file's code object that TorchDynamo made to run a torch.compile'd
+     * function (it calls the graph, __compiled_fn_*): its line is none the
+     * user wrote (the def line); the user's line is its caller's. */
+    CD_LOC_COMPILED = 3
+};
 
 /* The calling thread's Python frames, innermost first, as location ids, read
  * without the GIL (the thread is blocked in a C call made from Python, so its
  * frames cannot change). `max` ids at most; with `to_user`, stop at the first
  * user frame (the last id is then that frame even when deeper than max-1;
- * the frames between are only classified, not interned).
+ * the frames between are only classified, not interned, but for a
+ * CD_LOC_COMPILED frame, which takes the id before it).
  * *complete = 1 when the walk reached the outermost frame, -1 when frames
  * were left out before the last id (the user frame). Returns the count
  * (0: the thread runs no Python, or this Python version has no reader). */
@@ -50,6 +57,9 @@ void cd_frames_configure(const char *const *library_prefixes, int n_prefixes,
                          const char *const *user_pseudo, int n_pseudo);
 /* CD_LOC_* of a file name of n bytes (UTF-8): the one user-frame rule. */
 int cd_file_kind(const char *file, size_t n);
+/* CD_LOC_* of a code object (a PyCodeObject *): its file's kind, or
+ * CD_LOC_COMPILED. Safe without the GIL while the code object is alive. */
+int cd_code_kind(void *code);
 extern const int cd_frames_supported;
 
 /* ------------------------------------------------------ stderr_tee.c -- */

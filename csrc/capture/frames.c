@@ -158,6 +158,39 @@ static size_t copy_unicode(PyObject *u, char *out, size_t cap)
     return o;
 }
 
+/* TorchDynamo runs a torch.compile'd function as a code object of its own
+ * (the function's name, file and first line; the user's lines gone) that calls
+ * the compiled graph through a global named __compiled_fn_<n>...: such a
+ * frame is CD_LOC_COMPILED, not the user's. Reads the code's tuple of names
+ * (immutable interned str) without the GIL. */
+static int calls_compiled_graph(PyCodeObject *code)
+{
+    PyObject *names = code->co_names;
+    if (!names || !PyTuple_Check(names))
+        return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    for (Py_ssize_t i = 0; i < n && i < 4096; i++) {
+        char name[24];
+        if (copy_unicode(PyTuple_GET_ITEM(names, i), name, sizeof name) >= 13 &&
+            !memcmp(name, "__compiled_fn", 13))
+            return 1;
+    }
+    return 0;
+}
+
+static int kind_of(PyCodeObject *code, const char *file, size_t n)
+{
+    int kind = cd_file_kind(file, n);
+    return kind == CD_LOC_USER && calls_compiled_graph(code) ? CD_LOC_COMPILED : kind;
+}
+
+int cd_code_kind(void *code)
+{
+    char file[1024];
+    PyCodeObject *c = (PyCodeObject *)code;
+    return kind_of(c, file, copy_unicode(c->co_filename, file, sizeof file));
+}
+
 /* ----------------------------------------------------------- locations -- */
 
 #define LOC_TABLE 65536            /* power of two */
@@ -223,7 +256,7 @@ static uint32_t intern_location(PyCodeObject *code, int offset)
     size_t un = copy_unicode(code->co_name, func, sizeof func);
 #endif
     int lineno = PyCode_Addr2Line(code, offset * (int)sizeof(_Py_CODEUNIT));
-    int kind = cd_file_kind(file, fn);
+    int kind = kind_of(code, file, fn);
     uint32_t file_id = cd_intern(file, fn), func_id = cd_intern(func, un);
 
     while (atomic_flag_test_and_set_explicit(&loc_lock, memory_order_acquire))
@@ -277,7 +310,7 @@ static int code_kind(PyCodeObject *code)
         if (k == 0) {
             char file[1024];
             size_t fn = copy_unicode(code->co_filename, file, sizeof file);
-            int kind = cd_file_kind(file, fn);
+            int kind = kind_of(code, file, fn);
             uintptr_t expected = 0;
             codes[i].check = check;          /* a racing reader sees key 0 until below */
             codes[i].kind = kind;
@@ -286,7 +319,7 @@ static int code_kind(PyCodeObject *code)
         }
     }
     char file[1024];
-    return cd_file_kind(file, copy_unicode(code->co_filename, file, sizeof file));
+    return kind_of(code, file, copy_unicode(code->co_filename, file, sizeof file));
 }
 
 /* ----------------------------------------------------------- the walk -- */
@@ -347,7 +380,7 @@ int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
     frame_t *f = first_frame(ts);
     int n = 0, depth = 0, skipped = 0;
     while (f && depth < 256) {
-        int offset = 0;
+        int offset = 0, kind = CD_LOC_LIBRARY;
         PyCodeObject *code = frame_code(f, &offset);
         if (code) {
             if (n < max - (to_user ? 1 : 0)) {
@@ -357,11 +390,13 @@ int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
                     break;
                 if (!to_user && n == max)
                     break;
-            } else if (to_user && code_kind(code) == CD_LOC_USER) {
+            } else if (to_user && (kind = code_kind(code)) == CD_LOC_USER) {
                 ids[n++] = intern_location(code, offset);   /* the user frame */
                 *complete = skipped ? -1 : 0;
                 return n;
             } else {
+                if (to_user && kind == CD_LOC_COMPILED && n > 0)
+                    ids[n - 1] = intern_location(code, offset);  /* names the compiled function */
                 skipped++;
             }
             depth++;

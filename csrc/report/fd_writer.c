@@ -144,7 +144,7 @@ void cd_out_flush(cd_out *o)
 
 /* "launched at file:line in func" from location ids, innermost first: the
  * innermost user frame; else the outermost pseudo-file (python -c); else the
- * innermost frame. */
+ * innermost frame. A frame TorchDynamo ran inside it is named. */
 void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete)
 {
     int pick = -1;
@@ -170,5 +170,15 @@ void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete)
     cd_out_puts(o, func ? func : "?");
     if (loc.kind != CD_LOC_USER)
         cd_out_puts(o, " (library code: no frame of yours was found)");
+    for (int i = pick - 1; i >= 0; i--) {         /* a frame TorchDynamo ran inside it */
+        cd_location inner;
+        if (cd_location_get(ids[i], &inner) == 0 && inner.kind == CD_LOC_COMPILED) {
+            const char *name = cd_interned(inner.func);
+            cd_out_puts(o, ", inside torch.compile'd ");
+            cd_out_puts(o, name ? name : "?");
+            cd_out_puts(o, " (its source line is unknown)");
+            break;
+        }
+    }
     cd_out_puts(o, "\n");
 }
