@@ -9,6 +9,9 @@ and handed to the C core before the first scope or watch opens.
     CUDA_DEBUG_CAPTURE_CHECK=1|0   0 skips the graph-capture check (measurements only)
     CUDA_DEBUG_WATCH_OPS=0|1       watch() records each launch's PyTorch op and input
                                    shapes, as watch(ops=True) (default 0)
+    CUDA_DEBUG_GRAPH_MARKERS=1|0   while watching, launches captured into a CUDA graph
+                                   get completion markers captured with them (default 1;
+                                   0: a graph replay is one launch, its nodes unnamed)
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
 
 An unknown name or value is warned about at import, naming the valid ones, and
@@ -27,6 +30,7 @@ _CHOICES = {
     "CUDA_DEBUG_PROFILE": (_BOOL, False),
     "CUDA_DEBUG_CAPTURE_CHECK": (_BOOL, True),
     "CUDA_DEBUG_WATCH_OPS": (_BOOL, False),
+    "CUDA_DEBUG_GRAPH_MARKERS": (_BOOL, True),
 }
 _FREE = ("CUDA_DEBUG_COMMIT",)
 
@@ -38,6 +42,7 @@ class Options(NamedTuple):
     profile: bool
     capture_check: bool
     watch_ops: bool
+    graph_markers: bool
 
 
 def read(environ=os.environ) -> Options:
@@ -63,7 +68,8 @@ def read(environ=os.environ) -> Options:
     return Options(report=values["CUDA_DEBUG_REPORT"], capture=values["CUDA_DEBUG_CAPTURE"],
                    wait=values["CUDA_DEBUG_WAIT"], profile=values["CUDA_DEBUG_PROFILE"],
                    capture_check=values["CUDA_DEBUG_CAPTURE_CHECK"],
-                   watch_ops=values["CUDA_DEBUG_WATCH_OPS"])
+                   watch_ops=values["CUDA_DEBUG_WATCH_OPS"],
+                   graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"])
 
 
 def _default_name(table, default) -> str:
@@ -84,5 +90,6 @@ def apply() -> None:
         return
     from . import _core
     _core.set_options(wait=OPTIONS.wait, capture=OPTIONS.capture, profile=OPTIONS.profile,
-                      capture_check=OPTIONS.capture_check)
+                      capture_check=OPTIONS.capture_check,
+                      graph_markers=OPTIONS.graph_markers)
     _applied = True

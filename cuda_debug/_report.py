@@ -63,6 +63,7 @@ class WatchRecord(NamedTuple):
     cbid: int
     done: bool
     op: int                   # watch(ops=True): the op token of the launching thread, 0 none
+    graph: int                # a replay: 1 + the capture it replays (0 unknown); a node: its capture
 
 
 def faults(since: int = 0) -> List[RawFault]:

@@ -32,6 +32,7 @@ typedef struct {
     unsigned shared_mem;
     uintptr_t stream;
     uintptr_t context;
+    uint32_t context_uid;      /* CUPTI's contextUid: unique, unlike the pointer */
     int device;                /* ordinal, -1 unknown */
     long thread_id;            /* gettid() of the launching thread */
     char thread_name[16];      /* raw bytes: may be cut inside a UTF-8 character */
