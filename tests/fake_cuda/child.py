@@ -51,6 +51,7 @@ _SIGNATURES = {
     "fake_event_record": (c_int, [c_size, c_size]),
     "fake_stream_wait_event": (c_int, [c_size, c_size]),
     "fake_graph_exec_destroy": (c_int, [c_size]),
+    "fake_graph_destroy": (c_int, [c_size]),
     "fake_graph_ops": (c_int, [c_size, ctypes.POINTER(c_int)]),
     "fake_refuse_cbids": (None, [ctypes.POINTER(c_int), c_int]),
     "fake_hold_cupti": (None, [c_char_p]),

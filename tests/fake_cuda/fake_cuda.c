@@ -37,7 +37,8 @@
  *     forgotten, and the SAME CUcontext pointer comes back with a new id
  *     (cuCtxGetId, CUPTI's contextUid), as the H200 does;
  *   - CUPTI's resource domain: CONTEXT_DESTROY_STARTING, GRAPHEXEC_CREATED
- *     (cuGraphInstantiate) and GRAPHEXEC_DESTROY_STARTING (cuGraphExecDestroy).
+ *     (cuGraphInstantiate), GRAPHEXEC_DESTROY_STARTING (cuGraphExecDestroy),
+ *     GRAPH_DESTROY_STARTING (cuGraphDestroy).
  * Control API: the fake_* functions at the end (called from Python by ctypes).
  */
 #define _GNU_SOURCE
@@ -1148,7 +1149,15 @@ CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phExec, CUgraph g, unsigned lon
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuGraphDestroy(CUgraph g) { (void)g; return CUDA_SUCCESS; }
+/* The graph is its own executable in the fake: kept, only CUPTI is told. */
+CUresult CUDAAPI cuGraphDestroy(CUgraph g)
+{
+    CUpti_GraphData gd;
+    memset(&gd, 0, sizeof gd);
+    gd.graph = g;
+    fire_resource(CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING, &gd);
+    return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec e)
 {
@@ -1967,6 +1976,7 @@ FAKE_EXPORT int fake_stream_wait_event(uintptr_t stream, uintptr_t ev)
 }
 
 FAKE_EXPORT int fake_graph_exec_destroy(uintptr_t exec) { return (int)cuGraphExecDestroy((CUgraphExec)exec); }
+FAKE_EXPORT int fake_graph_destroy(uintptr_t graph) { return (int)cuGraphDestroy((CUgraph)graph); }
 
 /* What a graph holds, by kind: out[0] kernels, out[1] stream writes, out[2] memsets. */
 FAKE_EXPORT int fake_graph_ops(uintptr_t exec, int *out)
