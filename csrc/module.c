@@ -686,14 +686,15 @@ static PyObject *py_graph_stats(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    uint64_t marked, unmarked, untracked;
-    int captures;
-    cd_graph_stats(&marked, &unmarked, &untracked, &captures);
-    return Py_BuildValue("{sKsKsKsisisK}", "nodes_marked", (unsigned long long)marked,
-                         "nodes_unmarked", (unsigned long long)unmarked, "captures_untracked",
-                         (unsigned long long)untracked, "captures", captures, "contexts",
-                         cd_watch_contexts_live(), "graph_ids_refused",
-                         (unsigned long long)atomic_load(&cd_state.n_graph_ids_refused));
+    cd_graph_counters g;
+    cd_graph_stats(&g);
+    return Py_BuildValue("{sKsKsKsisisKsisi}", "nodes_marked", (unsigned long long)g.nodes_marked,
+                         "nodes_unmarked", (unsigned long long)g.nodes_unmarked,
+                         "captures_untracked", (unsigned long long)g.captures_untracked,
+                         "captures", g.captures, "contexts", cd_watch_contexts_live(),
+                         "graph_ids_refused",
+                         (unsigned long long)atomic_load(&cd_state.n_graph_ids_refused),
+                         "clear_rc", g.clear_rc, "write_rc", g.write_rc);
 }
 
 /* set_op(token): this thread's current op for watch(ops=True); 0 clears. Per
@@ -923,6 +924,7 @@ static int core_exec(PyObject *m)
         {"GRAPH_FOUND", CD_GRAPH_FOUND}, {"GRAPH_MATCHED", CD_GRAPH_MATCHED},
         {"GRAPH_NO_MARKERS", CD_GRAPH_NO_MARKERS}, {"GRAPH_NOT_CLOSED", CD_GRAPH_NOT_CLOSED},
         {"GRAPH_NOT_STARTED", CD_GRAPH_NOT_STARTED}, {"GRAPH_ALL_DONE", CD_GRAPH_ALL_DONE},
+        {"GRAPH_BROKEN", CD_GRAPH_BROKEN},
         {"GRAPH_NODES", CD_GRAPH_NODES}, {"FRAMES_SUPPORTED", 0},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {

@@ -158,6 +158,8 @@ GRAPH_NOTES = {
                             "cleared, so its nodes are not named",
     _core.GRAPH_NOT_STARTED: "the replay had not begun (it waited for work that did not finish)",
     _core.GRAPH_ALL_DONE: "every node of the graph finished",
+    _core.GRAPH_BROKEN: "its markers could not be captured (the driver refused a stream write "
+                        "or memset: _core.graph_stats() says which)",
 }
 
 

@@ -231,6 +231,20 @@ report(out)
     assert r["exact"] is False and "paired with the graph" in r["note"], r
 
 
+def test_a_refused_memset_is_replaced_by_stream_writes(fake_child):
+    """If the driver refuses to capture the memset that clears a graph's
+    markers, stream writes of 0 clear them (one node each): replays back to
+    back still name the right node."""
+    c = fake_child(PRE.replace("t.empty()", "fake.fake_refuse_capture_memset(1)\nt.empty()") +
+                   CHAIN.split(PRE, 1)[1] + 'report(dict(out, stats=_core.graph_stats()))\n',
+                   args=["37"])
+    r = c.result
+    assert r is not None, c
+    assert r["ops"] == [60, 61 + 61, 0], r
+    assert r["stats"]["clear_rc"] == 1, r                 # CUDA_ERROR_INVALID_VALUE, seen
+    assert r["kernel"] == "bad_node" and r["node"] == 37 and r["exact"] is True, r
+
+
 def test_graph_markers_can_be_turned_off(fake_child):
     c = fake_child(PRE + '''
 with cuda_debug.watch():

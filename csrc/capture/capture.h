@@ -165,6 +165,7 @@ enum {
     CD_GRAPH_NOT_CLOSED = 3,       /* its capture's end was not seen: slots never cleared */
     CD_GRAPH_NOT_STARTED = 4,      /* its start marker is not set: this replay never began */
     CD_GRAPH_ALL_DONE = 5,         /* every node's marker is set */
+    CD_GRAPH_BROKEN = 6,           /* its markers could not be captured (a write or memset refused) */
 };
 /* The replay's unfinished nodes: per stream of the capture, the first node
  * whose marker is missing, in capture order (node numbers for cd_graph_node);
@@ -181,7 +182,12 @@ typedef struct {
     uintptr_t origin;              /* the stream that began it */
 } cd_graph_capture_info;
 int cd_graph_capture(int capture, cd_graph_capture_info *out);
-void cd_graph_stats(uint64_t *marked, uint64_t *unmarked, uint64_t *untracked, int *captures);
+typedef struct {
+    uint64_t nodes_marked, nodes_unmarked, captures_untracked;
+    int captures;
+    int clear_rc, write_rc;        /* the last refused memset (then cleared by writes) / write */
+} cd_graph_counters;
+void cd_graph_stats(cd_graph_counters *out);
 
 /* ----------------------------------------------------- graph_execs.c -- */
 

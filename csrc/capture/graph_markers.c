@@ -85,6 +85,7 @@ static _Atomic uint32_t chunk_fill[N_CHUNKS];   /* nodes handed out in it */
 static unsigned next_chunk;                     /* under graph_lock */
 static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint_fast64_t n_nodes_marked, n_nodes_unmarked, n_captures_untracked;
+static atomic_int clear_rc, write_rc;  /* the last refused memset / stream write */
 static _Thread_local uint64_t tls_cap_id;
 static _Thread_local int tls_cap = -1;
 
@@ -192,6 +193,8 @@ void cd_graph_capture_begun(const CUpti_CallbackData *cb, CUstream s)
     nodes[g].stream = (uintptr_t)s;
     nodes[g].graph = (uint16_t)(c + 1);
     CUresult rc = write_marker(k, s, g);
+    if (rc != CUDA_SUCCESS)
+        atomic_store(&write_rc, (int)rc);
     atomic_store(&k->state, rc == CUDA_SUCCESS ? CAP_OPEN : CAP_BROKEN);
     publish(g, &nodes[g]);
     atomic_store_explicit(&n_caps, c + 1, memory_order_release);
@@ -224,10 +227,12 @@ int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid
     r->flags |= CD_WATCH_CAPTURED;
     info[g].index = index;
     info[g].start = 0;
-    if (write_marker(k, s, g) == CUDA_SUCCESS) {
+    CUresult rc = write_marker(k, s, g);
+    if (rc == CUDA_SUCCESS) {
         r->flags |= CD_WATCH_MARKED;
         atomic_fetch_add(&n_nodes_marked, 1);
     } else {
+        atomic_store(&write_rc, (int)rc);
         atomic_fetch_add(&k->unmarked, 1);
         atomic_fetch_add(&n_nodes_unmarked, 1);
     }
@@ -255,10 +260,17 @@ static CUresult clear_slots(int c, CUstream s)
                 break;
             ch++;
         }
-        CUresult rc = cd_drv.cuMemsetD32Async(dev + SLOT((size_t)first * CHUNK) * sizeof(uint32_t),
-                                              0, n, s);
-        if (rc != CUDA_SUCCESS)
-            return rc;
+        CUdeviceptr at = dev + SLOT((size_t)first * CHUNK) * sizeof(uint32_t);
+        CUresult rc = cd_drv.cuMemsetD32Async(at, 0, n, s);
+        if (rc != CUDA_SUCCESS) {
+            /* A memset refused here: stream writes of 0 (a node each: slower
+             * replays, still correct). */
+            atomic_store(&clear_rc, (int)rc);
+            for (size_t i = 0; i < n; i++)
+                if ((rc = cd_drv.cuStreamWriteValue32(s, at + i * sizeof(uint32_t), 0,
+                                                      CU_STREAM_WRITE_VALUE_DEFAULT)))
+                    return rc;
+        }
     }
     return CUDA_SUCCESS;
 }
@@ -390,7 +402,7 @@ int cd_graph_unfinished(const cd_watch_record *replay, uint32_t *out, int max, i
     *capture = c;
     int state = atomic_load(&caps[c].state);
     if (state != CAP_CLOSED) {
-        *status = CD_GRAPH_NOT_CLOSED;
+        *status = state == CAP_BROKEN ? CD_GRAPH_BROKEN : CD_GRAPH_NOT_CLOSED;
         return 0;
     }
     if (!started(c)) {
@@ -430,10 +442,12 @@ int cd_graph_capture(int c, cd_graph_capture_info *out)
     return 0;
 }
 
-void cd_graph_stats(uint64_t *marked, uint64_t *unmarked, uint64_t *untracked, int *captures)
+void cd_graph_stats(cd_graph_counters *out)
 {
-    *marked = atomic_load(&n_nodes_marked);
-    *unmarked = atomic_load(&n_nodes_unmarked);
-    *untracked = atomic_load(&n_captures_untracked);
-    *captures = atomic_load(&n_caps);
+    out->nodes_marked = atomic_load(&n_nodes_marked);
+    out->nodes_unmarked = atomic_load(&n_nodes_unmarked);
+    out->captures_untracked = atomic_load(&n_captures_untracked);
+    out->captures = atomic_load(&n_caps);
+    out->clear_rc = atomic_load(&clear_rc);
+    out->write_rc = atomic_load(&write_rc);
 }

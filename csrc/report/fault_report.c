@@ -471,6 +471,7 @@ static void put_graph_replay(out_t *o, const cd_watch_record *r, uint64_t seq,
         [CD_GRAPH_NOT_CLOSED] = "its capture did not end inside watch(): markers never cleared",
         [CD_GRAPH_NOT_STARTED] = "the replay had not begun",
         [CD_GRAPH_ALL_DONE] = "every node of the graph finished",
+        [CD_GRAPH_BROKEN] = "its markers could not be captured",
     };
     uint32_t nodes[3];
     int status, capture;

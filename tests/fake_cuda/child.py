@@ -47,6 +47,7 @@ _SIGNATURES = {
     "fake_primary_ctx_reset": (c_int, []),
     "fake_ctx_uid": (c_uint, []),
     "fake_refuse_resource": (None, [c_int]),
+    "fake_refuse_capture_memset": (None, [c_int]),
     "fake_event_create": (c_size, []),
     "fake_event_record": (c_int, [c_size, c_size]),
     "fake_stream_wait_event": (c_int, [c_size, c_size]),

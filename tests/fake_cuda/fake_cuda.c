@@ -186,6 +186,7 @@ static struct {
     atomic_uchar res_enabled[CUPTI_CBID_RESOURCE_SIZE];
 } sub;
 static int refuse_resource;          /* fake_refuse_resource: an older CUPTI */
+static int refuse_capture_memset;    /* fake_refuse_capture_memset: memsets not capturable */
 static char external_holder[256];    /* fake_hold_cupti: another tool holds CUPTI */
 static pthread_mutex_t sub_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char refused[CUPTI_DRIVER_TRACE_CBID_SIZE];
@@ -1480,6 +1481,11 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUs
     o->value = v;
     o->count = n;
     pthread_mutex_lock(&dev_lock);
+    if (refuse_capture_memset && s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        pthread_mutex_unlock(&dev_lock);
+        free(o);
+        RET("cuMemsetD32Async", CUDA_ERROR_INVALID_VALUE);
+    }
     int captured = capture_append(s, o);
     if (!captured)
         enqueue(s, o);
@@ -1724,6 +1730,7 @@ FAKE_EXPORT void fake_reset(void)
     memset(refused, 0, sizeof refused);
     cupti_fail_when_dead = 1;
     refuse_resource = 0;
+    refuse_capture_memset = 0;
     pthread_mutex_unlock(&dev_lock);
 }
 
@@ -1950,6 +1957,9 @@ FAKE_EXPORT int fake_primary_ctx_reset(void) { return (int)cuDevicePrimaryCtxRes
 
 /* The primary context's id now (cuCtxGetId). */
 FAKE_EXPORT unsigned fake_ctx_uid(void) { return atomic_load(&ctx_uid); }
+
+/* cuMemsetD32Async refused (INVALID_VALUE) on a capturing stream. */
+FAKE_EXPORT void fake_refuse_capture_memset(int on) { refuse_capture_memset = on != 0; }
 
 /* CUPTI: refuse to enable resource-domain callbacks (an older CUPTI). */
 FAKE_EXPORT void fake_refuse_resource(int on) { refuse_resource = on != 0; }
