@@ -2,7 +2,8 @@
 
 Usage:
     python benchmarks/graph_watch.py [--reps 3] [--workloads transformer,tiny]
-                                     [--configs never,watch,watch_nomarkers] [--json out.json]
+                                     [--configs never,watch,watch_kernel,watch_nomarkers]
+                                     [--json out.json]
 
 Each configuration runs in a fresh child process, the configurations are
 interleaved, repeated --reps times, and the median is reported. In every
@@ -14,6 +15,8 @@ graph is replayed; what changes is what surrounds the capture and the replays:
                      a completion marker node behind it (a stream write into
                      host-mapped memory), the graph a start marker and a memset
                      that clears the markers; each replay is one watch record
+    watch_kernel     watch under CUDA_DEBUG_GRAPH_MARKERS=kernel: each marker is a
+                     one-thread kernel node of cuda_debug's instead of a stream write
     watch_nomarkers  the same under CUDA_DEBUG_GRAPH_MARKERS=0: the graph as
                      captured unwatched, each replay one watch record (what
                      watching the replays costs without naming nodes)
@@ -107,12 +110,13 @@ with region():
 if config != "never":
     st = cuda_debug._core.graph_stats()
     out["graph_stats"] = {k: st[k] for k in ("nodes_marked", "nodes_unmarked", "captures",
-                                             "clear_rc", "write_rc")}
+                                             "clear_rc", "write_rc", "kernel_rc")}
 print("RESULT " + json.dumps(out))
 """)
 
-CONFIGS = ["never", "watch", "watch_nomarkers"]
-ENV = {"watch_nomarkers": {"CUDA_DEBUG_GRAPH_MARKERS": "0"}}
+CONFIGS = ["never", "watch", "watch_kernel", "watch_nomarkers"]
+ENV = {"watch_nomarkers": {"CUDA_DEBUG_GRAPH_MARKERS": "0"},
+       "watch_kernel": {"CUDA_DEBUG_GRAPH_MARKERS": "kernel"}}
 
 
 def run_child(config, workloads):
@@ -162,17 +166,18 @@ def main():
             for m in metrics:
                 if m in med[c] and m in med["never"]:
                     lines.append("| %s / never, %s%s | %.3f |" % (
-                        c, m, " (target <= 1.05)" if m == "transformer_ms" and c == "watch"
-                        else "", med[c][m] / med["never"][m]))
+                        c, m, " (target <= 1.05)" if m == "transformer_ms" and
+                        c.startswith("watch") else "", med[c][m] / med["never"][m]))
             if "tiny_us" in med[c] and "tiny_us" in med["never"]:
                 lines.append("| %s: us per replay per node (200 tiny nodes) | %.3f |" % (
                     c, (med[c]["tiny_us"] - med["never"]["tiny_us"]) / 200))
-        nodes = [r.get("transformer_nodes") for r in runs.get("watch", []) if
-                 r.get("transformer_nodes")]
-        if nodes and "transformer_ms" in med.get("watch", {}):
-            lines.append("| watch: transformer step nodes; us per replay per node | %d; %.3f |"
-                         % (nodes[0], (med["watch"]["transformer_ms"] -
-                                       med["never"]["transformer_ms"]) * 1e3 / nodes[0]))
+        for c in ("watch", "watch_kernel"):
+            nodes = [r.get("transformer_nodes") for r in runs.get(c, []) if
+                     r.get("transformer_nodes")]
+            if nodes and "transformer_ms" in med.get(c, {}):
+                lines.append("| %s: transformer step nodes; us per replay per node | %d; %.3f |"
+                             % (c, nodes[0], (med[c]["transformer_ms"] -
+                                              med["never"]["transformer_ms"]) * 1e3 / nodes[0]))
     print("\n".join(lines))
     if a.json:
         with open(a.json, "w") as f:

@@ -220,9 +220,13 @@ static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"wait", "capture", "profile", "capture_check", "graph_markers",
                              NULL};
     int wait, capture, profile, capture_check, graph_markers;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "$ippip", kwlist, &wait, &capture, &profile,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "$ippii", kwlist, &wait, &capture, &profile,
                                      &capture_check, &graph_markers))
         return NULL;
+    if (graph_markers < CD_MARKERS_OFF || graph_markers > CD_MARKERS_KERNEL) {
+        PyErr_SetString(PyExc_ValueError, "graph_markers must be 0 (off), 1 (memop) or 2 (kernel)");
+        return NULL;
+    }
     if (wait < CD_WAIT_SYNC || wait > CD_WAIT_NONE) {
         PyErr_SetString(PyExc_ValueError, "wait must be 0 (sync), 1 (spin) or 2 (none)");
         return NULL;
@@ -688,13 +692,14 @@ static PyObject *py_graph_stats(PyObject *self, PyObject *noargs)
     (void)noargs;
     cd_graph_counters g;
     cd_graph_stats(&g);
-    return Py_BuildValue("{sKsKsKsisisKsisi}", "nodes_marked", (unsigned long long)g.nodes_marked,
+    return Py_BuildValue("{sKsKsKsisisKsisisi}", "nodes_marked", (unsigned long long)g.nodes_marked,
                          "nodes_unmarked", (unsigned long long)g.nodes_unmarked,
                          "captures_untracked", (unsigned long long)g.captures_untracked,
                          "captures", g.captures, "contexts", cd_watch_contexts_live(),
                          "graph_ids_refused",
                          (unsigned long long)atomic_load(&cd_state.n_graph_ids_refused),
-                         "clear_rc", g.clear_rc, "write_rc", g.write_rc);
+                         "clear_rc", g.clear_rc, "write_rc", g.write_rc, "kernel_rc",
+                         g.kernel_rc);
 }
 
 /* set_op(token): this thread's current op for watch(ops=True); 0 clears. Per

@@ -9,9 +9,12 @@ and handed to the C core before the first scope or watch opens.
     CUDA_DEBUG_CAPTURE_CHECK=1|0   0 skips the graph-capture check (measurements only)
     CUDA_DEBUG_WATCH_OPS=0|1       watch() records each launch's PyTorch op and input
                                    shapes, as watch(ops=True) (default 0)
-    CUDA_DEBUG_GRAPH_MARKERS=1|0   while watching, launches captured into a CUDA graph
-                                   get completion markers captured with them (default 1;
-                                   0: a graph replay is one launch, its nodes unnamed)
+    CUDA_DEBUG_GRAPH_MARKERS=memop|kernel|0
+                                   while watching, launches captured into a CUDA graph
+                                   get completion markers captured with them: a stream
+                                   write node (memop, also 1, the default) or a one-thread
+                                   kernel node (kernel); 0: a replay is one launch, its
+                                   nodes unnamed
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
 
 An unknown name or value is warned about at import, naming the valid ones, and
@@ -30,7 +33,8 @@ _CHOICES = {
     "CUDA_DEBUG_PROFILE": (_BOOL, False),
     "CUDA_DEBUG_CAPTURE_CHECK": (_BOOL, True),
     "CUDA_DEBUG_WATCH_OPS": (_BOOL, False),
-    "CUDA_DEBUG_GRAPH_MARKERS": (_BOOL, True),
+    "CUDA_DEBUG_GRAPH_MARKERS": ({k: int(v) for k, v in _BOOL.items()} | {"memop": 1, "kernel": 2},
+                                 1),
 }
 _FREE = ("CUDA_DEBUG_COMMIT",)
 
@@ -42,7 +46,7 @@ class Options(NamedTuple):
     profile: bool
     capture_check: bool
     watch_ops: bool
-    graph_markers: bool
+    graph_markers: int            # 0 off, 1 memop, 2 kernel
 
 
 def read(environ=os.environ) -> Options:

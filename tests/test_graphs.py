@@ -87,6 +87,20 @@ def test_fault_in_a_node_of_a_captured_chain_is_named_exactly(fake_child, bad):
     assert "replayed at %s:%d in <module>" % (c.script, rep) in c.stderr, c.stderr
 
 
+def test_marker_kernels_instead_of_stream_writes(fake_child):
+    """CUDA_DEBUG_GRAPH_MARKERS=kernel: each marker is a one-thread kernel node
+    of cuda_debug's own (loaded at the capture's beginning), not a node of the
+    user's: node 37 is named, exactly, after good replays."""
+    c = fake_child(CHAIN.replace("report(out)", "report(dict(out, stats=_core.graph_stats()))"),
+                   args=["37"], env={"CUDA_DEBUG_GRAPH_MARKERS": "kernel"})
+    r = c.result
+    assert r is not None, c
+    assert r["ops"] == [60 + 61, 0, 1], r             # 61 marker kernels, no stream write
+    assert r["stats"]["kernel_rc"] == 0 and r["stats"]["nodes_marked"] == 60, r
+    assert r["kernel"] == "bad_node" and r["node"] == 37 and r["exact"] is True, r
+    assert r["lineno"] == c.line_of("# CAPTURED"), r
+
+
 def test_fork_join_capture_gives_the_frontier(fake_child):
     """A capture over two streams (an event recorded on the origin, waited for
     by the side stream, and back): the first unfinished node of each stream;

@@ -36,9 +36,11 @@ def _where(c, marker):
     return "%s:%d" % (c.script, c.line_of(marker))
 
 
-def test_fault_in_node_37_of_a_60_kernel_graph_is_named_exactly(child):
+@pytest.mark.parametrize("markers", ["memop", "kernel"])
+def test_fault_in_node_37_of_a_60_kernel_graph_is_named_exactly(child, markers):
     """One kernel per op: x.add_(1) (vectorized elementwise), index_select
-    with out= (indexSelectSmallIndex). Node 37 faults at the fourth replay."""
+    with out= (indexSelectSmallIndex). Node 37 faults at the fourth replay.
+    Markers as stream writes (the default) or as kernels of cuda_debug's."""
     needs("torch")
     c = child(TORCH + """
 xs = [torch.zeros(16, device="cuda") for _ in range(60)]
@@ -62,7 +64,7 @@ try:
 except cuda_debug.CudaError as e:
     out.update(describe(e))
 report(out)
-""")
+""", env={"CUDA_DEBUG_GRAPH_MARKERS": markers})
     r = c.result
     assert r is not None, c
     assert r["after_3"] == [3.0, 3.0], r
@@ -75,7 +77,7 @@ report(out)
     assert r["replayed_at"] == _where(c, "# REPLAY"), r
     assert "node 37 of a CUDA graph" in r["text"], r["text"]
     assert r["graph_stats"]["nodes_marked"] == 60 and r["graph_stats"]["clear_rc"] == 0, r
-    assert r["graph_stats"]["write_rc"] == 0, r
+    assert r["graph_stats"]["write_rc"] == 0 and r["graph_stats"]["kernel_rc"] == 0, r
     # the block on fd 2, written at the fault
     assert "(node 37 of a CUDA graph; replay launch #" in c.stderr, c.stderr[-3000:]
     assert "captured at %s in <module>" % _where(c, "# NODE37") in c.stderr, c.stderr[-3000:]

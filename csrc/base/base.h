@@ -169,6 +169,9 @@ int cd_sync_device(int ordinal);
 /* How the callback waits for the launched work. NONE is for measuring the
  * cost of being subscribed alone (it makes no launch synchronous). */
 enum cd_wait_mode { CD_WAIT_SYNC = 0, CD_WAIT_SPIN = 1, CD_WAIT_NONE = 2 };
+/* Markers of captured graph nodes (watch mode): none, a stream write (a
+ * memory-op node), a one-thread kernel node. */
+enum cd_graph_markers { CD_MARKERS_OFF = 0, CD_MARKERS_MEMOP = 1, CD_MARKERS_KERNEL = 2 };
 
 /*
  * Process-wide state of the launch hooks. One struct, one place.
@@ -212,7 +215,7 @@ typedef struct {
     atomic_uint_fast64_t n_unmarked;     /* of which without a completion marker */
     atomic_uint_fast64_t n_capture_ids_refused;
     atomic_uint_fast64_t n_graph_ids_refused;   /* end-of-capture and resource ids */
-    int graph_markers;                   /* 0: captured launches get no markers (CUDA_DEBUG_GRAPH_MARKERS=0) */
+    int graph_markers;                   /* CD_MARKERS_*: CUDA_DEBUG_GRAPH_MARKERS */
     atomic_uint_fast64_t n_hand_overs;   /* CUPTI given to a starting profiler */
     atomic_uint_fast64_t ns_watch;       /* with profile: time in cd_watch_launch */
     atomic_uint_fast64_t ns_marker;      /* with profile: of which in cuStreamWriteValue32 */

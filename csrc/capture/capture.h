@@ -141,11 +141,12 @@ extern _Thread_local uint32_t cd_tls_op;
 /* --------------------------------------------------- graph_markers.c -- */
 
 /* The hooks call these on the capturing thread (cold paths):
- * at the exit of a capture's beginning (s now capturing; its context entry
- * registered at the API's entry); for a launch on a capturing stream (1 when
+ * at the entry of a capture's beginning (the context's slots, and its marker
+ * kernel, made while nothing captures yet); at its exit (s now capturing); for a launch on a capturing stream (1 when
  * recorded as a node of a tracked capture, 0 when not tracked); at the entry
  * of cuStreamEndCapture (s still capturing: the memset that clears the slots
  * is captured) and at its exit (the graph made, or NULL). */
+void cd_graph_capture_beginning(const CUpti_CallbackData *cb);    /* API entry */
 void cd_graph_capture_begun(const CUpti_CallbackData *cb, CUstream s);
 int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s);
 void cd_graph_capture_ending(const CUpti_CallbackData *cb, CUstream s);
@@ -186,6 +187,7 @@ typedef struct {
     uint64_t nodes_marked, nodes_unmarked, captures_untracked;
     int captures;
     int clear_rc, write_rc;        /* the last refused memset (then cleared by writes) / write */
+    int kernel_rc;                 /* the last failed marker-kernel load or launch */
 } cd_graph_counters;
 void cd_graph_stats(cd_graph_counters *out);
 

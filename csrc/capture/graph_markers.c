@@ -141,6 +141,45 @@ static long take_node(int c)
     return g;
 }
 
+/* CUDA_DEBUG_GRAPH_MARKERS=kernel: the marker is a one-thread kernel node
+ * that stores the number and fences at system scope, instead of a stream
+ * write (a memory-op node). Loaded per context at the entry of a capture's
+ * beginning (the stream not capturing yet; cold), from this PTX (JIT-compiled
+ * by the driver once). */
+static const char marker_ptx[] =
+    ".version 7.0\n.target sm_70\n.address_size 64\n"
+    ".visible .entry cd_graph_marker(.param .u64 p, .param .u32 v)\n{\n"
+    "  .reg .b32 %r<2>;\n  .reg .b64 %rd<2>;\n"
+    "  ld.param.u64 %rd1, [p];\n  ld.param.u32 %r1, [v];\n"
+    "  st.volatile.u32 [%rd1], %r1;\n  membar.sys;\n  ret;\n}\n";
+static struct {
+    CUfunction fn;
+    uint32_t gen;                  /* of the context entry it was loaded for */
+} marker_kernels[CD_MAX_CONTEXTS];
+static _Thread_local int tls_marking;   /* our own marker launch: not a node */
+static atomic_int kernel_rc;            /* the last failed load or launch */
+
+void cd_graph_capture_beginning(const CUpti_CallbackData *cb)
+{
+    int ci = cd_watch_context_index(cb);    /* slots for the context, before it captures */
+    if (ci < 0 || cd_state.graph_markers != CD_MARKERS_KERNEL)
+        return;
+    uint32_t gen = cd_watch_context_gen(ci);
+    pthread_mutex_lock(&graph_lock);
+    if (!marker_kernels[ci].fn || marker_kernels[ci].gen != gen) {
+        CUmodule mod;
+        CUfunction fn = NULL;
+        int rc = CU_CHECK(cd_drv.cuModuleLoadData(&mod, marker_ptx));
+        if (rc == 0 && (rc = CU_CHECK(cd_drv.cuModuleGetFunction(&fn, mod, "cd_graph_marker"))))
+            fn = NULL;
+        if (rc)
+            atomic_store(&kernel_rc, rc);
+        marker_kernels[ci].fn = fn;
+        marker_kernels[ci].gen = gen;
+    }
+    pthread_mutex_unlock(&graph_lock);
+}
+
 /* Enqueue node g's marker on s (captured as a node): 0 or the CUresult. */
 static CUresult write_marker(const capture_t *k, CUstream s, long g)
 {
@@ -148,8 +187,19 @@ static CUresult write_marker(const capture_t *k, CUstream s, long g)
     CUdeviceptr dev;
     if (cd_watch_context_slots(k->ctx, k->ctx_gen, &host, &dev) != 0)
         return CUDA_ERROR_INVALID_CONTEXT;
-    return cd_drv.cuStreamWriteValue32(s, dev + SLOT(g) * sizeof(uint32_t), MARK(g),
-                                       CU_STREAM_WRITE_VALUE_DEFAULT);
+    CUdeviceptr at = dev + SLOT(g) * sizeof(uint32_t);
+    CUfunction fn = marker_kernels[k->ctx].gen == k->ctx_gen ? marker_kernels[k->ctx].fn : NULL;
+    if (cd_state.graph_markers == CD_MARKERS_KERNEL && fn) {
+        uint32_t v = MARK(g);
+        void *params[2] = {&at, &v};
+        tls_marking = 1;            /* its own launch callback must not make it a node */
+        CUresult rc = cd_drv.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+        tls_marking = 0;
+        if (rc == CUDA_SUCCESS)
+            return rc;
+        atomic_store(&kernel_rc, (int)rc);  /* refused: a stream write instead */
+    }
+    return cd_drv.cuStreamWriteValue32(s, at, MARK(g), CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
 static void publish(long g, cd_watch_record *r)
@@ -205,6 +255,8 @@ int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid
 {
     uint64_t id;
     int c;
+    if (tls_marking)
+        return 1;                   /* a marker kernel of ours */
     if (capture_id(s, &id) != 0 || (c = find_capture(id)) < 0)
         return 0;                   /* begun before watching, or not tracked */
     capture_t *k = &caps[c];
@@ -450,4 +502,5 @@ void cd_graph_stats(cd_graph_counters *out)
     out->captures = atomic_load(&n_caps);
     out->clear_rc = atomic_load(&clear_rc);
     out->write_rc = atomic_load(&write_rc);
+    out->kernel_rc = atomic_load(&kernel_rc);
 }

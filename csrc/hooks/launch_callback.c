@@ -215,7 +215,7 @@ capture_api(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, int at_exit)
             !cd_state.graph_markers)
             return;
         if (!at_exit)
-            cd_watch_context_index(cb);     /* slots for the context, before it captures */
+            cd_graph_capture_beginning(cb);
         else if (ok)
             cd_graph_capture_begun(cb, s);
     } else if (!at_exit) {

@@ -344,6 +344,8 @@ static void exec_kernel(const op *o)      /* dev_lock NOT held */
     const kcfg *c = o->cfg;
     sleep_ns(c->duration_us * 1000 + o->extra_ns);
     atomic_fetch_add(&st_kernels_run, 1);
+    if (o->addr)                          /* cd_graph_marker(p, v): *p = v */
+        atomic_store((_Atomic uint32_t *)o->addr, o->value);
     if (!c->code)
         return;
     pthread_mutex_lock(&dev_lock);
@@ -1254,6 +1256,11 @@ static CUresult launch_body(void *a)
         if (L->kernelParams && L->kernelParams[0] && strstr(L->fn->name, "spin") &&
             o->cfg->code == 0)
             o->extra_ns = *(long long *)L->kernelParams[0];   /* spin(ns) */
+        if (L->kernelParams && !strcmp(L->fn->name, "cd_graph_marker")) {
+            /* cuda_debug's marker kernel (csrc/capture/graph_markers.c): stores v at p */
+            o->addr = (volatile uint32_t *)(uintptr_t)*(CUdeviceptr *)L->kernelParams[0];
+            o->value = *(uint32_t *)L->kernelParams[1];
+        }
     }
     pthread_mutex_lock(&dev_lock);
     int captured = L->graph ? 0 : capture_append(L->s, o);   /* o is freed on -1 */
@@ -1926,14 +1933,21 @@ FAKE_EXPORT int fake_ctx_sync(void)
 
 FAKE_EXPORT int fake_begin_capture(uintptr_t stream)
 {
-    return (int)cuStreamBeginCapture((CUstream)stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    cuCtxPushCurrent(CTX);            /* as the runtime has it, current */
+    CUresult rc = cuStreamBeginCapture((CUstream)stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    CUcontext c;
+    cuCtxPopCurrent(&c);
+    return (int)rc;
 }
 
 /* End the capture and instantiate: *exec_out is the graph to fake_graph_launch. */
 FAKE_EXPORT int fake_end_capture(uintptr_t stream, uintptr_t *exec_out)
 {
     CUgraph g = NULL;
+    CUcontext c;
+    cuCtxPushCurrent(CTX);
     CUresult rc = cuStreamEndCapture((CUstream)stream, &g);
+    cuCtxPopCurrent(&c);
     if (rc)
         return (int)rc;
     CUgraphExec e = NULL;
