@@ -28,6 +28,8 @@ import torch
 w = torch.randn(100, 8, device="cuda")
 idx = torch.zeros(1, dtype=torch.long, device="cuda")
 o = torch.empty(1, 8, device="cuda")
+torch.index_select(w, 0, idx, out=o)           # warm-up: kernels loaded before any capture
+torch.zeros(16, device="cuda").add_(1)
 torch.cuda.synchronize()
 """
 
