@@ -332,7 +332,7 @@ void cd_graph_capture_ending(const CUpti_CallbackData *cb, CUstream s)
     uint64_t id;
     int c;
     *cb->correlationData = 0;
-    if (capture_id(s, &id) != 0 || (c = find_capture(id)) < 0)
+    if (!atomic_load(&n_caps) || capture_id(s, &id) != 0 || (c = find_capture(id)) < 0)
         return;
     pthread_mutex_lock(&graph_lock);   /* no node is being added while the chunks are read */
     CUresult rc = clear_slots(c, s);

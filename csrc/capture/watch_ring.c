@@ -259,7 +259,7 @@ int cd_watch_context_slots(int ci, uint32_t gen, volatile uint32_t **host, CUdev
         return -1;
     const ctx_slots *e = &ctxs[ci];
     if (atomic_load_explicit(&e->state, memory_order_acquire) != CTX_LIVE ||
-        atomic_load_explicit(&e->gen, memory_order_relaxed) != gen || !e->host)
+        ((atomic_load_explicit(&e->gen, memory_order_relaxed) ^ gen) & 0xFFFF) || !e->host)
         return -1;
     *host = e->host;
     if (dev)
@@ -267,9 +267,10 @@ int cd_watch_context_slots(int ci, uint32_t gen, volatile uint32_t **host, CUdev
     return 0;
 }
 
+/* The entry's generation, as records keep it (16 bits). */
 uint32_t cd_watch_context_gen(int ci)
 {
-    return ci >= 0 && ci < CD_MAX_CONTEXTS ? atomic_load(&ctxs[ci].gen) : 0;
+    return ci >= 0 && ci < CD_MAX_CONTEXTS ? atomic_load(&ctxs[ci].gen) & 0xFFFF : 0;
 }
 
 int cd_watch_contexts_live(void)
@@ -370,7 +371,7 @@ int cd_watch_done(const cd_watch_record *r, uint64_t seq)
         return -1;
     if (cd_watch_context_slots(r->ctx, r->ctx_gen, &host, NULL) != 0)
         return atomic_load(&ctxs[r->ctx].state) == CTX_LIVE &&
-               atomic_load(&ctxs[r->ctx].gen) == r->ctx_gen ? -1 : -2;
+               cd_watch_context_gen(r->ctx) == r->ctx_gen ? -1 : -2;
     if (!(r->flags & CD_WATCH_MARKED))
         return -1;
     return host[seq & (CD_WATCH_SLOTS - 1)] == (uint32_t)seq;
