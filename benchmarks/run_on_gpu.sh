@@ -2,7 +2,7 @@
 # Build cuda_debug on the GPU machine, run the GPU tests and the benchmarks.
 # Usage (from the repo root, on a machine with a GPU and no package registry):
 #   OUT=/tmp/out CUDA_DEBUG_COMMIT=$(git rev-parse --short HEAD) \
-#     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [watch] [seed] [ddp] [gemm]
+#     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [watch] [graphs] [seed] [ddp] [gemm]
 # The notebook tests need ipykernel, nbclient and nbformat: where the machine has
 # no registry, bring them as wheels in .whl/ (pip download ... -d .whl) and they
 # are installed into /tmp/site first. Logs go under $OUT; a summary is printed last.
@@ -56,6 +56,12 @@ fi
 if [[ " $what " == *" watch "* ]]; then
   python3 benchmarks/watch_ab.py --rounds ${ROUNDS:-8} --json "$OUT/watch_ab.json" >"$OUT/watch_ab.log" 2>&1
   summary+=("watch: $(head -1 "$OUT/watch_ab.log")")
+fi
+
+if [[ " $what " == *" graphs "* ]]; then
+  python3 benchmarks/graph_watch.py --reps ${REPS:-3} --json "$OUT/graph_watch.json" >"$OUT/graph_watch.log" 2>&1
+  summary+=("graphs: see graph_watch.log")
+  tail -14 "$OUT/graph_watch.log"
 fi
 
 if [[ " $what " == *" seed "* ]]; then

@@ -213,16 +213,21 @@ static PyObject *py_last_call(PyObject *self, PyObject *noargs)
 
 /* ------------------------------------------------------------- options -- */
 
-/* set_options(wait, capture, profile, capture_check): the debug
- * switches, validated by Python (cuda_debug/_options.py) from CUDA_DEBUG_*. */
+/* set_options(wait, capture, profile, capture_check, graph_markers): the
+ * debug switches, validated by Python (cuda_debug/_options.py) from CUDA_DEBUG_*. */
 static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"wait", "capture", "profile", "capture_check", NULL};
-    int wait, capture, profile, capture_check;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "$ippi", kwlist, &wait, &capture, &profile,
-                                     &capture_check))
+    static char *kwlist[] = {"wait", "capture", "profile", "capture_check", "graph_markers",
+                             NULL};
+    int wait, capture, profile, capture_check, graph_markers;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "$ippii", kwlist, &wait, &capture, &profile,
+                                     &capture_check, &graph_markers))
         return NULL;
+    if (graph_markers < CD_MARKERS_OFF || graph_markers > CD_MARKERS_KERNEL) {
+        PyErr_SetString(PyExc_ValueError, "graph_markers must be 0 (off), 1 (memop) or 2 (kernel)");
+        return NULL;
+    }
     if (wait < CD_WAIT_SYNC || wait > CD_WAIT_NONE) {
         PyErr_SetString(PyExc_ValueError, "wait must be 0 (sync), 1 (spin) or 2 (none)");
         return NULL;
@@ -234,6 +239,7 @@ static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
         cd_state.capture_on = capture;
         cd_state.profile = profile;
         cd_state.capture_check = capture_check;
+        cd_state.graph_markers = graph_markers;
     }
     pthread_mutex_unlock(&cd_state.sub_lock);
     if (busy) {
@@ -612,8 +618,21 @@ static PyObject *py_watch_seq(PyObject *self, PyObject *noargs)
     return PyLong_FromUnsignedLongLong(cd_watch_seq());
 }
 
-/* watch_record(seq) -> (seq, stream, kernel, grid, block, shared_mem,
- * thread_id, device, frames, flags, cbid, done) or None when gone. */
+/* A watch record as the tuple cuda_debug._report.WatchRecord names: (seq,
+ * stream, kernel, grid, block, shared_mem, thread_id, device, frames, flags,
+ * cbid, done, op, graph). */
+static PyObject *record_tuple(unsigned long long seq, const cd_watch_record *r, int done)
+{
+    return Py_BuildValue("(KKN(III)(III)Iii" "NiiNIi)", seq, (unsigned long long)r->stream,
+                         PyBytes_FromString(cd_interned(r->kernel) ? cd_interned(r->kernel) : ""),
+                         r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1],
+                         r->block[2], r->shared_mem, (int)r->thread_id,
+                         cd_watch_context_device(r->ctx), ids_tuple(r->frames, r->n_frames),
+                         (int)r->flags, (int)r->cbid, PyBool_FromLong(done == 1), r->op,
+                         (int)r->graph);
+}
+
+/* watch_record(seq) -> record tuple, or None when gone. */
 static PyObject *py_watch_record(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -623,12 +642,77 @@ static PyObject *py_watch_record(PyObject *self, PyObject *arg)
     cd_watch_record r;
     if (cd_watch_get(seq, &r) != 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(KKN(III)(III)Iii" "NiiNI)", seq, (unsigned long long)r.stream,
-                         PyBytes_FromString(cd_interned(r.kernel) ? cd_interned(r.kernel) : ""),
-                         r.grid[0], r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2],
-                         r.shared_mem, (int)r.thread_id, cd_watch_context_device(r.ctx),
-                         ids_tuple(r.frames, r.n_frames), (int)r.flags, (int)r.cbid,
-                         PyBool_FromLong(cd_watch_done(&r, seq) == 1), r.op);
+    return record_tuple(seq, &r, cd_watch_done(&r, seq));
+}
+
+/* graph_replay(seq) -> None (gone, or not a graph launch), or (status,
+ * capture, [node]): the replay's unfinished nodes (CD_GRAPH_* status; capture
+ * -1 unknown; the nodes for graph_node). Host memory only. */
+static PyObject *py_graph_replay(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long long seq = PyLong_AsUnsignedLongLong(arg);
+    if (seq == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    cd_watch_record r;
+    if (cd_watch_get(seq, &r) != 0 || !(r.flags & CD_WATCH_GRAPH))
+        Py_RETURN_NONE;
+    uint32_t nodes[64];
+    int status, capture;
+    int n = cd_graph_unfinished(&r, nodes, 64, &status, &capture);
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLong(nodes[i]);
+        if (!v || PyList_Append(list, v) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(v);
+    }
+    return list ? Py_BuildValue("(iiN)", status, capture, list) : NULL;
+}
+
+/* graph_node(node) -> (record tuple, index in its capture) or None. */
+static PyObject *py_graph_node(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long g = PyLong_AsUnsignedLong(arg);
+    if (g == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    cd_watch_record r;
+    uint32_t index;
+    int done;
+    if (g > UINT32_MAX || cd_graph_node((uint32_t)g, &r, &index, &done) != 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(NI)", record_tuple(g + 1, &r, done), index);
+}
+
+/* graph_capture(c) -> (capture id, kernel nodes, multi_stream, unmarked, state) or None. */
+static PyObject *py_graph_capture(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long c = PyLong_AsLong(arg);
+    if (c == -1 && PyErr_Occurred())
+        return NULL;
+    cd_graph_capture_info k;
+    if (c < 0 || c > INT32_MAX || cd_graph_capture((int)c, &k) != 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(KIiIi)", (unsigned long long)k.id, k.n_nodes, k.multi_stream,
+                         k.unmarked, k.state);
+}
+
+static PyObject *py_graph_stats(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    cd_graph_counters g;
+    cd_graph_stats(&g);
+    return Py_BuildValue("{sKsKsKsisisKsisisi}", "nodes_marked", (unsigned long long)g.nodes_marked,
+                         "nodes_unmarked", (unsigned long long)g.nodes_unmarked,
+                         "captures_untracked", (unsigned long long)g.captures_untracked,
+                         "captures", g.captures, "contexts", cd_watch_contexts_live(),
+                         "graph_ids_refused",
+                         (unsigned long long)atomic_load(&cd_state.n_graph_ids_refused),
+                         "clear_rc", g.clear_rc, "write_rc", g.write_rc, "kernel_rc",
+                         g.kernel_rc);
 }
 
 /* set_op(token): this thread's current op for watch(ops=True); 0 clears. Per
@@ -860,6 +944,10 @@ static PyMethodDef core_methods[] = {
     METH(watch_seq, METH_NOARGS, "launches put in the watch ring so far"),
     METH(watch_record, METH_O, "watch_record(seq) -> record tuple or None"),
     METH(watch_incomplete, METH_O, "watch_incomplete(since) -> [seq]: first unfinished launch per stream"),
+    METH(graph_replay, METH_O, "graph_replay(seq) -> (status, capture, [node]) or None"),
+    METH(graph_node, METH_O, "graph_node(node) -> (record tuple, index) or None"),
+    METH(graph_capture, METH_O, "graph_capture(c) -> (id, nodes, multi_stream, unmarked, state)"),
+    METH(graph_stats, METH_NOARGS, "graph-marker and context-table counters"),
     METH(recent_asserts, METH_NOARGS, "the latest device-assert lines written to stderr"),
     METH(asserts_for, METH_O, "the device-assert lines kept that name a kernel"),
     METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
@@ -945,7 +1033,12 @@ static int core_exec(PyObject *m)
         {"WATCH_RING", CD_WATCH_RING}, {"WATCH_SLOTS", CD_WATCH_SLOTS},
         {"WATCH_RECORD_BYTES", sizeof(cd_watch_record)}, {"RING_FRAMES", CD_RING_FRAMES},
         {"WATCH_GRAPH", CD_WATCH_GRAPH}, {"WATCH_MARKED", CD_WATCH_MARKED},
-        {"WATCH_USER_LAST", CD_WATCH_USER_LAST}, {"FRAMES_SUPPORTED", 0},
+        {"WATCH_USER_LAST", CD_WATCH_USER_LAST}, {"WATCH_CAPTURED", CD_WATCH_CAPTURED},
+        {"GRAPH_FOUND", CD_GRAPH_FOUND}, {"GRAPH_MATCHED", CD_GRAPH_MATCHED},
+        {"GRAPH_NO_MARKERS", CD_GRAPH_NO_MARKERS}, {"GRAPH_NOT_CLOSED", CD_GRAPH_NOT_CLOSED},
+        {"GRAPH_NOT_STARTED", CD_GRAPH_NOT_STARTED}, {"GRAPH_ALL_DONE", CD_GRAPH_ALL_DONE},
+        {"GRAPH_BROKEN", CD_GRAPH_BROKEN},
+        {"GRAPH_NODES", CD_GRAPH_NODES}, {"FRAMES_SUPPORTED", 0},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         long v = ints[i].value;

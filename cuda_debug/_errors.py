@@ -33,7 +33,7 @@ REPORT_FIELDS = (
     "driver_log", "op", "inputs", "thread", "launch_api", "found_at", "launch_refused",
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
     "recent_launches", "surfaced_at", "provenance", "op_stack", "later_exception",
-    "compiled_function",
+    "compiled_function", "graph_node", "captured_at", "replayed_at", "graph_note",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -80,6 +80,10 @@ class CudaError(RuntimeError):
     op_stack: Optional[List[str]]
     later_exception: Optional[str]
     compiled_function: Optional[str]
+    graph_node: Optional[int]
+    captured_at: Optional[str]
+    replayed_at: Optional[str]
+    graph_note: Optional[str]
 
     def __init__(self, message: Optional[str] = None, *, code: Optional[int] = None,
                  **fields):
@@ -297,8 +301,12 @@ def format_report(err: CudaError) -> str:
         # is an earlier kernel's, launched outside any scope.
         head = "%s in an earlier kernel (launched outside launch_blocking(); the CUDA " \
                "context was already dead when %s was launched)" % (what, kernel or "this kernel")
+    elif err.graph_node is not None:
+        head = "%s in %s, node %d of a CUDA graph" % (what, kernel or "a kernel", err.graph_node)
     elif (err.launch_api or "").startswith("cuGraphLaunch"):
         head = "%s in a CUDA graph replay" % what
+        if err.graph_note:
+            head += " (%s)" % err.graph_note
     elif kernel:
         head = "%s in %s" % (what, kernel)
     elif err.op:
@@ -320,13 +328,24 @@ def format_report(err: CudaError) -> str:
     where = _where(err)
     if where:
         if err.mechanism == "watch":
-            where = where.replace("at ", "launched at ", 1)
+            graph = err.graph_node is not None
+            replay = not graph and (err.launch_api or "").startswith("cuGraphLaunch")
+            where = where.replace("at ", "captured at " if graph else
+                                  "replayed at " if replay else "launched at ", 1)
+            if graph and err.captured_at and "source line unknown" in err.captured_at:
+                where += "  (source line unknown: torch.compile generated the kernel)"
             if err.exact is False and err.candidates:
-                where += "  (one of %d unfinished launches on different streams: see " \
-                         ".candidates)" % (1 + len(err.candidates or ()))
+                where += "  (one of %d unfinished %s: see .candidates)" % (
+                    1 + len(err.candidates or ()),
+                    "nodes or launches (a graph captured on several streams)" if graph else
+                    "launches on different streams")
+            elif err.exact is False and graph and err.graph_note:
+                where += "  (not exact: %s)" % err.graph_note
             elif err.exact is False:
                 where += "  (a guess: the last launch recorded; its completion is unknown)"
         lines.append("  " + where)
+    if err.graph_node is not None and err.replayed_at:
+        lines.append("  replayed at %s" % err.replayed_at)
     if err.mechanism == "watch" and err.surfaced_at:
         lines.append("  surfaced at %s (kernels run asynchronously; watch() named the launch)"
                      % err.surfaced_at)

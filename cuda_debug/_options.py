@@ -18,6 +18,12 @@ and handed to the C core before the first scope or watch opens.
     CUDA_DEBUG_DUMP_SIGNAL=SIGUSR1|SIGUSR2|off
                                    the signal that asks a watching process for the same
                                    report (`python -m cuda_debug dump PID`; default SIGUSR1)
+    CUDA_DEBUG_GRAPH_MARKERS=memop|kernel|0
+                                   while watching, launches captured into a CUDA graph
+                                   get completion markers captured with them: a stream
+                                   write node (memop, also 1, the default) or a one-thread
+                                   kernel node (kernel); 0: a replay is one launch, its
+                                   nodes unnamed
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
 
 An unknown name or value is warned about at import, naming the valid ones, and
@@ -41,6 +47,8 @@ _CHOICES = {
     "CUDA_DEBUG_CAPTURE_CHECK": (_BOOL, True),
     "CUDA_DEBUG_WATCH_OPS": (_BOOL, False),
     "CUDA_DEBUG_GUARD": (_BOOL, False),
+    "CUDA_DEBUG_GRAPH_MARKERS": (dict({k: int(v) for k, v in _BOOL.items()}, memop=1, kernel=2),
+                                 1),
 }
 _FREE = ("CUDA_DEBUG_COMMIT",)
 _OFF = ("", "0", "off", "no", "false")
@@ -54,16 +62,18 @@ class Options:
     ``import typing``, several ms, at every ``import cuda_debug``)."""
 
     __slots__ = ("report", "capture", "wait", "profile", "capture_check", "watch_ops", "guard",
-                 "hang_after", "dump_signal")
+                 "hang_after", "dump_signal", "graph_markers")
 
     def __init__(self, report: bool, capture: bool, wait: int, profile: bool,
                  capture_check: bool, watch_ops: bool, guard: bool = False,
-                 hang_after: "float | None" = None, dump_signal: int = _signal.SIGUSR1):
+                 hang_after: "float | None" = None, dump_signal: int = _signal.SIGUSR1,
+                 graph_markers: int = 1):
         self.report, self.capture, self.wait = report, capture, wait
         self.profile, self.capture_check, self.watch_ops = profile, capture_check, watch_ops
         self.guard = guard
         self.hang_after = hang_after        # seconds, None: off
         self.dump_signal = dump_signal      # signal number, 0: off
+        self.graph_markers = graph_markers  # 0 off, 1 memop, 2 kernel
 
     def __repr__(self):
         return "Options(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -129,7 +139,8 @@ def read(environ=os.environ) -> Options:
                    capture_check=values["CUDA_DEBUG_CAPTURE_CHECK"],
                    watch_ops=values["CUDA_DEBUG_WATCH_OPS"],
                    guard=values["CUDA_DEBUG_GUARD"],
-                   hang_after=hang_after, dump_signal=int(dump_signal))
+                   hang_after=hang_after, dump_signal=int(dump_signal),
+                   graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"])
 
 
 def hang_after_seconds(raw, warn=True):
@@ -167,5 +178,6 @@ def apply() -> None:
         return
     from . import _core
     _core.set_options(wait=OPTIONS.wait, capture=OPTIONS.capture, profile=OPTIONS.profile,
-                      capture_check=OPTIONS.capture_check)
+                      capture_check=OPTIONS.capture_check,
+                      graph_markers=OPTIONS.graph_markers)
     _applied = True

@@ -64,6 +64,7 @@ class WatchRecord(NamedTuple):
     cbid: int
     done: bool
     op: int                   # watch(ops=True): the op token of the launching thread, 0 none
+    graph: int                # a replay: 1 + the capture it replays (0 unknown); a node: its capture
 
 
 def faults(since: int = 0) -> List[RawFault]:
@@ -205,6 +206,7 @@ def _launch_dict(rec: WatchRecord) -> dict:
         "seq": rec.seq, "kernel": (_core.demangle(kernel) or kernel) if kernel else None,
         "short": _core.short_kernel_name(kernel) if kernel else None,
         "graph": bool(rec.flags & _core.WATCH_GRAPH), "stream": rec.stream,
+        "captured": bool(rec.flags & _core.WATCH_CAPTURED),
         "grid": rec.grid, "block": rec.block, "shared_mem": rec.shared_mem,
         "thread_id": rec.thread_id, "device": rec.device if rec.device >= 0 else None,
         "filename": fs.filename if fs else None, "lineno": fs.lineno if fs else None,
@@ -215,25 +217,86 @@ def _launch_dict(rec: WatchRecord) -> dict:
     }
 
 
+#: Why a graph replay's nodes are not named (csrc/capture/capture.h: CD_GRAPH_*).
+GRAPH_NOTES = {
+    _core.GRAPH_NO_MARKERS: "captured before watching: the graph has no markers inside it, so "
+                            "its nodes are not named (capture it inside watch() to name them)",
+    _core.GRAPH_NOT_CLOSED: "its capture did not end inside watch(): its markers are never "
+                            "cleared, so its nodes are not named",
+    _core.GRAPH_NOT_STARTED: "the replay had not begun (it waited for work that did not finish)",
+    _core.GRAPH_ALL_DONE: "every node of the graph finished",
+    _core.GRAPH_BROKEN: "its markers could not be captured (the driver refused a stream write "
+                        "or memset: _core.graph_stats() says which)",
+}
+
+
+def _graph_nodes(replay: dict) -> tuple:
+    """(nodes, note, multi_stream): for a replay's launch dict, the unfinished
+    nodes of the graph it ran (per stream of the capture, the first whose
+    marker is missing), each a launch dict of the capturing launch with
+    ``graph_node`` (its number in the capture) and ``captured_at``; or no nodes
+    and why."""
+    info = _core.graph_replay(replay["seq"])
+    if info is None:
+        return [], None, False
+    status, capture, node_ids = info
+    cap = _core.graph_capture(capture) if capture >= 0 else None
+    replayed_at = _where_str(traceback.StackSummary.from_list(replay["stack"]))
+    nodes = []
+    for g in node_ids:
+        got = _core.graph_node(g)
+        if got is None:
+            continue
+        d = _launch_dict(WatchRecord(*got[0]))
+        d.update(graph_node=got[1], captured_at=_where_str(
+                     traceback.StackSummary.from_list(d["stack"])),
+                 replayed_at=replayed_at, replay_seq=replay["seq"],
+                 capture_id=cap[0] if cap else None, graph_nodes=cap[1] if cap else None)
+        nodes.append(d)
+    note = GRAPH_NOTES.get(status)
+    if status == _core.GRAPH_MATCHED:
+        note = "paired with the graph whose markers were running (CUPTI did not say which " \
+               "graph this replay runs)"
+    return nodes, note, bool(cap and cap[2])
+
+
 def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
     """From host memory only (no CUDA call): the launch that faulted, while
     watching. Per stream, the first launch whose completion marker never came
     back; `exact` when one stream had unfinished work, else the candidates,
-    with the one the device's assert text names first when it names one."""
+    with the one the device's assert text names first when it names one.
+    A graph replay among them is replaced by the unfinished nodes of its
+    graph (csrc/capture/graph_markers.c): `exact` only for a graph captured
+    on one stream whose one unfinished node is named."""
     seqs = _core.watch_incomplete(since)
     guess = isinstance(seqs, tuple)       # no marker missing, some unknown: a guess
     launches = [d for d in (watch_record(s) for s in seqs) if d is not None]
     if not launches:
         return None
-    cands = [_launch_dict(r) for r in launches]
-    pick, exact = cands[0], len(cands) == 1 and not guess
+    cands, exact = [], len(launches) == 1 and not guess
+    for c in (_launch_dict(r) for r in launches):
+        if not c["graph"]:
+            cands.append(c)
+            continue
+        nodes, note, multi = _graph_nodes(c)
+        c["graph_note"] = note
+        c["replayed_at"] = _where_str(traceback.StackSummary.from_list(c["stack"]))
+        if nodes:
+            exact = exact and len(nodes) == 1 and not multi and note is None
+            for n in nodes:
+                n["graph_note"] = note
+            cands.extend(nodes)
+        else:
+            cands.append(c)
+    pick = cands[0]
     func = _assert_function(device_text)
     if func and not exact:
         named = [c for c in cands if c["kernel"] and func in c["kernel"]]
         if len(named) == 1:
             pick = named[0]
     recent = []
-    for s in range(max(since + 1, pick["seq"] - 5), pick["seq"]):
+    last = pick.get("replay_seq", pick["seq"])
+    for s in range(max(since + 1, last - 5), last):
         r = watch_record(s)
         if r is not None:
             recent.append(_launch_dict(r))
@@ -384,7 +447,12 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             candidates=watch["candidates"], recent_launches=watch["recent"],
             launch_stack=traceback.StackSummary.from_list(c["stack"]), filename=c["filename"], lineno=c["lineno"],
             function=c["function"], thread="tid %d" % c["thread_id"],
-            launch_api="cuGraphLaunch" if c["graph"] else None, mechanism="watch")
+            launch_api="cuGraphLaunch" if c["graph"] or c["captured"] else None,
+            mechanism="watch", graph_node=c.get("graph_node"), graph_note=c.get("graph_note"),
+            captured_at=c.get("captured_at"), replayed_at=c.get("replayed_at"))
+        if c.get("captured_at") and fields["provenance"]:
+            fields["captured_at"] += " (source line unknown: torch.compile generated the " \
+                                     "kernel; this is the compiled function's frame)"
         recorded = _torch_ops.recorded_op(c.get("op", 0))
         if recorded:
             fields.update(op=recorded[0], op_stack=[recorded[0]], inputs=recorded[1])

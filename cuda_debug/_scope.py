@@ -263,6 +263,10 @@ class watch(_Region):
     to raise at the launching line itself and to keep the process going after
     non-sticky errors.
 
+    A CUDA graph captured inside the block gets a marker behind every kernel
+    node: a fault during a replay names the node (``graph_node``, its
+    ``kernel``), ``captured_at`` and ``replayed_at`` (csrc/capture/graph_markers.c).
+
     ``ops=True`` (or ``CUDA_DEBUG_WATCH_OPS=1``) also records, for launches
     made by PyTorch ops of this thread and its autograd threads, the op and
     its input shapes (``op``, ``inputs``): a Python call per op, so it costs

@@ -49,7 +49,7 @@
     X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH)  \
     X(cuMemsetD8)                                                              \
     X(cuMemsetD32Async) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)    \
-    X(cuEventSynchronize) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer)
+    X(cuEventSynchronize) X(cuMemHostRegister) X(cuMemHostGetDevicePointer)
 
 /* Entry points whose unversioned export has the same signature as the
  * versioned one of these headers: an older driver that lacks the versioned
@@ -57,14 +57,16 @@
  * plain cuMemAlloc, cuCtxPushCurrent... are the 32-bit legacy ABIs.) */
 #define CD_DRIVER_FALLBACK(X) X(cuEventElapsedTime) X(cuStreamWriteValue32)
 
-/* Entry points that older drivers lack: NULL when absent. */
-#define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback)
+/* Entry points that older drivers lack: NULL when absent. cuStreamGetCaptureInfo
+ * is the versioned one of these headers (_v3 for CUDA >= 12.3, _v2 before);
+ * cuCtxGetId is CUDA >= 12.0. */
+#define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback) X(cuStreamGetCaptureInfo) X(cuCtxGetId)
 
 #define CD_CUPTI_FUNCS(X)                                                       \
     X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback)               \
     X(cuptiGetResultString) X(cuptiGetVersion)
 
-#define CD_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetDeviceId)
+#define CD_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetDeviceId) X(cuptiGetContextId)
 
 #define CD_DECLARE_PTR(name) __typeof__(name) *name;
 
@@ -167,6 +169,9 @@ int cd_sync_device(int ordinal);
 /* How the callback waits for the launched work. NONE is for measuring the
  * cost of being subscribed alone (it makes no launch synchronous). */
 enum cd_wait_mode { CD_WAIT_SYNC = 0, CD_WAIT_SPIN = 1, CD_WAIT_NONE = 2 };
+/* Markers of captured graph nodes (watch mode): none, a stream write (a
+ * memory-op node), a one-thread kernel node. */
+enum cd_graph_markers { CD_MARKERS_OFF = 0, CD_MARKERS_MEMOP = 1, CD_MARKERS_KERNEL = 2 };
 
 /*
  * Process-wide state of the launch hooks. One struct, one place.
@@ -209,6 +214,8 @@ typedef struct {
     atomic_uint_fast64_t n_watched;      /* launches put in the watch ring */
     atomic_uint_fast64_t n_unmarked;     /* of which without a completion marker */
     atomic_uint_fast64_t n_capture_ids_refused;
+    atomic_uint_fast64_t n_graph_ids_refused;   /* end-of-capture and resource ids */
+    int graph_markers;                   /* CD_MARKERS_*: CUDA_DEBUG_GRAPH_MARKERS */
     atomic_uint_fast64_t n_hand_overs;   /* CUPTI given to a starting profiler */
     atomic_uint_fast64_t ns_watch;       /* with profile: time in cd_watch_launch */
     atomic_uint_fast64_t ns_marker;      /* with profile: of which in cuStreamWriteValue32 */

@@ -25,11 +25,31 @@
  * Optional: an older CUPTI may lack some (cuStreamBeginCaptureToGraph is
  * CUDA 12.3+); the ones it refuses are left out and the capture-status cache
  * is switched off (every launch then asks cuStreamIsCapturing). */
-#define CD_CAPTURE_CBIDS(X)                                                     \
+#define CD_BEGIN_CAPTURE_CBIDS(X)                                               \
     X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz, 1)                 \
     X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz, 1)           \
-    X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz, 1)   \
+    X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz, 1)
+#define CD_CAPTURE_CBIDS(X)                                                     \
+    CD_BEGIN_CAPTURE_CBIDS(X)                                                   \
     X(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz, 1)
 
+/* The end of a capture (graph_markers.c: at API enter, the memset that clears
+ * the graph's markers is captured as its last node; at exit, the graph
+ * handle). Optional, like the capture ids; without them a capture is never
+ * closed and its replays are reported without nodes. */
+#define CD_GRAPH_CBIDS(X)                                                       \
+    X(CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz, 1)
+
+/* Resource events (CUPTI_CB_DOMAIN_RESOURCE, a numbering of its own): a
+ * context about to be destroyed (its completion slots retire), graph
+ * executables made and destroyed, graphs destroyed (which captured graph a
+ * replay runs).
+ * Optional: refused ones are left out (then a reset is noticed only at the
+ * next watch() entry, and replays are matched to their graphs by which
+ * graph's markers were running). */
+#define CD_RESOURCE_CBIDS(X)                                                    \
+    X(CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, 0)                         \
+    X(CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, 0) X(CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING, 0) \
+    X(CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING, 0)
 
 #endif

@@ -3,7 +3,9 @@
  *
  * One CUPTI subscriber per process: the first scope or watch subscribes
  * (with the callback the layer above hands in) and enables the driver launch
- * ids, then the capture ids (optional: an older CUPTI lacks some); the last
+ * ids, then the capture ids, the end-of-capture ids and the resource ids
+ * (context destroyed, graph executables; all optional: an older CUPTI lacks
+ * some); the last
  * one to close unsubscribes, so profilers can take CUPTI between. A profiler
  * starting while scopes are open is given CUPTI at once (hand-over).
  */
@@ -14,6 +16,8 @@
 #define CD_ID_ENTRY(id, ptsz) id,
 static const CUpti_CallbackId launch_cbids[] = {CD_LAUNCH_CBIDS(CD_ID_ENTRY)};
 static const CUpti_CallbackId capture_cbids[] = {CD_CAPTURE_CBIDS(CD_ID_ENTRY)};
+static const CUpti_CallbackId graph_cbids[] = {CD_GRAPH_CBIDS(CD_ID_ENTRY)};
+static const CUpti_CallbackId resource_cbids[] = {CD_RESOURCE_CBIDS(CD_ID_ENTRY)};
 
 /* Under sub_lock. */
 static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_len)
@@ -49,6 +53,16 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
             refused++;
     cd_state.capture_cache = refused == 0;
     atomic_store(&cd_state.n_capture_ids_refused, (uint_fast64_t)refused);
+    /* The end of captures, and resource events: optional. A resource callback
+     * is a separate domain: it never runs on the launch path. */
+    refused = 0;
+    for (size_t i = 0; i < CD_N_OF(graph_cbids); i++)
+        if (cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, graph_cbids[i]))
+            refused++;
+    for (size_t i = 0; i < CD_N_OF(resource_cbids); i++)
+        if (cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, resource_cbids[i]))
+            refused++;
+    atomic_store(&cd_state.n_graph_ids_refused, (uint_fast64_t)refused);
     cd_state.subscriber = sub;
     /* Captures begun while we were not subscribed are unknown. */
     atomic_fetch_add(&cd_state.capture_gen, 1);

@@ -6,7 +6,11 @@
  *   frames.c      the launching thread's Python frames, read without the GIL;
  *                 code locations interned once; the user-frame rule
  *   watch_ring.c  watch mode: the launch ring, completion markers, the
- *                 search for unfinished launches (host memory only)
+ *                 search for unfinished launches (host memory only); the
+ *                 context table (slots keyed by context id)
+ *   graph_markers.c  watch mode inside CUDA graphs: captured launches get
+ *                 node records and markers captured with them
+ *   graph_execs.c which captured graph each graph executable runs
  *   inflight.c    every stream's oldest unfinished launch, its age and queue
  *                 (hangs; host memory only), and the collective an NCCL launch ran
  *   stderr_tee.c  the pass-through stderr that catches the device's assert text
@@ -89,6 +93,8 @@ int cd_tee_installed(void);
 
 #define CD_WATCH_RING 65536        /* launch records kept (a power of two) */
 #define CD_WATCH_SLOTS 65536       /* completion slots per context */
+#define CD_MAX_CONTEXTS 64         /* contexts with slots at one time */
+#define CD_GRAPH_NODES 131072      /* captured graph nodes with markers, per process */
 
 typedef struct {
     _Atomic uint64_t seq;      /* written last (release); 0 while being written */
@@ -103,19 +109,39 @@ typedef struct {
     uint8_t n_frames;
     uint8_t flags;             /* CD_WATCH_* */
     uint16_t cbid;
+    uint16_t graph;            /* a replay: 1 + the capture it replays (0 unknown); a node: its capture */
     uint32_t op;               /* the thread's current PyTorch op token (watch(ops=True)), 0 none */
+    uint16_t ctx_gen;          /* the context entry's generation when recorded */
 } cd_watch_record;
 
-enum { CD_WATCH_MARKED = 1, CD_WATCH_GRAPH = 2, CD_WATCH_USER_LAST = 4 };
+enum { CD_WATCH_MARKED = 1, CD_WATCH_GRAPH = 2, CD_WATCH_USER_LAST = 4, CD_WATCH_CAPTURED = 8 };
 
-/* Completion slots for the contexts that exist now (watch entry, no GIL). */
+/* Completion slots for the contexts that exist now (watch entry, no GIL);
+ * retires a context found behind another id than its entry's. */
 void cd_watch_prepare(void);
+/* CUPTI's CONTEXT_DESTROY_STARTING: the context's slots are never read again. */
+void cd_watch_context_destroyed(CUcontext context);
+/* The launch's context entry (registered on first sight: never call it while
+ * the launch's stream captures), or -1. */
+int cd_watch_context_index(const CUpti_CallbackData *cb);
+/* The live entry of a context id, or -1; registers nothing. */
+int cd_watch_context_find(uint32_t uid);
+uint32_t cd_watch_context_gen(int ctx_index);
+/* The slots of entry ci in generation gen: 0 with host (and dev) set, -1
+ * when the entry is gone, of another generation, or has none. Slots
+ * [0, CD_WATCH_SLOTS) are the launches', then CD_GRAPH_NODES graph nodes'. */
+int cd_watch_context_slots(int ci, uint32_t gen, volatile uint32_t **host, CUdeviceptr *dev);
+int cd_watch_contexts_live(void);
 /* Hot path, at a launch's API exit, while watching. */
 void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s);
+/* The launch's own fields of a record (all but seq, ctx, ctx_gen, MARKED). */
+void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_CallbackId cbid,
+                   CUstream s);
 uint64_t cd_watch_seq(void);
 /* The watch-ring seq of this thread's last launch (to tie a fault to it). */
 uint64_t cd_watch_thread_last(void);
-/* 1 when the record's completion slot holds its seq, 0 when not, -1 unknown. */
+/* 1 when the record's completion slot holds its seq, 0 when not, -1 unknown,
+ * -2 its context is gone (retired: not a candidate any more). */
 int cd_watch_done(const cd_watch_record *r, uint64_t seq);
 /* Copy record `seq` if it is still in the ring; 0 on success. */
 int cd_watch_get(uint64_t seq, cd_watch_record *out);
@@ -160,6 +186,66 @@ int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum);
  * function that issued it; "collective" when neither says): its length, 0
  * (and "") when the kernel is not NCCL's. Async-signal-safe. */
 size_t cd_collective_name(const cd_watch_record *r, char *out, size_t cap);
+
+/* --------------------------------------------------- graph_markers.c -- */
+
+/* The hooks call these on the capturing thread (cold paths):
+ * at the entry of a capture's beginning (the context's slots, and its marker
+ * kernel, made while nothing captures yet); at its exit (s now capturing); for a launch on a capturing stream (1 when
+ * recorded as a node of a tracked capture, 0 when not tracked); at the entry
+ * of cuStreamEndCapture (s still capturing: the memset that clears the slots
+ * is captured) and at its exit (the graph made, or NULL). */
+void cd_graph_capture_beginning(const CUpti_CallbackData *cb);    /* API entry */
+void cd_graph_capture_begun(const CUpti_CallbackData *cb, CUstream s);
+int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s);
+void cd_graph_capture_ending(const CUpti_CallbackData *cb, CUstream s);
+void cd_graph_capture_ended(const CUpti_CallbackData *cb, CUgraph graph);
+/* CUPTI's resource callbacks: executables made and destroyed, graphs destroyed. */
+void cd_graph_exec_created(CUgraph graph, CUgraphExec exec);
+void cd_graph_exec_destroyed(CUgraphExec exec);
+void cd_graph_destroyed(CUgraph graph);
+
+
+/* What a replay's capture says (reads host memory only: no CUDA call, no
+ * lock; safe in a signal handler). */
+enum {
+    CD_GRAPH_FOUND = 0,            /* out[] holds the unfinished nodes */
+    CD_GRAPH_MATCHED = 1,          /* found, the capture matched by its running markers */
+    CD_GRAPH_NO_MARKERS = 2,       /* not captured while watching (or not tracked) */
+    CD_GRAPH_NOT_CLOSED = 3,       /* its capture's end was not seen: slots never cleared */
+    CD_GRAPH_NOT_STARTED = 4,      /* its start marker is not set: this replay never began */
+    CD_GRAPH_ALL_DONE = 5,         /* every node's marker is set */
+    CD_GRAPH_BROKEN = 6,           /* its markers could not be captured (a write or memset refused) */
+};
+/* The replay's unfinished nodes: per stream of the capture, the first node
+ * whose marker is missing, in capture order (node numbers for cd_graph_node);
+ * the count, *status (CD_GRAPH_*), *capture (-1 unknown). */
+int cd_graph_unfinished(const cd_watch_record *replay, uint32_t *out, int max, int *status,
+                        int *capture);
+/* Node g's record (seq = g + 1), its number in the capture, done (1, 0, -1): 0 ok. */
+int cd_graph_node(uint32_t g, cd_watch_record *out, uint32_t *index, int *done);
+typedef struct {
+    uint64_t id;                   /* the driver's capture id */
+    uint32_t n_nodes, unmarked;    /* kernel nodes; of which without a marker */
+    int multi_stream;              /* captured on more than one stream (fork/join) */
+    int state;                     /* 1 open, 2 closing, 3 closed, 4 broken */
+    uintptr_t origin;              /* the stream that began it */
+} cd_graph_capture_info;
+int cd_graph_capture(int capture, cd_graph_capture_info *out);
+typedef struct {
+    uint64_t nodes_marked, nodes_unmarked, captures_untracked;
+    int captures;
+    int clear_rc, write_rc;        /* the last refused memset (then cleared by writes) / write */
+    int kernel_rc;                 /* the last failed marker-kernel load or launch */
+} cd_graph_counters;
+void cd_graph_stats(cd_graph_counters *out);
+
+/* ----------------------------------------------------- graph_execs.c -- */
+
+/* Executable -> 1 + the capture whose graph it runs (0: not ours). */
+void cd_graph_exec_set(CUgraphExec exec, uint32_t capture1);
+/* For a cuGraphLaunch's ring record: 1 + the capture its executable runs, 0 unknown. */
+uint16_t cd_graph_replayed(const void *launch_params);
 
 /* ------------------------------------------------------ native_ops.c -- */
 

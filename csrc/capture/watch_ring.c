@@ -7,19 +7,20 @@
  *      kernel name, grid/block, thread, the launching Python location as
  *      interned frame ids), publishing its seq last;
  *   2. enqueue cuStreamWriteValue32(stream, slot[seq % SLOTS], seq) behind the
- *      kernel: the slot, in pinned host-mapped memory of the launch's
- *      context, gets the number when the kernel has completed.
+ *      kernel: the slot, in host memory mapped into the launch's context,
+ *      gets the number when the kernel has completed.
  * A sticky fault stops the context: the faulting kernel's marker never
  * arrives. Per stream, the first launch whose slot lacks its number is that
  * stream's culprit, readable from host memory after the context died, with no
  * CUDA call (so also from a signal handler). Launches on a capturing stream
- * are skipped (hooks/launch_callback.c); a graph replay is one record.
+ * become graph nodes with markers of their own (graph_markers.c); a graph
+ * replay is one record here.
  *
  * Memory: CD_WATCH_RING records (96 bytes each, 6 MiB) and, per context, one
- * pinned buffer of CD_WATCH_SLOTS 32-bit slots (256 KiB), allocated at the
- * first launch seen in that context (cold path, once) and kept for the life
- * of the process. A fault can be named while it is among the last 65,536
- * launches of the process.
+ * buffer of CD_WATCH_SLOTS + CD_GRAPH_NODES 32-bit slots (768 KiB), mapped
+ * at the first launch seen in that context (cold path, once), registered with
+ * it, and never unmapped (the contexts section below). A fault can be named
+ * while it is among the last 65,536 launches of the process.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -27,6 +28,7 @@
 #include "capture/capture.h"
 
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,57 +39,155 @@ static _Thread_local uint64_t tls_last_seq;
 static _Thread_local int32_t tls_tid;
 _Thread_local uint32_t cd_tls_op;
 
-#define MAX_CTX 64
+/* ------------------------------------------------------- contexts -- */
+
+/* The context table. A context is known by CUPTI's contextUid (unique in
+ * the process), never by its CUcontext pointer: after cuDevicePrimaryCtxReset
+ * (cudaDeviceReset) the driver hands back the same pointer for a new context.
+ *
+ * Each entry has one buffer of slots: CD_WATCH_SLOTS for launches, then
+ * CD_GRAPH_NODES for nodes of captured graphs (graph_markers.c). The buffer
+ * is our own memory (mmap), registered with the context (cuMemHostRegister,
+ * portable, device-mapped): the driver never frees it, so reading slots never
+ * faults - after the context died, after a reset, from a signal handler.
+ * A buffer is never unmapped; a retired entry's buffer is reused (zeroed,
+ * registered again) by the next context that takes the entry.
+ *
+ * An entry is retired when its context is destroyed (CUPTI's resource
+ * callback CONTEXT_DESTROY_STARTING), or, when that callback was missed (a
+ * reset while nothing was subscribed), when watch() opens and finds the
+ * context's pointer behind another id. A retired entry's records are never
+ * read (cd_watch_done: -2). Records keep the entry's generation: an entry
+ * taken by another context is a new generation, the old records stay retired.
+ * The table has CD_MAX_CONTEXTS entries: more live contexts than that get no
+ * markers (counted in n_unmarked). */
 typedef struct {
-    _Atomic uintptr_t ctx;         /* written last */
-    volatile uint32_t *host;       /* NULL: the allocation failed, no markers */
-    CUdeviceptr dev;
+    _Atomic int state;             /* CTX_FREE, CTX_LIVE, CTX_RETIRED */
+    _Atomic uint32_t uid;          /* CUPTI contextUid */
+    _Atomic uint32_t gen;          /* moves each time the entry is taken */
+    uintptr_t ctx;                 /* its CUcontext (to match destroy callbacks) */
+    volatile uint32_t *host;       /* the buffer; NULL: no markers (allocation failed) */
+    size_t bytes;
+    CUdeviceptr dev;               /* its device address in this context */
     int device;
 } ctx_slots;
-static ctx_slots ctxs[MAX_CTX];
-static atomic_int n_ctxs;
+enum { CTX_FREE = 0, CTX_LIVE = 1, CTX_RETIRED = 2 };
+#define SLOTS_BYTES (((size_t)CD_WATCH_SLOTS + CD_GRAPH_NODES) * sizeof(uint32_t))
+static ctx_slots ctxs[CD_MAX_CONTEXTS];
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Thread_local uintptr_t tls_ctx;
+static atomic_uint ctx_epoch;      /* moves at every retirement: per-thread caches drop */
+static atomic_int ids_agree;       /* cuptiGetContextId == contextUid: 1 yes, -1 no, 0 unknown */
+static _Thread_local uint32_t tls_uid;
+static _Thread_local unsigned tls_epoch;
 static _Thread_local int tls_ctx_index = -1;
+
+/* The entry's buffer registered with the current context (ctx_lock held).
+ * 0, or the CUresult of the failure (the entry then has no markers). */
+static int map_slots(ctx_slots *e)
+{
+    int rc = CUDA_ERROR_OUT_OF_MEMORY;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!e->host) {
+            void *p = mmap(NULL, SLOTS_BYTES, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            e->host = p;
+            e->bytes = SLOTS_BYTES;
+        } else {
+            memset((void *)e->host, 0, e->bytes);  /* a reused buffer: no old numbers */
+        }
+        rc = CU_CHECK(cd_drv.cuMemHostRegister((void *)e->host, e->bytes,
+                                               CU_MEMHOSTREGISTER_PORTABLE |
+                                                   CU_MEMHOSTREGISTER_DEVICEMAP));
+        if (rc == 0 && (rc = CU_CHECK(cd_drv.cuMemHostGetDevicePointer(&e->dev,
+                                                                      (void *)e->host, 0))) == 0)
+            return 0;
+        /* Still registered by a context that lives on (an entry retired by
+         * mistake), or refused: keep that buffer mapped, take a fresh one. */
+        e->host = NULL;
+    }
+    return rc;
+}
 
 /* Cold: a context seen for the first time; it is current on this thread.
  * From the launch callback (its first launch), or from watch entry for the
- * contexts that exist then. Returns its index, or -1 when the table is full. */
-static __attribute__((noinline, cold)) int register_context(CUcontext context)
+ * contexts that exist then. Never while the thread's stream is capturing (a
+ * registration would invalidate the capture). Returns the entry's index, or
+ * -1 when every entry holds a live context. */
+static __attribute__((noinline, cold)) int register_context(CUcontext context, uint32_t uid)
 {
-    uintptr_t key = (uintptr_t)context;
     pthread_mutex_lock(&ctx_lock);
-    int n = atomic_load(&n_ctxs);
-    for (int i = 0; i < n; i++)
-        if (atomic_load(&ctxs[i].ctx) == key) {
+    int pick = -1;
+    for (int i = 0; i < CD_MAX_CONTEXTS; i++) {
+        int st = atomic_load(&ctxs[i].state);
+        if (st == CTX_LIVE && atomic_load(&ctxs[i].uid) == uid) {
             pthread_mutex_unlock(&ctx_lock);
             return i;
         }
-    if (n == MAX_CTX) {
+        if (st == CTX_FREE && (pick < 0 || atomic_load(&ctxs[pick].state) != CTX_FREE))
+            pick = i;
+        else if (st == CTX_RETIRED && pick < 0)
+            pick = i;
+    }
+    if (pick < 0) {
         pthread_mutex_unlock(&ctx_lock);
         return -1;
     }
-    void *host = NULL;
-    CUdeviceptr dev = 0;
-    int rc = CU_CHECK(cd_drv.cuMemHostAlloc(&host, CD_WATCH_SLOTS * sizeof(uint32_t),
-                                            CU_MEMHOSTALLOC_PORTABLE |
-                                                CU_MEMHOSTALLOC_DEVICEMAP));
-    if (rc == 0 && (rc = CU_CHECK(cd_drv.cuMemHostGetDevicePointer(&dev, host, 0))) != 0)
-        host = NULL;               /* kept (freeing it here is not worth the risk) */
-    if (rc == 0)
-        memset(host, 0, CD_WATCH_SLOTS * sizeof(uint32_t));
-    else
+    ctx_slots *e = &ctxs[pick];
+    atomic_store(&e->state, CTX_FREE);            /* readers: not this generation yet */
+    atomic_fetch_add(&e->gen, 1);
+    int rc = map_slots(e);
+    if (rc) {
         atomic_store(&cd_state.watch_alloc_rc, rc);
-    ctxs[n].host = rc == 0 ? host : NULL;
-    ctxs[n].dev = dev;
-    ctxs[n].device = -1;
+        e->host = NULL;
+    }
+    e->ctx = (uintptr_t)context;
+    e->device = -1;
     uint32_t d;
     if (cd_cupti.cuptiGetDeviceId && cd_cupti.cuptiGetDeviceId(context, &d) == CUPTI_SUCCESS)
-        ctxs[n].device = (int)d;
-    atomic_store(&ctxs[n].ctx, key);
-    atomic_store(&n_ctxs, n + 1);
+        e->device = (int)d;
+    atomic_store(&e->uid, uid);
+    atomic_store(&e->state, CTX_LIVE);
     pthread_mutex_unlock(&ctx_lock);
-    return n;
+    return pick;
+}
+
+/* ctx_lock held. The entry's records are never read again; every thread's
+ * cache of its last context drops. */
+static void retire_locked(int i)
+{
+    atomic_store(&ctxs[i].state, CTX_RETIRED);
+    atomic_fetch_add(&ctx_epoch, 1);
+}
+
+void cd_watch_context_destroyed(CUcontext context)
+{
+    pthread_mutex_lock(&ctx_lock);
+    for (int i = 0; i < CD_MAX_CONTEXTS; i++)
+        if (atomic_load(&ctxs[i].state) == CTX_LIVE && ctxs[i].ctx == (uintptr_t)context)
+            retire_locked(i);
+    pthread_mutex_unlock(&ctx_lock);
+}
+
+/* A context current on this thread, at watch entry: retire an entry that
+ * holds its pointer under another id (destroyed while nothing was
+ * subscribed), then register it. */
+static void prepare_context(CUcontext c)
+{
+    uint32_t uid;
+    if (!cd_cupti.cuptiGetContextId || cd_cupti.cuptiGetContextId(c, &uid) != CUPTI_SUCCESS ||
+        atomic_load(&ids_agree) < 0)
+        return;
+    if (atomic_load(&ids_agree) > 0) {
+        pthread_mutex_lock(&ctx_lock);
+        for (int i = 0; i < CD_MAX_CONTEXTS; i++)
+            if (atomic_load(&ctxs[i].state) == CTX_LIVE && ctxs[i].ctx == (uintptr_t)c &&
+                atomic_load(&ctxs[i].uid) != uid)
+                retire_locked(i);
+        pthread_mutex_unlock(&ctx_lock);
+    }
+    register_context(c, uid);
 }
 
 void cd_watch_prepare(void)
@@ -96,7 +196,7 @@ void cd_watch_prepare(void)
         return;
     CUcontext ctx = NULL;
     if (cd_drv.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
-        register_context(ctx);
+        prepare_context(ctx);
     int n = 0;
     if (cd_drv.cuDeviceGetCount(&n) != CUDA_SUCCESS)
         return;
@@ -108,34 +208,87 @@ void cd_watch_prepare(void)
         if (cd_drv.cuDeviceGet(&dev, i) || cd_drv.cuDevicePrimaryCtxGetState(dev, &flags, &active) ||
             !active || cd_device_context(i, &c) || cd_drv.cuCtxPushCurrent(c))
             continue;
-        register_context(c);
+        prepare_context(c);
         cd_drv.cuCtxPopCurrent(&popped);
     }
 }
 
-static inline int context_index(const CUpti_CallbackData *cb)
+/* A launch tells whether CUPTI's two ids of a context (the callback's
+ * contextUid, cuptiGetContextId) are the same numbers; watch entry relies on
+ * the second only when they are. Asked until known (cold: per-thread cache
+ * misses only). */
+static __attribute__((noinline, cold)) void learn_ids(const CUpti_CallbackData *cb)
 {
-    uintptr_t key = (uintptr_t)cb->context;
-    if (key == tls_ctx && tls_ctx_index >= 0)
+    uint32_t id;
+    if (cd_cupti.cuptiGetContextId && cb->context &&
+        cd_cupti.cuptiGetContextId(cb->context, &id) == CUPTI_SUCCESS)
+        atomic_store(&ids_agree, id == cb->contextUid ? 1 : -1);
+}
+
+/* The live entry of a context id, or -1 (no registration: safe while capturing). */
+int cd_watch_context_find(uint32_t uid)
+{
+    for (int i = 0; i < CD_MAX_CONTEXTS; i++)
+        if (atomic_load_explicit(&ctxs[i].state, memory_order_acquire) == CTX_LIVE &&
+            atomic_load_explicit(&ctxs[i].uid, memory_order_relaxed) == uid)
+            return i;
+    return -1;
+}
+
+/* The launch's context entry, registered on first sight (hot: a per-thread
+ * cache of the last id, valid until any entry retires). */
+int cd_watch_context_index(const CUpti_CallbackData *cb)
+{
+    unsigned epoch = atomic_load_explicit(&ctx_epoch, memory_order_relaxed);
+    if (cb->contextUid == tls_uid && epoch == tls_epoch && tls_ctx_index >= 0)
         return tls_ctx_index;
-    int n = atomic_load_explicit(&n_ctxs, memory_order_acquire), i;
-    for (i = 0; i < n; i++)
-        if (atomic_load_explicit(&ctxs[i].ctx, memory_order_relaxed) == key)
-            break;
-    if (i == n)
-        i = register_context(cb->context);
-    tls_ctx = key;
+    if (!atomic_load_explicit(&ids_agree, memory_order_relaxed))
+        learn_ids(cb);
+    int i = cd_watch_context_find(cb->contextUid);
+    if (i < 0)
+        i = register_context(cb->context, cb->contextUid);
+    tls_uid = cb->contextUid;
+    tls_epoch = epoch;
     tls_ctx_index = i;
     return i;
 }
 
-void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s)
+int cd_watch_context_slots(int ci, uint32_t gen, volatile uint32_t **host, CUdeviceptr *dev)
 {
-    uint64_t seq = atomic_fetch_add_explicit(&watch_seq, 1, memory_order_relaxed) + 1;
-    cd_watch_record *r = &ring[seq & (CD_WATCH_RING - 1)];
-    atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
+    if (ci < 0 || ci >= CD_MAX_CONTEXTS)
+        return -1;
+    const ctx_slots *e = &ctxs[ci];
+    if (atomic_load_explicit(&e->state, memory_order_acquire) != CTX_LIVE ||
+        ((atomic_load_explicit(&e->gen, memory_order_relaxed) ^ gen) & 0xFFFF) || !e->host)
+        return -1;
+    *host = e->host;
+    if (dev)
+        *dev = e->dev;
+    return 0;
+}
 
+/* The entry's generation, as records keep it (16 bits). */
+uint32_t cd_watch_context_gen(int ci)
+{
+    return ci >= 0 && ci < CD_MAX_CONTEXTS ? atomic_load(&ctxs[ci].gen) & 0xFFFF : 0;
+}
+
+int cd_watch_contexts_live(void)
+{
+    int n = 0;
+    for (int i = 0; i < CD_MAX_CONTEXTS; i++)
+        n += atomic_load(&ctxs[i].state) == CTX_LIVE;
+    return n;
+}
+
+/* --------------------------------------------------------- launches -- */
+
+/* What a launch's record says of the launch itself, shared by the ring and
+ * the captured graph nodes (graph_markers.c): configuration, stream, kernel,
+ * thread, op, the launching thread's frames; flags USER_LAST and GRAPH. */
+void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_CallbackId cbid,
+                   CUstream s)
+{
     cd_launch_dims dims = {{0, 0, 0}, {0, 0, 0}, 0};
     cd_launch_stream(cbid, cb->functionParams, &dims);
     memcpy(r->grid, dims.grid, sizeof r->grid);
@@ -149,16 +302,33 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
     r->thread_id = tls_tid;
     r->cbid = (uint16_t)cbid;
     r->op = cd_tls_op;
+    r->graph = 0;
     int complete = 0;
     r->n_frames = (uint8_t)cd_frames_capture(r->frames, CD_RING_FRAMES, 1, &complete);
-    uint8_t flags = complete < 0 ? CD_WATCH_USER_LAST : 0;
+    r->flags = complete < 0 ? CD_WATCH_USER_LAST : 0;
     if (cd_is_graph_launch(cbid))
-        flags |= CD_WATCH_GRAPH;
+        r->flags |= CD_WATCH_GRAPH;
+}
 
-    int ci = context_index(cb);
+void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s)
+{
+    uint64_t seq = atomic_fetch_add_explicit(&watch_seq, 1, memory_order_relaxed) + 1;
+    cd_watch_record *r = &ring[seq & (CD_WATCH_RING - 1)];
+    atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+
+    cd_watch_fill(r, cb, cbid, s);
+    uint8_t flags = r->flags;
+    if (flags & CD_WATCH_GRAPH)
+        r->graph = cd_graph_replayed(cb->functionParams);
+
+    int ci = cd_watch_context_index(cb);
     r->ctx = (uint16_t)(ci < 0 ? 0xFFFF : ci);
-    if (ci >= 0 && ctxs[ci].host) {
-        CUdeviceptr slot = ctxs[ci].dev + (seq & (CD_WATCH_SLOTS - 1)) * sizeof(uint32_t);
+    r->ctx_gen = (uint16_t)cd_watch_context_gen(ci);
+    volatile uint32_t *host;
+    CUdeviceptr base;
+    if (cd_watch_context_slots(ci, r->ctx_gen, &host, &base) == 0) {
+        CUdeviceptr slot = base + (seq & (CD_WATCH_SLOTS - 1)) * sizeof(uint32_t);
         /* Default flags: the _v2 API refuses NO_MEMORY_BARRIER (seen: 1, INVALID_VALUE). */
         struct timespec t0, t1;
         if (cd_state.profile)
@@ -191,16 +361,19 @@ uint64_t cd_watch_thread_last(void) { return tls_last_seq; }
 
 int cd_watch_context_device(int ci)
 {
-    return ci >= 0 && ci < atomic_load(&n_ctxs) ? ctxs[ci].device : -1;
+    return ci >= 0 && ci < CD_MAX_CONTEXTS ? ctxs[ci].device : -1;
 }
 
 /* Reads host memory only: safe after the context died, and in a signal handler. */
 int cd_watch_done(const cd_watch_record *r, uint64_t seq)
 {
-    if (!(r->flags & CD_WATCH_MARKED) || r->ctx >= MAX_CTX)
+    volatile uint32_t *host;
+    if (r->ctx >= CD_MAX_CONTEXTS)
         return -1;
-    volatile uint32_t *host = ctxs[r->ctx].host;
-    if (!host)
+    if (cd_watch_context_slots(r->ctx, r->ctx_gen, &host, NULL) != 0)
+        return atomic_load(&ctxs[r->ctx].state) == CTX_LIVE &&
+               cd_watch_context_gen(r->ctx) == r->ctx_gen ? -1 : -2;
+    if (!(r->flags & CD_WATCH_MARKED))
         return -1;
     return host[seq & (CD_WATCH_SLOTS - 1)] == (uint32_t)seq;
 }
@@ -242,10 +415,10 @@ int cd_watch_incomplete(uint64_t since, uint64_t *out, int max)
         if (cd_watch_get(seq, &r) != 0)
             continue;
         int done = cd_watch_done(&r, seq);
-        if (done < 0)
+        if (done == -1)
             last_unknown = seq;
         if (done != 0)
-            continue;
+            continue;          /* finished, unknown, or of a context that is gone */
         /* The per-thread default stream is one stream per thread. */
         int32_t tid = r.stream == (uintptr_t)CU_STREAM_PER_THREAD ? r.thread_id : 0;
         int seen = 0;

@@ -8,14 +8,17 @@
  *   - the launch was refused: record it if this thread blocks (a sticky code
  *     means an earlier kernel killed the context); while watching, a sticky
  *     refusal is the moment to write the culprit report;
- *   - the stream is being captured into a graph: nothing (a sync or a marker
- *     would break the capture);
+ *   - the stream is being captured into a graph: no wait (a sync would
+ *     break the capture); while watching, a graph node record and a marker
+ *     captured behind the kernel (capture/graph_markers.c);
  *   - watching: a ring record and a completion marker (capture/watch_ring.c);
  *   - blocking: wait for the stream, the thread's stderr window open; if the
  *     wait fails, record the fault, write the report to fd 2, and write the
  *     error into the launch's own return value, so the launcher (PyTorch,
  *     CuPy, Triton, cuBLAS...) fails at the launching call.
- * No allocation, no lock, no GIL on the path without a fault.
+ * No allocation, no lock, no GIL on the path without a fault. The capture
+ * APIs (begin, end) and CUPTI's resource events (a context destroyed, graph
+ * executables) take cold paths of their own, off the launch path.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -71,8 +74,8 @@ static inline CUresult wait_stream(CUstream s)
     return cd_drv.cuStreamSynchronize(s);
 }
 
-/* 1: skip this launch (its stream is capturing, or it is the legacy stream
- * while another stream captures in global mode). */
+/* 1: its stream is capturing (or it is the legacy stream while another
+ * stream captures in global mode): no wait, no ring record. */
 static inline int capturing(CUstream s)
 {
     uint64_t gen = atomic_load_explicit(&cd_state.capture_gen, memory_order_relaxed);
@@ -87,10 +90,8 @@ static inline int capturing(CUstream s)
         return 0;
     }
     if (rc == CUDA_SUCCESS || rc == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ||
-        rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
-        atomic_fetch_add_explicit(&cd_state.n_skipped_capture, 1, memory_order_relaxed);
+        rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
         return 1;
-    }
     return 0;   /* the query failed otherwise (dead context): the wait will say */
 }
 
@@ -188,18 +189,97 @@ static inline int is_collective(const char *sym)
     return sym[0] == 'n' && sym[1] == 'c' && sym[2] == 'c' && sym[3] == 'l';
 }
 
+/* The capture APIs, at enter and exit (cold): a capture beginning while
+ * watching is tracked, its end closes it (capture/graph_markers.c). Every
+ * one of these calls takes the capturing stream first in its params. */
+static __attribute__((noinline, cold)) void
+capture_api(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, int at_exit)
+{
+    int ptsz = 0, begin = 0;
+    switch (cbid) {
+#define CD_BEGIN_CASE(id, p) case id: begin = 1; ptsz = p; break;
+#define CD_END_CASE(id, p) case id: ptsz = p; break;
+        CD_BEGIN_CAPTURE_CBIDS(CD_BEGIN_CASE)
+        CD_GRAPH_CBIDS(CD_END_CASE)
+#undef CD_BEGIN_CASE
+#undef CD_END_CASE
+    default:
+        return;                    /* cuStreamWaitEvent: the generation only */
+    }
+    CUstream s = *(CUstream const *)cb->functionParams;
+    if (ptsz && !s)
+        s = CU_STREAM_PER_THREAD;
+    const int ok = !at_exit || *(const CUresult *)cb->functionReturnValue == CUDA_SUCCESS;
+    if (begin) {
+        if (!atomic_load_explicit(&cd_state.watching, memory_order_relaxed) ||
+            !cd_state.graph_markers)
+            return;
+        if (!at_exit)
+            cd_graph_capture_beginning(cb);
+        else if (ok)
+            cd_graph_capture_begun(cb, s);
+    } else if (!at_exit) {
+        cd_graph_capture_ending(cb, s);     /* whether watching or not: a tracked capture */
+    } else {
+        CUgraph *out = ((const cuStreamEndCapture_params *)cb->functionParams)->phGraph;
+        cd_graph_capture_ended(cb, ok && out ? *out : NULL);
+    }
+}
+
+/* CUPTI's resource domain (cold, never on the launch path). */
+static __attribute__((noinline, cold)) void resource_event(CUpti_CallbackId cbid,
+                                                           const CUpti_ResourceData *rd)
+{
+    const CUpti_GraphData *g = rd->resourceDescriptor;
+    switch (cbid) {
+    case CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING:
+        cd_watch_context_destroyed(rd->context);
+        break;
+    case CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED:
+        if (g)
+            cd_graph_exec_created(g->graph, g->graphExec);
+        break;
+    case CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING:
+        if (g)
+            cd_graph_exec_destroyed(g->graphExec);
+        break;
+    case CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING:
+        if (g)
+            cd_graph_destroyed(g->graph);
+        break;
+    default:
+        break;
+    }
+}
+
 #define CD_CAPTURE_CASE(id, ptsz) case id:
 void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                            const void *data)
 {
     (void)userdata;
-    (void)domain;
-    const CUpti_CallbackData *cb = data;
-    if (cb->callbackSite != CUPTI_API_EXIT)
+    if (domain != CUPTI_CB_DOMAIN_DRIVER_API) {
+        resource_event(cbid, data);
         return;
+    }
+    const CUpti_CallbackData *cb = data;
+    if (cb->callbackSite != CUPTI_API_EXIT) {
+        switch (cbid) {
+            CD_BEGIN_CAPTURE_CBIDS(CD_CAPTURE_CASE)
+            CD_GRAPH_CBIDS(CD_CAPTURE_CASE)
+            capture_api(cb, cbid, 0);
+            break;
+        default:
+            break;
+        }
+        return;
+    }
     switch (cbid) {
         CD_CAPTURE_CBIDS(CD_CAPTURE_CASE)
         atomic_fetch_add_explicit(&cd_state.capture_gen, 1, memory_order_relaxed);
+        capture_api(cb, cbid, 1);
+        return;
+        CD_GRAPH_CBIDS(CD_CAPTURE_CASE)
+        capture_api(cb, cbid, 1);
         return;
     default:
         break;
@@ -216,8 +296,11 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
     const int profile = cd_state.profile;
     uint64_t t0 = profile ? now_ns() : 0;
     CUstream s = cd_launch_stream(cbid, cb->functionParams, NULL);
-    if (capturing(s))
+    if (capturing(s)) {
+        if (!(watching && cd_state.graph_markers && cd_graph_launch_captured(cb, cbid, s)))
+            atomic_fetch_add_explicit(&cd_state.n_skipped_capture, 1, memory_order_relaxed);
         return;
+    }
     if (profile)
         atomic_fetch_add_explicit(&cd_state.ns_capture_check, now_ns() - t0,
                                   memory_order_relaxed);

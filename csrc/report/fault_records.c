@@ -31,7 +31,9 @@ static cd_fault ring[CD_FAULT_RING];
 static atomic_uint_fast64_t fault_seq;
 
 #define MAX_DEAD 64
-static uintptr_t dead_contexts[MAX_DEAD];   /* under fault_lock */
+/* Contexts known dead, by CUPTI's contextUid: a reset hands back the same
+ * CUcontext pointer for a new context, which is alive. Under fault_lock. */
+static uint32_t dead_contexts[MAX_DEAD];
 static int n_dead;
 
 void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
@@ -53,6 +55,7 @@ void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId c
         f->kernel[n] = '\0';
     }
     f->context = (uintptr_t)cb->context;
+    f->context_uid = cb->contextUid;
     if (cb->context && cd_cupti.cuptiGetDeviceId) {
         uint32_t dev;
         if (cd_cupti.cuptiGetDeviceId(cb->context, &dev) == CUPTI_SUCCESS)
@@ -76,10 +79,10 @@ uint64_t cd_fault_record(cd_fault *f)
     if (cd_is_sticky(f->code)) {
         int dead = f->at_launch || f->consequence;     /* refused, or named elsewhere */
         for (int i = 0; i < n_dead; i++)
-            if (dead_contexts[i] == f->context)
+            if (dead_contexts[i] == f->context_uid)
                 dead = 1;
         if (!dead && n_dead < MAX_DEAD)
-            dead_contexts[n_dead++] = f->context;
+            dead_contexts[n_dead++] = f->context_uid;
         f->consequence = dead;
     }
     f->seq = atomic_load(&fault_seq) + 1;

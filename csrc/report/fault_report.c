@@ -95,9 +95,15 @@ static void put_error(out_t *o, int code)
     put_u(o, (unsigned)code);
 }
 
+static inline void put_location_as(out_t *o, const char *verb, const uint32_t *ids, int n,
+                                   int complete)
+{
+    cd_out_location_as(o, verb, ids, n, complete);
+}
+
 static inline void put_location(out_t *o, const uint32_t *ids, int n, int complete)
 {
-    cd_out_location(o, ids, n, complete);
+    cd_out_location_as(o, "launched", ids, n, complete);
 }
 
 /* The first device-assert line of text (or the first line). */
@@ -306,6 +312,64 @@ void cd_report_fault(const cd_fault *f)
 
 /* ----------------------------------------------------- watch mode -------- */
 
+static void put_launch_ids(out_t *o, uint64_t seq, uintptr_t stream, int32_t tid)
+{
+    puts_(o, "launch #");
+    put_u(o, seq);
+    puts_(o, ", stream ");
+    put_hex(o, stream);
+    puts_(o, ", thread ");
+    put_u(o, (unsigned)tid);
+}
+
+/* A graph replay among the unfinished launches: the unfinished nodes of the
+ * graph it runs (capture/graph_markers.c), each with the line that captured
+ * it, then the line that replayed it; or the replay, and why its nodes are
+ * not known. Host memory only. */
+static void put_graph_replay(out_t *o, const cd_watch_record *r, uint64_t seq,
+                             const char *label)
+{
+    static const char *const why[] = {
+        [CD_GRAPH_NO_MARKERS] = "captured before watching: no markers inside it",
+        [CD_GRAPH_NOT_CLOSED] = "its capture did not end inside watch(): markers never cleared",
+        [CD_GRAPH_NOT_STARTED] = "the replay had not begun",
+        [CD_GRAPH_ALL_DONE] = "every node of the graph finished",
+        [CD_GRAPH_BROKEN] = "its markers could not be captured",
+    };
+    uint32_t nodes[3];
+    int status, capture;
+    int k = cd_graph_unfinished(r, nodes, 3, &status, &capture);
+    int shown = 0;
+    for (int j = 0; j < k; j++) {
+        cd_watch_record nr;
+        uint32_t index;
+        int done;
+        if (cd_graph_node(nodes[j], &nr, &index, &done) != 0)
+            continue;
+        const char *kernel = cd_interned(nr.kernel_short);
+        puts_(o, shown ? "  or: " : k > 1 ? "  culprit (one of the first unfinished nodes "
+                                            "per stream of the graph): " : label);
+        puts_(o, kernel ? kernel : "?");
+        puts_(o, " (node ");
+        put_u(o, index);
+        puts_(o, " of a CUDA graph; replay ");
+        put_launch_ids(o, seq, r->stream, r->thread_id);
+        puts_(o, ")\n");
+        put_location_as(o, "captured", nr.frames, nr.n_frames, 0);
+        shown++;
+    }
+    if (!shown) {
+        puts_(o, label);
+        puts_(o, "a CUDA graph replay (");
+        puts_(o, status >= 0 && status < (int)CD_N_OF(why) && why[status] ? why[status]
+                                                                          : "nodes unknown");
+        puts_(o, "; ");
+        put_launch_ids(o, seq, r->stream, r->thread_id);
+        puts_(o, ")\n");
+    }
+    put_location_as(o, "replayed", r->frames, r->n_frames, 0);
+}
+
 void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
 {
     if (!enabled)
@@ -349,23 +413,21 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         if (cd_watch_get(seqs[i], &r) != 0)
             continue;
         const char *kernel = cd_interned(r.kernel_short);
-        puts_(&o, shown ? "  or: " : guess ? "  culprit (a guess: completion markers missing; "
-                                              "the last launch recorded): "
-                                  : (n == 1 ? "  culprit: " : "  culprit (one of the first "
-                                                              "unfinished launches per stream): "));
-        if (r.flags & CD_WATCH_GRAPH)
-            puts_(&o, "a CUDA graph replay");
-        else
-            puts_(&o, kernel ? kernel : "?");
-        puts_(&o, " (launch #");
-        put_u(&o, seqs[i]);
-        puts_(&o, ", stream ");
-        put_hex(&o, r.stream);
-        puts_(&o, ", thread ");
-        put_u(&o, (unsigned)r.thread_id);
+        const char *label = shown ? "  or: " : guess ? "  culprit (a guess: completion markers "
+                                                       "missing; the last launch recorded): "
+                            : (n == 1 ? "  culprit: " : "  culprit (one of the first "
+                                                        "unfinished launches per stream): ");
+        shown++;
+        if (r.flags & CD_WATCH_GRAPH) {
+            put_graph_replay(&o, &r, seqs[i], label);
+            continue;
+        }
+        puts_(&o, label);
+        puts_(&o, kernel ? kernel : "?");
+        puts_(&o, " (");
+        put_launch_ids(&o, seqs[i], r.stream, r.thread_id);
         puts_(&o, ")\n");
         put_location(&o, r.frames, r.n_frames, 0);
-        shown++;
     }
     if (!shown)
         puts_(&o, "  no unfinished launch in the watch ring: the faulting kernel was launched "

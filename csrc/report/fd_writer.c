@@ -142,10 +142,11 @@ void cd_out_flush(cd_out *o)
     o->n = 0;
 }
 
-/* "launched at file:line in func" from location ids, innermost first: the
- * innermost user frame; else the outermost pseudo-file (python -c); else the
- * innermost frame. A frame TorchDynamo ran inside it is named. */
-void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete)
+/* "<verb> at file:line in func" ("launched", "captured", "replayed") from
+ * location ids, innermost first: the innermost user frame; else the outermost
+ * pseudo-file (python -c); else the innermost frame. A frame TorchDynamo ran
+ * inside it is named. */
+void cd_out_location_as(cd_out *o, const char *verb, const uint32_t *ids, int n, int complete)
 {
     int pick = -1;
     cd_location loc;
@@ -157,12 +158,14 @@ void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete)
         pick = n - 1;
     if (pick < 0 && n > 0)
         pick = 0;
+    cd_out_puts(o, "  ");
+    cd_out_puts(o, verb);
     if (pick < 0 || cd_location_get(ids[pick], &loc) != 0) {
-        cd_out_puts(o, "  launched from no Python frame (a framework thread, or C code)\n");
+        cd_out_puts(o, " from no Python frame (a framework thread, or C code)\n");
         return;
     }
     const char *file = cd_interned(loc.file), *func = cd_interned(loc.func);
-    cd_out_puts(o, "  launched at ");
+    cd_out_puts(o, " at ");
     cd_out_puts(o, file ? file : "?");
     cd_out_puts(o, ":");
     cd_out_u(o, (unsigned)(loc.lineno < 0 ? 0 : loc.lineno));
@@ -181,4 +184,9 @@ void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete)
         }
     }
     cd_out_puts(o, "\n");
+}
+
+void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete)
+{
+    cd_out_location_as(o, "launched", ids, n, complete);
 }

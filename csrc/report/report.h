@@ -37,6 +37,7 @@ void cd_out_hex(cd_out *o, unsigned long long v);
 void cd_out_dims(cd_out *o, const unsigned *d);
 /* "  launched at file:line in func\n" of the innermost user frame of ids. */
 void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete);
+void cd_out_location_as(cd_out *o, const char *verb, const uint32_t *ids, int n, int complete);
 void cd_out_flush(cd_out *o);      /* write(2) to fd 2, then empty */
 void cd_write_all(int fd, const char *p, size_t n);   /* write(2) until done or an error */
 
@@ -59,6 +60,7 @@ typedef struct {
     unsigned shared_mem;
     uintptr_t stream;
     uintptr_t context;
+    uint32_t context_uid;      /* CUPTI's contextUid: unique, unlike the pointer */
     int device;                /* ordinal, -1 unknown */
     long thread_id;            /* gettid() of the launching thread */
     char thread_name[16];      /* raw bytes: may be cut inside a UTF-8 character */

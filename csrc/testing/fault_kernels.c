@@ -13,17 +13,23 @@
 static struct {
     CUmodule module;
     CUdeviceptr scratch;       /* 256 bytes: class indices for check_index */
+    unsigned long long ctx_id; /* the context they belong to (cuCtxGetId; 0 unknown) */
 } per_device[CD_MAX_DEVICES];
 
 #define N_INDICES 32
 #define N_CLASSES 5
 #define BAD_THREAD 3           /* idx[3] is out of range: thread [3,0,0] asserts */
 
-/* The device's primary context must be current. */
+/* The device's primary context must be current. After a reset of that
+ * context (cudaDeviceReset: a new context behind the same pointer, with a
+ * new id) the old module and buffer are gone with it: loaded again. */
 static int ensure_module(int device)
 {
     int rc;
-    if (per_device[device].module)
+    unsigned long long id = 0;
+    if (cd_drv.cuCtxGetId && cd_drv.cuCtxGetId(NULL, &id) != CUDA_SUCCESS)
+        id = 0;
+    if (per_device[device].module && per_device[device].ctx_id == id)
         return 0;
     CUmodule mod;
     if ((rc = CU_CHECK(cd_drv.cuModuleLoadData(&mod, cd_fault_kernels_ptx))))
@@ -44,6 +50,7 @@ static int ensure_module(int device)
     }
     per_device[device].module = mod;
     per_device[device].scratch = buf;
+    per_device[device].ctx_id = id;
     return 0;
 }
 

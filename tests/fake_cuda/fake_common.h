@@ -23,6 +23,7 @@ FAKE_EXPORT CUptiResult fakecuda_cupti_enable(uint32_t enable, CUpti_SubscriberH
                                               CUpti_CallbackDomain domain,
                                               CUpti_CallbackId cbid);
 FAKE_EXPORT int fakecuda_ctx_valid(CUcontext ctx);
+FAKE_EXPORT unsigned fakecuda_ctx_uid(CUcontext ctx);
 FAKE_EXPORT int fakecuda_initialised(void);
 
 #endif

@@ -21,10 +21,24 @@
  *     API calls the subscribed callback at API enter and exit with a real
  *     CUpti_CallbackData; the callback may rewrite *functionReturnValue at
  *     exit and the API returns the rewritten value;
- *   - stream capture (begin/end, a capturing stream records launches, a sync
- *     on it invalidates the capture and fails with 900), graphs replayed by
- *     cuGraphLaunch, pinned host memory (device pointer == host pointer),
- *     cuStreamWriteValue32, the driver error log callback.
+ *   - stream capture (begin/end, a capturing stream records launches, stream
+ *     writes and memsets, a sync on it invalidates the capture and fails with
+ *     900; fork/join: an event recorded in a capturing stream and waited for
+ *     by another stream makes that stream join the capture), graphs replayed
+ *     by cuGraphLaunch in capture order (a kernel's behaviour is looked up
+ *     at replay, so a "bad index" can be set between replays), pinned host
+ *     memory (device pointer == host pointer; cuMemHostAlloc memory is its
+ *     own mapping, made inaccessible by a reset), cuMemHostRegister, cuStreamWriteValue32
+ *     (refused for an address no live allocation or registration holds, as
+ *     the real driver refuses a freed one), the driver error log callback;
+ *   - the primary context's reset (cuDevicePrimaryCtxReset): CUPTI's resource
+ *     callback CONTEXT_DESTROY_STARTING fires, queued work is dropped, the
+ *     context's pinned allocations are unmapped and its registrations
+ *     forgotten, and the SAME CUcontext pointer comes back with a new id
+ *     (cuCtxGetId, CUPTI's contextUid), as the H200 does;
+ *   - CUPTI's resource domain: CONTEXT_DESTROY_STARTING, GRAPHEXEC_CREATED
+ *     (cuGraphInstantiate), GRAPHEXEC_DESTROY_STARTING (cuGraphExecDestroy),
+ *     GRAPH_DESTROY_STARTING (cuGraphDestroy).
  * Control API: the fake_* functions at the end (called from Python by ctypes).
  */
 #define _GNU_SOURCE
@@ -38,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
@@ -93,7 +108,9 @@ typedef struct fake_stream {
     op *head, *tail;
     int running;                     /* an op is executing now */
     int capture;                     /* CUstreamCaptureStatus */
-    op *cap_head, *cap_tail;
+    struct fake_stream *cap_origin;  /* the stream that began the capture (self for it) */
+    unsigned long long cap_id;       /* the capture's id (cuStreamGetCaptureInfo) */
+    op *cap_head, *cap_tail;         /* the origin's: every joined stream appends here */
     int has_worker;
     pthread_t worker;
     struct fake_stream *next_all;
@@ -101,12 +118,13 @@ typedef struct fake_stream {
 
 struct fake_graph {
     uint32_t magic;
-    op *ops;                         /* captured kernels, in order */
+    op *ops;                         /* captured operations, in capture order */
 };
 
 struct fake_event {
     uint32_t magic;
     fake_stream *stream;             /* where it was last recorded */
+    fake_stream *cap_origin;         /* recorded in a capturing stream: that capture */
     int done;
     double t_ms;
 };
@@ -133,6 +151,22 @@ static pending_print *pending_head, **pending_tail = &pending_head;
 static kcfg *configs;                /* newest first; never freed (ops point at them) */
 static fake_func *funcs;
 static int primary_retained;
+/* The primary context's id (cuCtxGetId, CUPTI's contextUid): a reset makes
+ * a new context behind the same CUcontext pointer, with the next id. */
+static atomic_uint ctx_uid = 1;
+static unsigned long long next_capture_id = 1;
+
+/* Pinned host memory the context knows: its own allocations (cuMemHostAlloc,
+ * each its own mapping, made inaccessible at a reset and never reused, so a
+ * reader of freed slots faults as on the real driver) and registrations (cuMemHostRegister: the
+ * memory is the caller's, only forgotten at a reset). Under dev_lock. */
+typedef struct host_range {
+    char *p;
+    size_t n;
+    int registered;
+    struct host_range *next;
+} host_range;
+static host_range *host_ranges;
 
 static _Thread_local CUcontext tls_ctx_stack[32];
 static _Thread_local int tls_ctx_depth;
@@ -149,7 +183,10 @@ static struct {
     void *userdata;
     char name[256];
     atomic_uchar enabled[CUPTI_DRIVER_TRACE_CBID_SIZE];
+    atomic_uchar res_enabled[CUPTI_CBID_RESOURCE_SIZE];
 } sub;
+static int refuse_resource;          /* fake_refuse_resource: an older CUPTI */
+static int refuse_capture_memset;    /* fake_refuse_capture_memset: memsets not capturable */
 static char external_holder[256];    /* fake_hold_cupti: another tool holds CUPTI */
 static pthread_mutex_t sub_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char refused[CUPTI_DRIVER_TRACE_CBID_SIZE];
@@ -307,6 +344,8 @@ static void exec_kernel(const op *o)      /* dev_lock NOT held */
     const kcfg *c = o->cfg;
     sleep_ns(c->duration_us * 1000 + o->extra_ns);
     atomic_fetch_add(&st_kernels_run, 1);
+    if (o->addr)                          /* cd_graph_marker(p, v): *p = v */
+        atomic_store((_Atomic uint32_t *)o->addr, o->value);
     if (!c->code)
         return;
     pthread_mutex_lock(&dev_lock);
@@ -341,6 +380,16 @@ static void exec_op(const op *o)          /* dev_lock NOT held; the context was 
         for (const op *k = o->graph->ops; k; k = k->next) {
             if (current_sticky()) {
                 atomic_fetch_add(&st_dropped, 1);
+                continue;
+            }
+            if (k->kind == OP_KERNEL) {
+                /* the behaviour now: the data may have changed since the
+                 * capture (a bad index copied into the static input) */
+                op now = *k;
+                pthread_mutex_lock(&dev_lock);
+                now.cfg = lookup_cfg(k->fn->name);
+                pthread_mutex_unlock(&dev_lock);
+                exec_op(&now);
                 continue;
             }
             exec_op(k);
@@ -407,6 +456,28 @@ static void enqueue(fake_stream *s, op *o)  /* dev_lock held */
     s->tail = o;
     ensure_worker(s);
     pthread_cond_broadcast(&dev_cv);
+}
+
+/* An operation enqueued on a capturing stream goes into its capture (the
+ * origin stream's list: a joined stream's operations too), in capture order.
+ * 1: captured; -1: the capture was invalidated (o is freed); 0: not capturing.
+ * dev_lock held. */
+static int capture_append(fake_stream *s, op *o)
+{
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+        free(o);
+        return -1;
+    }
+    if (s->capture != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+        return 0;
+    fake_stream *origin = s->cap_origin ? s->cap_origin : s;
+    o->next = NULL;
+    if (origin->cap_tail)
+        origin->cap_tail->next = o;
+    else
+        origin->cap_head = o;
+    origin->cap_tail = o;
+    return 1;
 }
 
 /* Wait until `s` has nothing queued or running (executing its ops on this
@@ -512,6 +583,24 @@ static void fire(CUpti_CallbackId cbid, CUpti_CallbackData *cb)
     f(sub.userdata, CUPTI_CB_DOMAIN_DRIVER_API, cbid, cb);
 }
 
+/* A resource-domain callback (CUpti_ResourceData; for graph events its
+ * resourceDescriptor is a CUpti_GraphData, as the real CUPTI passes it). */
+static void fire_resource(CUpti_CallbackId cbid, CUpti_GraphData *graph)
+{
+    if (!atomic_load(&sub.in_use) || cbid >= CUPTI_CBID_RESOURCE_SIZE ||
+        !atomic_load(&sub.res_enabled[cbid]))
+        return;
+    CUpti_CallbackFunc f = atomic_load(&sub.cb);
+    if (!f)
+        return;
+    CUpti_ResourceData rd;
+    memset(&rd, 0, sizeof rd);
+    rd.context = CTX;
+    rd.resourceDescriptor = graph;
+    atomic_fetch_add(&st_callbacks, 1);
+    f(sub.userdata, CUPTI_CB_DOMAIN_RESOURCE, cbid, &rd);
+}
+
 /* One API call seen by CUPTI: enter callback, body, exit callback (which may
  * rewrite the result); returns the (possibly rewritten) result. */
 typedef CUresult (*body_fn)(void *arg);
@@ -529,7 +618,7 @@ static CUresult traced(CUpti_CallbackId cbid, const char *api, const void *param
     cb.functionReturnValue = &ret;
     cb.symbolName = symbol;
     cb.context = current_ctx() ? current_ctx() : CTX;
-    cb.contextUid = 1;
+    cb.contextUid = atomic_load(&ctx_uid);
     cb.correlationData = &correlation_data;
     cb.correlationId = atomic_fetch_add(&next_correlation, 1);
     fire(cbid, &cb);
@@ -557,6 +646,8 @@ CUptiResult fakecuda_cupti_subscribe(CUpti_SubscriberHandle *handle, CUpti_Callb
     }
     for (size_t i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
         atomic_store(&sub.enabled[i], 0);
+    for (size_t i = 0; i < CUPTI_CBID_RESOURCE_SIZE; i++)
+        atomic_store(&sub.res_enabled[i], 0);
     snprintf(sub.name, sizeof sub.name, "%s", name ? name : "unnamed CUPTI subscriber");
     sub.userdata = ud;
     atomic_store(&sub.cb, cb);
@@ -576,6 +667,8 @@ CUptiResult fakecuda_cupti_unsubscribe(CUpti_SubscriberHandle handle)
     atomic_store(&sub.in_use, 0);
     for (size_t i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
         atomic_store(&sub.enabled[i], 0);
+    for (size_t i = 0; i < CUPTI_CBID_RESOURCE_SIZE; i++)
+        atomic_store(&sub.res_enabled[i], 0);
     pthread_mutex_unlock(&sub_lock);
     return CUPTI_SUCCESS;
 }
@@ -585,6 +678,12 @@ CUptiResult fakecuda_cupti_enable(uint32_t enable, CUpti_SubscriberHandle handle
 {
     if (handle != (CUpti_SubscriberHandle)(void *)&sub || !atomic_load(&sub.in_use))
         return CUPTI_ERROR_INVALID_PARAMETER;
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+        if (refuse_resource || cbid >= CUPTI_CBID_RESOURCE_SIZE)
+            return CUPTI_ERROR_INVALID_PARAMETER;
+        atomic_store(&sub.res_enabled[cbid], enable ? 1 : 0);
+        return CUPTI_SUCCESS;
+    }
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API)
         return CUPTI_SUCCESS;               /* other domains: accepted, never fire */
     if (cbid >= CUPTI_DRIVER_TRACE_CBID_SIZE || refused[cbid])
@@ -599,6 +698,7 @@ CUptiResult fakecuda_cupti_enable(uint32_t enable, CUpti_SubscriberHandle handle
 }
 
 int fakecuda_ctx_valid(CUcontext ctx) { return ctx == CTX; }
+unsigned fakecuda_ctx_uid(CUcontext ctx) { return ctx == CTX ? atomic_load(&ctx_uid) : 0; }
 
 /* ------------------------------------------------ driver: basics ------- */
 
@@ -720,6 +820,53 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* Drop every queued operation and capture, wait for what runs (dev_lock held). */
+static void drop_all_work(void)
+{
+    for (fake_stream *s = all_streams; s; s = s->next_all) {
+        while (s->running)
+            pthread_cond_wait(&dev_cv, &dev_lock);
+        while (s->head) {
+            op *o = s->head;
+            s->head = o->next;
+            free(o);
+        }
+        s->tail = NULL;
+        s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+        s->cap_origin = NULL;
+        s->cap_head = s->cap_tail = NULL;
+    }
+    sticky = 0;
+    while (pending_head) {
+        pending_print *p = pending_head;
+        pending_head = p->next;
+        free(p);
+    }
+    pending_tail = &pending_head;
+}
+
+/* cudaDeviceReset: the context is destroyed (CUPTI says so first), its work
+ * dropped, its pinned allocations freed (unreadable), its registrations forgotten; the
+ * next use gets a new context behind the same pointer, with a new id. */
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    if (dev != 0)
+        RET("cuDevicePrimaryCtxReset_v2", CUDA_ERROR_INVALID_DEVICE);
+    fire_resource(CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, NULL);
+    pthread_mutex_lock(&dev_lock);
+    drop_all_work();
+    while (host_ranges) {
+        host_range *r = host_ranges;
+        host_ranges = r->next;
+        if (!r->registered)      /* freed: reading it faults (kept inaccessible, never reused) */
+            mprotect(r->p, r->n, PROT_NONE);
+        free(r);
+    }
+    atomic_fetch_add(&ctx_uid, 1);
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
     if (dev != 0)
@@ -776,7 +923,7 @@ CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *id)
         ctx = current_ctx();
     if (ctx != CTX)
         RET("cuCtxGetId", CUDA_ERROR_INVALID_CONTEXT);
-    *id = 1;
+    *id = atomic_load(&ctx_uid);
     return CUDA_SUCCESS;
 }
 
@@ -876,6 +1023,7 @@ typedef struct {
     const void *params;
     fake_stream *s;
     CUstreamCaptureMode mode;
+    CUgraph *graph_out;
 } capture_arg;
 
 static CUresult begin_capture_body(void *a)
@@ -890,6 +1038,8 @@ static CUresult begin_capture_body(void *a)
         rc = CUDA_ERROR_ILLEGAL_STATE;
     else {
         c->s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        c->s->cap_origin = c->s;
+        c->s->cap_id = next_capture_id++;
         c->s->cap_head = c->s->cap_tail = NULL;
     }
     pthread_mutex_unlock(&dev_lock);
@@ -903,7 +1053,7 @@ static CUresult begin_capture(CUpti_CallbackId cbid, const char *api, CUstream h
     if (!s || s == &legacy_stream)
         RET(api, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     cuStreamBeginCapture_v2_params p = {h, mode};
-    capture_arg a = {&p, s, mode};
+    capture_arg a = {&p, s, mode, NULL};
     return traced(cbid, api, &p, NULL, begin_capture_body, &a);
 }
 
@@ -919,25 +1069,71 @@ CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream h, CUstreamCaptureMode mo
                          "cuStreamBeginCapture_v2_ptsz", h, mode);
 }
 
+/* Ends the capture of its origin stream: every stream that joined it stops
+ * capturing too (the real driver demands that they rejoined first). */
+static CUresult end_capture_body(void *a)
+{
+    capture_arg *c = a;
+    fake_stream *s = c->s;
+    pthread_mutex_lock(&dev_lock);
+    int st = s->capture;
+    if (st != CU_STREAM_CAPTURE_STATUS_NONE && s->cap_origin != s) {
+        pthread_mutex_unlock(&dev_lock);
+        return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;      /* not the origin stream */
+    }
+    op *ops = s->cap_head;
+    for (fake_stream *o = all_streams; o; o = o->next_all)
+        if (o->cap_origin == s) {
+            o->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+            o->cap_origin = NULL;
+        }
+    s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    s->cap_head = s->cap_tail = NULL;
+    pthread_mutex_unlock(&dev_lock);
+    if (st == CU_STREAM_CAPTURE_STATUS_NONE)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    if (st == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    fake_graph *g = calloc(1, sizeof *g);
+    g->magic = MAGIC_GRAPH;
+    g->ops = ops;
+    *c->graph_out = (CUgraph)(void *)g;
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *phGraph)
 {
     fake_stream *s = resolve(h);
     if (!s)
         RET("cuStreamEndCapture", CUDA_ERROR_INVALID_HANDLE);
+    cuStreamEndCapture_params p = {h, phGraph};
+    capture_arg a = {&p, s, 0, phGraph};
+    return traced(CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture, "cuStreamEndCapture", &p, NULL,
+                  end_capture_body, &a);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status,
+                                        cuuint64_t *id, CUgraph *graph,
+                                        const CUgraphNode **deps, const CUgraphEdgeData **edges,
+                                        size_t *n_deps)
+{
+    fake_stream *s = resolve(h);
+    if (!s || !status)
+        RET("cuStreamGetCaptureInfo_v3", s ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE);
     pthread_mutex_lock(&dev_lock);
-    int st = s->capture;
-    op *ops = s->cap_head;
-    s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    s->cap_head = s->cap_tail = NULL;
+    *status = (CUstreamCaptureStatus)s->capture;
+    if (id)
+        *id = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && s->cap_origin ?
+                  s->cap_origin->cap_id : 0;
     pthread_mutex_unlock(&dev_lock);
-    if (st == CU_STREAM_CAPTURE_STATUS_NONE)
-        RET("cuStreamEndCapture", CUDA_ERROR_ILLEGAL_STATE);
-    if (st == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
-        RET("cuStreamEndCapture", CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
-    fake_graph *g = calloc(1, sizeof *g);
-    g->magic = MAGIC_GRAPH;
-    g->ops = ops;
-    *phGraph = (CUgraph)(void *)g;
+    if (graph)
+        *graph = NULL;
+    if (deps)
+        *deps = NULL;
+    if (edges)
+        *edges = NULL;
+    if (n_deps)
+        *n_deps = 0;
     return CUDA_SUCCESS;
 }
 
@@ -948,25 +1144,67 @@ CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phExec, CUgraph g, unsigned lon
     if (!g || ((fake_graph *)g)->magic != MAGIC_GRAPH)
         RET("cuGraphInstantiateWithFlags", CUDA_ERROR_INVALID_VALUE);
     *phExec = (CUgraphExec)(void *)g;      /* the graph is its own executable */
+    CUpti_GraphData gd;
+    memset(&gd, 0, sizeof gd);
+    gd.graph = g;
+    gd.graphExec = *phExec;
+    fire_resource(CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, &gd);
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuGraphDestroy(CUgraph g) { (void)g; return CUDA_SUCCESS; }
-CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec g) { (void)g; return CUDA_SUCCESS; }
+/* The graph is its own executable in the fake: kept, only CUPTI is told. */
+CUresult CUDAAPI cuGraphDestroy(CUgraph g)
+{
+    CUpti_GraphData gd;
+    memset(&gd, 0, sizeof gd);
+    gd.graph = g;
+    fire_resource(CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING, &gd);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec e)
+{
+    CUpti_GraphData gd;
+    memset(&gd, 0, sizeof gd);
+    gd.graphExec = e;
+    fire_resource(CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING, &gd);
+    return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags);
 
-static CUresult nothing_body(void *a) { (void)a; return CUDA_SUCCESS; }
+typedef struct {
+    fake_stream *s;
+    fake_event *e;
+} wait_arg;
+
+/* A stream waiting for an event recorded in a capturing stream joins that
+ * capture (fork); otherwise the fake orders nothing: streams of this device
+ * are drained on demand. */
+static CUresult wait_event_body(void *a)
+{
+    wait_arg *w = a;
+    pthread_mutex_lock(&dev_lock);
+    fake_stream *origin = w->e && w->e->magic == MAGIC_EVENT ? w->e->cap_origin : NULL;
+    if (origin && origin->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE &&
+        w->s->capture == CU_STREAM_CAPTURE_STATUS_NONE && w->s != &legacy_stream) {
+        w->s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        w->s->cap_origin = origin;
+    }
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags)
 {
     cuStreamWaitEvent_params p = {h, ev, flags};
-    if (!resolve(h))
+    fake_stream *s = resolve(h);
+    if (!s)
         RET("cuStreamWaitEvent", CUDA_ERROR_INVALID_HANDLE);
-    /* Traced (cuda_debug watches it as a possible capture join); the fake
-     * orders nothing: streams of this device are drained on demand. */
+    wait_arg w = {s, (fake_event *)ev};
+    /* Traced: cuda_debug watches it as a possible capture join. */
     return traced(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent, "cuStreamWaitEvent", &p, NULL,
-                  nothing_body, NULL);
+                  wait_event_body, &w);
 }
 
 /* ------------------------------------------------ driver: launches ----- */
@@ -1018,25 +1256,20 @@ static CUresult launch_body(void *a)
         if (L->kernelParams && L->kernelParams[0] && strstr(L->fn->name, "spin") &&
             o->cfg->code == 0)
             o->extra_ns = *(long long *)L->kernelParams[0];   /* spin(ns) */
+        if (L->kernelParams && !strcmp(L->fn->name, "cd_graph_marker")) {
+            /* cuda_debug's marker kernel (csrc/capture/graph_markers.c): stores v at p */
+            o->addr = (volatile uint32_t *)(uintptr_t)*(CUdeviceptr *)L->kernelParams[0];
+            o->value = *(uint32_t *)L->kernelParams[1];
+        }
     }
     pthread_mutex_lock(&dev_lock);
-    if (L->s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && !L->graph) {
-        o->next = NULL;                    /* recorded into the graph, not run */
-        if (L->s->cap_tail)
-            L->s->cap_tail->next = o;
-        else
-            L->s->cap_head = o;
-        L->s->cap_tail = o;
-        atomic_fetch_add(&st_captured, 1);
-    } else if (L->s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
-        free(o);
-        pthread_mutex_unlock(&dev_lock);
-        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    } else {
+    int captured = L->graph ? 0 : capture_append(L->s, o);   /* o is freed on -1 */
+    if (captured > 0)
+        atomic_fetch_add(&st_captured, 1);    /* recorded into the graph, not run */
+    else if (!captured)
         enqueue(L->s, o);
-    }
     pthread_mutex_unlock(&dev_lock);
-    return CUDA_SUCCESS;
+    return captured < 0 ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
 }
 
 static void fill_launch(launch_arg *L, CUfunction f, CUstream h, unsigned gx, unsigned gy,
@@ -1255,19 +1488,33 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUs
     o->value = v;
     o->count = n;
     pthread_mutex_lock(&dev_lock);
-    enqueue(s, o);
+    if (refuse_capture_memset && s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        pthread_mutex_unlock(&dev_lock);
+        free(o);
+        RET("cuMemsetD32Async", CUDA_ERROR_INVALID_VALUE);
+    }
+    int captured = capture_append(s, o);
+    if (!captured)
+        enqueue(s, o);
     pthread_mutex_unlock(&dev_lock);
-    return CUDA_SUCCESS;
+    return captured < 0 ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 {
     (void)flags;
     ALIVE("cuMemHostAlloc");
-    void *p = NULL;
-    if (posix_memalign(&p, 4096, size ? size : 1) != 0)
+    size_t n = size ? size : 1;
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
         RET("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY);
-    memset(p, 0, size);
+    host_range *r = calloc(1, sizeof *r);
+    r->p = p;
+    r->n = n;
+    pthread_mutex_lock(&dev_lock);
+    r->next = host_ranges;
+    host_ranges = r;
+    pthread_mutex_unlock(&dev_lock);
     *pp = p;
     return CUDA_SUCCESS;
 }
@@ -1280,11 +1527,71 @@ CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned
     return CUDA_SUCCESS;
 }
 
+/* Forget the range starting at p (dev_lock held); returns it, unlinked, or NULL. */
+static host_range *unlink_range(const void *p, int registered)
+{
+    for (host_range **r = &host_ranges; *r; r = &(*r)->next)
+        if ((*r)->p == p && (*r)->registered == registered) {
+            host_range *found = *r;
+            *r = found->next;
+            return found;
+        }
+    return NULL;
+}
+
 CUresult CUDAAPI cuMemFreeHost(void *p)
 {
     ALIVE("cuMemFreeHost");
-    free(p);
+    pthread_mutex_lock(&dev_lock);
+    host_range *r = unlink_range(p, 0);
+    pthread_mutex_unlock(&dev_lock);
+    if (!r)
+        RET("cuMemFreeHost", CUDA_ERROR_INVALID_VALUE);
+    munmap(r->p, r->n);
+    free(r);
     return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostRegister(void *p, size_t n, unsigned int flags)
+{
+    (void)flags;
+    ALIVE("cuMemHostRegister_v2");
+    if (!p || !n)
+        RET("cuMemHostRegister_v2", CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&dev_lock);
+    for (host_range *r = host_ranges; r; r = r->next)
+        if ((char *)p < r->p + r->n && r->p < (char *)p + n) {
+            pthread_mutex_unlock(&dev_lock);
+            RET("cuMemHostRegister_v2", CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+        }
+    host_range *r = calloc(1, sizeof *r);
+    r->p = p;
+    r->n = n;
+    r->registered = 1;
+    r->next = host_ranges;
+    host_ranges = r;
+    pthread_mutex_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+    pthread_mutex_lock(&dev_lock);
+    host_range *r = unlink_range(p, 1);
+    pthread_mutex_unlock(&dev_lock);
+    if (!r)
+        RET("cuMemHostUnregister", CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+    free(r);
+    return CUDA_SUCCESS;
+}
+
+/* Is [a, a+n) inside pinned memory the context knows? (dev_lock held) */
+static int host_mapped(uintptr_t a, size_t n)
+{
+    for (host_range *r = host_ranges; r; r = r->next)
+        if (a >= (uintptr_t)r->p && a + n <= (uintptr_t)r->p + r->n)
+            return 1;
+    return 0;
 }
 
 CUresult CUDAAPI cuStreamWriteValue32(CUstream h, CUdeviceptr addr, cuuint32_t value,
@@ -1300,13 +1607,17 @@ CUresult CUDAAPI cuStreamWriteValue32(CUstream h, CUdeviceptr addr, cuuint32_t v
     o->addr = (volatile uint32_t *)(uintptr_t)addr;
     o->value = value;
     pthread_mutex_lock(&dev_lock);
-    if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-        free(o);                            /* would be a graph node: not modelled */
-    } else {
-        enqueue(s, o);
+    if (!host_mapped((uintptr_t)addr, sizeof(uint32_t))) {
+        /* freed (a reset) or never mapped: the real driver refuses it */
+        pthread_mutex_unlock(&dev_lock);
+        free(o);
+        RET("cuStreamWriteValue32_v2", CUDA_ERROR_INVALID_VALUE);
     }
+    int captured = capture_append(s, o);
+    if (!captured)
+        enqueue(s, o);
     pthread_mutex_unlock(&dev_lock);
-    return CUDA_SUCCESS;
+    return captured < 0 ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
 }
 
 /* ------------------------------------------------ driver: events ------- */
@@ -1334,9 +1645,15 @@ CUresult CUDAAPI cuEventRecord(CUevent h, CUstream hs)
     o->kind = OP_EVENT;
     o->ev = e;
     pthread_mutex_lock(&dev_lock);
-    e->stream = s;
-    e->done = 0;
-    enqueue(s, o);
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        e->cap_origin = s->cap_origin;      /* a join point of the capture, not run */
+        free(o);
+    } else {
+        e->cap_origin = NULL;
+        e->stream = s;
+        e->done = 0;
+        enqueue(s, o);
+    }
     pthread_mutex_unlock(&dev_lock);
     return CUDA_SUCCESS;
 }
@@ -1415,28 +1732,12 @@ CUresult CUDAAPI cuLogsUnregisterCallback(CUlogsCallbackHandle h)
 FAKE_EXPORT void fake_reset(void)
 {
     pthread_mutex_lock(&dev_lock);
-    for (fake_stream *s = all_streams; s; s = s->next_all) {
-        while (s->running)
-            pthread_cond_wait(&dev_cv, &dev_lock);
-        while (s->head) {
-            op *o = s->head;
-            s->head = o->next;
-            free(o);
-        }
-        s->tail = NULL;
-        s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
-        s->cap_head = s->cap_tail = NULL;
-    }
-    sticky = 0;
-    while (pending_head) {
-        pending_print *p = pending_head;
-        pending_head = p->next;
-        free(p);
-    }
-    pending_tail = &pending_head;
+    drop_all_work();
     configs = NULL;                          /* leaked on purpose: ops may point at them */
     memset(refused, 0, sizeof refused);
     cupti_fail_when_dead = 1;
+    refuse_resource = 0;
+    refuse_capture_memset = 0;
     pthread_mutex_unlock(&dev_lock);
 }
 
@@ -1632,14 +1933,21 @@ FAKE_EXPORT int fake_ctx_sync(void)
 
 FAKE_EXPORT int fake_begin_capture(uintptr_t stream)
 {
-    return (int)cuStreamBeginCapture((CUstream)stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    cuCtxPushCurrent(CTX);            /* as the runtime has it, current */
+    CUresult rc = cuStreamBeginCapture((CUstream)stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    CUcontext c;
+    cuCtxPopCurrent(&c);
+    return (int)rc;
 }
 
 /* End the capture and instantiate: *exec_out is the graph to fake_graph_launch. */
 FAKE_EXPORT int fake_end_capture(uintptr_t stream, uintptr_t *exec_out)
 {
     CUgraph g = NULL;
+    CUcontext c;
+    cuCtxPushCurrent(CTX);
     CUresult rc = cuStreamEndCapture((CUstream)stream, &g);
+    cuCtxPopCurrent(&c);
     if (rc)
         return (int)rc;
     CUgraphExec e = NULL;
@@ -1656,6 +1964,61 @@ FAKE_EXPORT int fake_graph_launch(uintptr_t exec, uintptr_t stream)
     CUcontext c;
     cuCtxPopCurrent(&c);
     return (int)rc;
+}
+
+/* cuDevicePrimaryCtxReset(0), what cudaDeviceReset does. */
+FAKE_EXPORT int fake_primary_ctx_reset(void) { return (int)cuDevicePrimaryCtxReset(0); }
+
+/* The primary context's id now (cuCtxGetId). */
+FAKE_EXPORT unsigned fake_ctx_uid(void) { return atomic_load(&ctx_uid); }
+
+/* cuMemsetD32Async refused (INVALID_VALUE) on a capturing stream. */
+FAKE_EXPORT void fake_refuse_capture_memset(int on) { refuse_capture_memset = on != 0; }
+
+/* CUPTI: refuse to enable resource-domain callbacks (an older CUPTI). */
+FAKE_EXPORT void fake_refuse_resource(int on) { refuse_resource = on != 0; }
+
+/* Events, for fork/join capture: create, record on a stream, make a stream wait. */
+FAKE_EXPORT uintptr_t fake_event_create(void)
+{
+    CUevent e = NULL;
+    return cuEventCreate(&e, 0) == CUDA_SUCCESS ? (uintptr_t)e : 0;
+}
+
+FAKE_EXPORT int fake_event_record(uintptr_t ev, uintptr_t stream)
+{
+    return (int)cuEventRecord((CUevent)ev, (CUstream)stream);
+}
+
+FAKE_EXPORT int fake_stream_wait_event(uintptr_t stream, uintptr_t ev)
+{
+    cuCtxPushCurrent(CTX);
+    CUresult rc = cuStreamWaitEvent((CUstream)stream, (CUevent)ev, 0);
+    CUcontext c;
+    cuCtxPopCurrent(&c);
+    return (int)rc;
+}
+
+FAKE_EXPORT int fake_graph_exec_destroy(uintptr_t exec) { return (int)cuGraphExecDestroy((CUgraphExec)exec); }
+FAKE_EXPORT int fake_graph_destroy(uintptr_t graph) { return (int)cuGraphDestroy((CUgraph)graph); }
+
+/* What a graph holds, by kind: out[0] kernels, out[1] stream writes, out[2] memsets. */
+FAKE_EXPORT int fake_graph_ops(uintptr_t exec, int *out)
+{
+    fake_graph *g = (fake_graph *)exec;
+    out[0] = out[1] = out[2] = 0;
+    if (!g || g->magic != MAGIC_GRAPH)
+        return -1;
+    pthread_mutex_lock(&dev_lock);
+    for (const op *o = g->ops; o; o = o->next)
+        if (o->kind == OP_KERNEL)
+            out[0]++;
+        else if (o->kind == OP_WRITE32)
+            out[1]++;
+        else if (o->kind == OP_MEMSET32)
+            out[2]++;
+    pthread_mutex_unlock(&dev_lock);
+    return 0;
 }
 
 /* The capture status of `stream` (CUstreamCaptureStatus), or -CUresult. */

@@ -93,3 +93,14 @@ CUptiResult CUPTIAPI cuptiGetDeviceId(CUcontext context, uint32_t *deviceId)
     *deviceId = 0;
     return CUPTI_SUCCESS;
 }
+
+CUptiResult CUPTIAPI cuptiGetContextId(CUcontext context, uint32_t *contextId)
+{
+    if (!contextId)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    unsigned id = fakecuda_ctx_uid(context);
+    if (!id)
+        return CUPTI_ERROR_INVALID_CONTEXT;
+    *contextId = id;
+    return CUPTI_SUCCESS;
+}
