@@ -371,7 +371,8 @@ def _lib_line(lib: Optional[dict]) -> str:
 
 def _doctor_text(d: dict) -> str:
     rows = [("cuda_debug", "%s, Python %s (%s)" % (d["cuda_debug"], d["python"], d["executable"])),
-            ("built with", "CUDA %s headers, CUPTI %s" % (d["cuda_headers"], d["cupti_headers"]))]
+            ("built with", "CUDA %s headers, CUPTI %s" % (d["cuda_headers"], d["cupti_headers"])),
+            ("frame reader", d["frame_reader"])]
     drv = d["driver"] or "?"
     if d["libcuda"]["found"]:
         rows.append(("driver", "%s, supports CUDA %s" % (drv, d.get("driver_cuda") or "?")))

@@ -172,7 +172,7 @@ def full(probe_cupti: bool = True) -> dict:
     d.update(cuda_debug=__version__, python=platform.python_version(),
              executable=sys.executable, platform=platform.platform(),
              toolkits=_libraries._cuda_roots(), frameworks=frameworks(),
-             pathfinder=_libraries.pathfinder_version())
+             pathfinder=_libraries.pathfinder_version(), frame_reader=_core.FRAME_READER)
     d["init"] = None
     d["devices"] = []
     d["cupti"] = d["cublas"] = None

@@ -10,6 +10,8 @@ and handed to the C core before the first scope or watch opens.
     CUDA_DEBUG_WATCH_OPS=0|1       watch() records each launch's PyTorch op and input
                                    shapes, as watch(ops=True) (default 0)
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
+    CUDA_DEBUG_TEST_FRAME_READER=none  tests only: run as if this Python had no frame
+                                   reader (read by the C core when it is imported)
 
 An unknown name or value is warned about at import, naming the valid ones, and
 the default is used.
@@ -28,7 +30,7 @@ _CHOICES = {
     "CUDA_DEBUG_CAPTURE_CHECK": (_BOOL, True),
     "CUDA_DEBUG_WATCH_OPS": (_BOOL, False),
 }
-_FREE = ("CUDA_DEBUG_COMMIT",)
+_FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER")
 
 
 class Options(NamedTuple):

@@ -69,6 +69,15 @@ const char *cd_reader_python(void);    /* the running Python, "3.14" */
 void *cd_reader_first(void);
 void *cd_reader_next(void *frame);
 struct _object *cd_reader_code(void *frame, int *lasti);
+/* The same, a batch at a time (the launch callback's walk: one call, not
+ * three, per frame): up to max Python frames from *cursor on (a frame from
+ * cd_reader_first), innermost first; *cursor becomes the frame to go on
+ * from, NULL once the outermost was read. Returns the count. */
+typedef struct {
+    struct _object *code;
+    int lasti;
+} cd_pyframe;
+int cd_reader_frames(void **cursor, cd_pyframe *out, int max);
 /* The line of instruction `lasti` of a code object, from its line table
  * (immutable; PyCode_Addr2Line may read instrumentation data another thread
  * is writing). -1: no line. */

@@ -109,15 +109,15 @@ int cd_reader_line(struct _object *code_obj, int lasti)
 
 #if defined(CD_READER_FRAMEOBJECT)
 
-void *cd_reader_first(void)
+static inline void *rd_first(void)
 {
     PyThreadState *ts = PyGILState_GetThisThreadState();
-    return ts ? ts->frame : NULL;
+    return ts && reader_ok ? ts->frame : NULL;
 }
 
-void *cd_reader_next(void *f) { return ((PyFrameObject *)f)->f_back; }
+static inline void *rd_next(void *f) { return ((PyFrameObject *)f)->f_back; }
 
-struct _object *cd_reader_code(void *fp, int *lasti)
+static inline PyObject *rd_code(void *fp, int *lasti)
 {
     PyFrameObject *f = fp;
     *lasti = f->f_lasti < 0 ? 0 : f->f_lasti;
@@ -126,17 +126,17 @@ struct _object *cd_reader_code(void *fp, int *lasti)
 
 #elif defined(CD_READER_INTERNAL)
 
-void *cd_reader_first(void)
+static inline void *rd_first(void)
 {
     PyThreadState *ts = PyGILState_GetThisThreadState();
-    return ts && ts->cframe ? ts->cframe->current_frame : NULL;
+    return ts && ts->cframe && reader_ok ? ts->cframe->current_frame : NULL;
 }
 
-void *cd_reader_next(void *f) { return ((_PyInterpreterFrame *)f)->previous; }
+static inline void *rd_next(void *f) { return ((_PyInterpreterFrame *)f)->previous; }
 
 /* NULL for frames that run no Python code yet (C-stack shims, frames still
  * being set up). */
-struct _object *cd_reader_code(void *fp, int *lasti)
+static inline PyObject *rd_code(void *fp, int *lasti)
 {
     _PyInterpreterFrame *f = fp;
 #  if PY_VERSION_HEX >= 0x030C0000
@@ -421,15 +421,15 @@ static inline void *load_ptr(const void *base, uint64_t off)
     return p;
 }
 
-void *cd_reader_first(void)
+static inline void *rd_first(void)
 {
     PyThreadState *ts = PyGILState_GetThisThreadState();
     return ts && reader_ok ? load_ptr(ts, tv.ts_current_frame) : NULL;
 }
 
-void *cd_reader_next(void *f) { return load_ptr(f, tv.fr_previous); }
+static inline void *rd_next(void *f) { return load_ptr(f, tv.fr_previous); }
 
-struct _object *cd_reader_code(void *f, int *lasti)
+static inline PyObject *rd_code(void *f, int *lasti)
 {
     int owner = *((const char *)f + tv.fr_owner);
     if (owner >= tv.foreign_owner || owner < 0)
@@ -545,9 +545,9 @@ static const char *self_test(char *why, size_t cap)
 #else  /* no table before 3.13 */
 
 #  if !defined(CD_READER_INTERNAL) && !defined(CD_READER_FRAMEOBJECT)
-void *cd_reader_first(void) { return NULL; }
-void *cd_reader_next(void *f) { (void)f; return NULL; }
-struct _object *cd_reader_code(void *f, int *lasti) { (void)f; (void)lasti; return NULL; }
+static inline void *rd_first(void) { return NULL; }
+static inline void *rd_next(void *f) { (void)f; return NULL; }
+static inline PyObject *rd_code(void *f, int *lasti) { (void)f; (void)lasti; return NULL; }
 #  endif
 size_t cd_reader_live_table(const void **table)
 {
@@ -564,6 +564,31 @@ int cd_reader_check_table(const void *table, size_t n, unsigned long running,
 }
 
 #endif
+
+/* ---------------------------------------------------------- the interface -- */
+
+void *cd_reader_first(void) { return rd_first(); }
+void *cd_reader_next(void *f) { return rd_next(f); }
+struct _object *cd_reader_code(void *f, int *lasti) { return rd_code(f, lasti); }
+
+/* The hot path's walk: one call per batch of frames, the reader inlined. */
+int cd_reader_frames(void **cursor, cd_pyframe *out, int max)
+{
+    void *f = *cursor;
+    int n = 0;
+    while (f && n < max) {
+        int lasti = 0;
+        PyObject *code = rd_code(f, &lasti);
+        if (code) {
+            out[n].code = code;
+            out[n].lasti = lasti;
+            n++;
+        }
+        f = rd_next(f);
+    }
+    *cursor = f;
+    return n;
+}
 
 const char *cd_reader_init(const char *force)
 {

@@ -280,18 +280,19 @@ int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
     if (max <= 0)
         return 0;
     void *f = cd_reader_first();
-    int n = 0, depth = 0, skipped = 0;
+    cd_pyframe batch[16];
+    int n = 0, depth = 0, skipped = 0, want = 4;   /* most walks end at the first few */
     while (f && depth < 256) {
-        int offset = 0;
-        PyCodeObject *code = (PyCodeObject *)cd_reader_code(f, &offset);
-        if (code) {
+        int got = cd_reader_frames(&f, batch, want);
+        want = 16;
+        for (int b = 0; b < got; b++) {
+            PyCodeObject *code = (PyCodeObject *)batch[b].code;
+            int offset = batch[b].lasti;
             if (n < max - (to_user ? 1 : 0)) {
                 uint32_t id = intern_location(code, offset);
                 ids[n++] = id;
-                if (to_user && id && locs[id].kind == CD_LOC_USER)
-                    break;
-                if (!to_user && n == max)
-                    break;
+                if ((to_user && id && locs[id].kind == CD_LOC_USER) || (!to_user && n == max))
+                    return n;
             } else if (to_user && code_kind(code) == CD_LOC_USER) {
                 ids[n++] = intern_location(code, offset);   /* the user frame */
                 *complete = skipped ? -1 : 0;
@@ -299,11 +300,9 @@ int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
             } else {
                 skipped++;
             }
-            depth++;
-            if (to_user && depth >= 64)
-                break;
+            if (++depth >= (to_user ? 64 : 256))
+                return n;
         }
-        f = cd_reader_next(f);
     }
     if (!f)
         *complete = 1;

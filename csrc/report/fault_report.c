@@ -228,7 +228,13 @@ static void put_location(out_t *o, const uint32_t *ids, int n, int complete)
     if (pick < 0 && n > 0)
         pick = 0;
     if (pick < 0 || cd_location_get(ids[pick], &loc) != 0) {
-        puts_(o, "  launched from no Python frame (a framework thread, or C code)\n");
+        if (!cd_reader_ok()) {
+            puts_(o, "  no frame reader for this Python (");
+            puts_(o, cd_reader_python());
+            puts_(o, ")\n");
+        } else {
+            puts_(o, "  launched from no Python frame (a framework thread, or C code)\n");
+        }
         return;
     }
     const char *file = cd_interned(loc.file), *func = cd_interned(loc.func);
