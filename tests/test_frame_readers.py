@@ -372,3 +372,18 @@ def test_doctor_names_the_reader():
         d = json.loads(subprocess.run([sys.executable, "-m", "cuda_debug", "doctor", "--json"],
                                       env=e, capture_output=True, text=True, timeout=120).stdout)
         assert d["frame_reader"] == want
+
+
+def test_doctor_says_a_free_threaded_build_got_its_gil_back():
+    """No free-threaded interpreter here: the row from the facts doctor gathers."""
+    import re
+    from cuda_debug import _cli, _environment
+    d = _environment.full(probe_cupti=False)
+    assert d["free_threaded"] == bool(__import__("sysconfig").get_config_var("Py_GIL_DISABLED"))
+    d.update(verdict="-", ok=True, free_threaded=False)
+    assert "free-threaded" not in _cli._doctor_text(d)
+    d.update(free_threaded=True, gil_enabled=True)
+    assert re.search(r"^free-threaded\s+GIL re-enabled: cuda_debug._core does not declare itself "
+                     r"safe without it$", _cli._doctor_text(d), re.M)
+    d.update(gil_enabled=False)
+    assert re.search(r"^free-threaded\s+GIL disabled \(PYTHON_GIL=0\)", _cli._doctor_text(d), re.M)
