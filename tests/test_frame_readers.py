@@ -30,7 +30,8 @@ EXPECTED_READER = {
 
 def test_the_reader_for_this_python_is_chosen():
     name = EXPECTED_READER
-    if getattr(sys, "_is_gil_enabled", None) and "free-threading" in sys.version:
+    import sysconfig
+    if TABLE and sysconfig.get_config_var("Py_GIL_DISABLED"):
         name += " (free-threaded)"
     assert _core.FRAME_READER == name
     assert _core.FRAMES_SUPPORTED == 1
