@@ -317,6 +317,73 @@ static PyObject *py_file_kind(PyObject *self, PyObject *arg)
     return PyLong_FromLong(kind);
 }
 
+/* _check_debug_offsets(table) -> None, or why the frame reader would refuse
+ * this copy of _Py_DebugOffsets (tests feed it corrupted copies). */
+static PyObject *py__check_debug_offsets(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "_check_debug_offsets() takes bytes");
+        return NULL;
+    }
+#if PY_VERSION_HEX >= 0x030B0000
+    unsigned long running = Py_Version;
+#else
+    unsigned long running = PY_VERSION_HEX;
+#endif
+    char why[160];
+    if (cd_reader_check_table(PyBytes_AS_STRING(arg), (size_t)PyBytes_GET_SIZE(arg), running,
+                              NULL, why, sizeof why) == 0)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(why);
+}
+
+/* _debug_offsets() -> the live _Py_DebugOffsets, as many bytes as the reader
+ * reads (this version's layout), or None (before 3.13, or no layout). */
+static PyObject *py__debug_offsets(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    const void *t;
+    size_t n = cd_reader_live_table(&t);
+    if (!t || !n)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(t, (Py_ssize_t)n);
+}
+
+/* _line_of(code, lasti) -> the line frames.c records for instruction lasti
+ * (code units) of a code object (tests compare it with co_lines()). */
+static PyObject *py__line_of(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *code;
+    int lasti;
+    if (!PyArg_ParseTuple(args, "O!i", &PyCode_Type, &code, &lasti))
+        return NULL;
+    return PyLong_FromLong(cd_reader_line(code, lasti));
+}
+
+/* _frame_walk() -> [(code, lasti)] of the calling thread, innermost first,
+ * as the launch callback reads them (tests compare it with sys._getframe). */
+static PyObject *py__frame_walk(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    PyObject *out = PyList_New(0);
+    int depth = 0;
+    for (void *f = cd_reader_first(); out && f && depth < 1024; f = cd_reader_next(f), depth++) {
+        int lasti = 0;
+        PyObject *code = cd_reader_code(f, &lasti);
+        if (!code)
+            continue;
+        PyObject *item = Py_BuildValue("(Oi)", code, lasti);
+        if (!item || PyList_Append(out, item) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+    return out;
+}
+
 /* ---------------------------------------------------------- scope handle -- */
 
 /* A scope or watch held open; close() (or being freed unclosed, e.g. when a
@@ -932,6 +999,10 @@ static PyMethodDef core_methods[] = {
     METH(file_kind, METH_O, "file_kind(filename) -> LOC_USER | LOC_LIBRARY | LOC_PSEUDO"),
     METH(code_kind, METH_O, "code_kind(code) -> LOC_USER | LOC_LIBRARY | LOC_PSEUDO | "
                             "LOC_COMPILED"),
+    METH(_check_debug_offsets, METH_O, "tests: why a _Py_DebugOffsets copy is refused, or None"),
+    METH(_debug_offsets, METH_NOARGS, "tests: the live _Py_DebugOffsets bytes the reader reads"),
+    METH(_line_of, METH_VARARGS, "tests: _line_of(code, lasti) -> line, from the line table"),
+    METH(_frame_walk, METH_NOARGS, "tests: [(code, lasti)] of this thread, through the reader"),
     METH(scope_open, METH_VARARGS, "scope_open(kind, all_threads) -> (status, Scope | code[, holder])"),
     METH(thread_state, METH_NOARGS, "this thread's scope state: +1 block, -1 opted out, 0"),
     METH(cupti_result_string, METH_O, "CUPTI result text"),
@@ -1016,6 +1087,14 @@ fail:
 static int core_exec(PyObject *m)
 {
     core_state *st = PyModule_GetState(m);
+    /* The frame reader, chosen once, here, from the importing thread (whose
+     * frames it is checked against); CUDA_DEBUG_TEST_FRAME_READER=none: as if
+     * this Python had none (tests). */
+    const char *force = getenv("CUDA_DEBUG_TEST_FRAME_READER");
+    const char *reader = cd_reader_init(force && !strcmp(force, "none")
+                                        ? "disabled by CUDA_DEBUG_TEST_FRAME_READER=none" : NULL);
+    if (PyModule_AddStringConstant(m, "FRAME_READER", reader) < 0)
+        return -1;
     st->scope_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &scope_spec, NULL);
     if (!st->scope_type || PyModule_AddType(m, st->scope_type) < 0)
         return -1;
@@ -1043,7 +1122,7 @@ static int core_exec(PyObject *m)
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         long v = ints[i].value;
         if (!strcmp(ints[i].name, "FRAMES_SUPPORTED"))
-            v = cd_frames_supported;
+            v = cd_reader_ok();
         if (PyModule_AddIntConstant(m, ints[i].name, v) < 0)
             return -1;
     }

@@ -607,7 +607,12 @@ def _lib_line(lib: Optional[dict]) -> str:
 
 def _doctor_text(d: dict) -> str:
     rows = [("cuda_debug", "%s, Python %s (%s)" % (d["cuda_debug"], d["python"], d["executable"])),
-            ("built with", "CUDA %s headers, CUPTI %s" % (d["cuda_headers"], d["cupti_headers"]))]
+            ("built with", "CUDA %s headers, CUPTI %s" % (d["cuda_headers"], d["cupti_headers"])),
+            ("frame reader", d["frame_reader"])]
+    if d.get("free_threaded"):
+        rows.append(("free-threaded", "GIL re-enabled: cuda_debug._core does not declare itself "
+                     "safe without it" if d["gil_enabled"] else
+                     "GIL disabled (PYTHON_GIL=0): cuda_debug._core was not made safe without it"))
     drv = d["driver"] or "?"
     if d["libcuda"]["found"]:
         rows.append(("driver", "%s, supports CUDA %s" % (drv, d.get("driver_cuda") or "?")))

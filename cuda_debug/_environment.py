@@ -16,6 +16,7 @@ import os
 import platform
 import re
 import sys
+import sysconfig
 from typing import Dict, List, Optional
 
 from . import _core, _libraries
@@ -172,7 +173,9 @@ def full(probe_cupti: bool = True) -> dict:
     d.update(cuda_debug=__version__, python=platform.python_version(),
              executable=sys.executable, platform=platform.platform(),
              toolkits=_libraries._cuda_roots(), frameworks=frameworks(),
-             pathfinder=_libraries.pathfinder_version())
+             pathfinder=_libraries.pathfinder_version(), frame_reader=_core.FRAME_READER,
+             free_threaded=bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+             gil_enabled=sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True)
     d["init"] = None
     d["devices"] = []
     d["cupti"] = d["cublas"] = None

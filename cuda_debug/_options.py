@@ -25,6 +25,8 @@ and handed to the C core before the first scope or watch opens.
                                    kernel node (kernel); 0: a replay is one launch, its
                                    nodes unnamed
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
+    CUDA_DEBUG_TEST_FRAME_READER=none  tests only: run as if this Python had no frame
+                                   reader (read by the C core when it is imported)
 
 An unknown name or value is warned about at import, naming the valid ones, and
 the default is used. The warning points at the line that imported cuda_debug.
@@ -50,7 +52,7 @@ _CHOICES = {
     "CUDA_DEBUG_GRAPH_MARKERS": (dict({k: int(v) for k, v in _BOOL.items()}, memop=1, kernel=2),
                                  1),
 }
-_FREE = ("CUDA_DEBUG_COMMIT",)
+_FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER")
 _OFF = ("", "0", "off", "no", "false")
 #: CUDA_DEBUG_DUMP_SIGNAL's values (and `dump --signal`'s): name -> number, 0 off
 DUMP_SIGNALS = {"sigusr1": _signal.SIGUSR1, "usr1": _signal.SIGUSR1,

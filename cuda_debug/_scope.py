@@ -18,6 +18,7 @@ import contextlib
 import functools
 import inspect
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, overload
 
 from . import (_core, _cuda_errors, _dispatch_fallback, _hangs, _libraries, _locations, _options,
@@ -248,6 +249,22 @@ class launch_blocking(_Region):
             self.enabled, ", all_threads=True" if self.all_threads else "")
 
 
+_no_reader_warned = False
+
+
+def _warn_once_if_no_frame_reader() -> None:
+    """watch() records each launch's line by reading the launching thread's
+    frames in C; where this Python has no reader for them, say so once."""
+    global _no_reader_warned
+    if _core.FRAMES_SUPPORTED or _no_reader_warned:
+        return
+    _no_reader_warned = True
+    warnings.warn("cuda_debug: no frame reader for this Python (%d.%d): %s: watch() reports "
+                  "will name the launching line only where the framework's exception carries it"
+                  % (sys.version_info[0], sys.version_info[1],
+                     _core.FRAME_READER.split(": ", 1)[-1]), RuntimeWarning, stacklevel=3)
+
+
 class watch(_Region):
     """Name the faulting kernel and its launching line while kernels keep
     running asynchronously: every thread, every stream, while the block (or
@@ -309,6 +326,7 @@ class watch(_Region):
         global _watch_epoch
         handle = _open(_core.SCOPE_WATCH, False, self._what, _locations.current_frame(1))
         self._handles.append(handle)
+        _warn_once_if_no_frame_reader()
         recorder = None
         if self.ops and "torch" in sys.modules and \
                 not isinstance(handle, _dispatch_fallback.DispatchScope):

@@ -33,7 +33,7 @@ ALLOWED = {
     "bench": {"base", "testing", "bench"},
     "module": {"base", "capture", "report", "hooks", "testing", "bench", "module"},
 }
-PYTHON_H_ALLOWED = {"module", "bench", "testing", "capture/frames.c"}
+PYTHON_H_ALLOWED = {"module", "bench", "testing", "capture/frames.c", "capture/frame_readers.c"}
 
 
 def _layer(rel):

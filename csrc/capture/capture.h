@@ -5,6 +5,8 @@
  *
  *   frames.c      the launching thread's Python frames, read without the GIL;
  *                 code locations interned once; the user-frame rule
+ *   frame_readers.c  the one frame reader for this Python (3.10 frame objects,
+ *                 3.11-3.12 internal frames, 3.13 on CPython's _Py_DebugOffsets)
  *   watch_ring.c  watch mode: the launch ring, completion markers, the
  *                 search for unfinished launches (host memory only); the
  *                 context table (slots keyed by context id)
@@ -64,7 +66,46 @@ int cd_file_kind(const char *file, size_t n);
 /* CD_LOC_* of a code object (a PyCodeObject *): its file's kind, or
  * CD_LOC_COMPILED. Safe without the GIL while the code object is alive. */
 int cd_code_kind(void *code);
-extern const int cd_frames_supported;
+
+/* ---------------------------------------------------- frame_readers.c -- */
+
+#define CD_CODE_UNIT_BYTES 2   /* sizeof(_Py_CODEUNIT), internal since 3.13 */
+struct _object;                /* PyObject */
+
+/* Choose the reader, once, at module exec (under the GIL, from the importing
+ * thread, whose frames it checks the reader against). `force` non-empty: no
+ * reader, with that reason (tests). Returns cd_reader_name(). */
+const char *cd_reader_init(const char *force);
+/* "3.12 internal frames", "_Py_DebugOffsets v3.14", or "none: why". */
+const char *cd_reader_name(void);
+int cd_reader_ok(void);                /* 1: frames can be read */
+const char *cd_reader_python(void);    /* the running Python, "3.14" */
+/* No GIL: the calling thread's innermost frame (NULL: none, or no reader),
+ * the next one out, and a frame's code object with the instruction offset in
+ * code units (-1 when it cannot be placed), NULL for frames that run no
+ * Python code (C-stack and interpreter shims, frames being set up). */
+void *cd_reader_first(void);
+void *cd_reader_next(void *frame);
+struct _object *cd_reader_code(void *frame, int *lasti);
+/* The same, a batch at a time (the launch callback's walk: one call, not
+ * three, per frame): up to max Python frames from *cursor on (a frame from
+ * cd_reader_first), innermost first; *cursor becomes the frame to go on
+ * from, NULL once the outermost was read. Returns the count. */
+typedef struct {
+    struct _object *code;
+    int lasti;
+} cd_pyframe;
+int cd_reader_frames(void **cursor, cd_pyframe *out, int max);
+/* The line of instruction `lasti` of a code object, from its line table
+ * (immutable; PyCode_Addr2Line may read instrumentation data another thread
+ * is writing). -1: no line. */
+int cd_reader_line(struct _object *code, int lasti);
+/* Tests: the checks on a copy of _Py_DebugOffsets (0, or -1 and why), the
+ * live table (its bytes for this version's layout, 0 where there is none). */
+int cd_reader_check_table(const void *table, size_t n, unsigned long running,
+                          void *view, char *why, size_t cap);
+size_t cd_reader_live_table(const void **table);
+size_t cd_reader_table_bytes(int minor);
 
 /* ------------------------------------------------------ stderr_tee.c -- */
 

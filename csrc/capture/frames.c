@@ -11,13 +11,13 @@
  * location: file name, function name, line number and kind (user or library
  * code), copied into the string arena (intern.c), so a record keeps 4-byte
  * ids that stay meaningful after the code object is gone. A hit costs a hash
- * probe per frame; a miss resolves the line with PyCode_Addr2Line (reads the
- * code object's line table) and copies the names.
+ * probe per frame; a miss resolves the line from the code object's line
+ * table (cd_reader_line) and copies the names.
  *
- * The frame layout is CPython-internal and changes per minor version: one
- * reader for 3.10 (PyFrameObject chain), 3.11-3.12 (tstate->cframe), 3.13
- * (tstate->current_frame). Other versions build with no reader: reports then
- * take the launching line from the framework's traceback only.
+ * The frame layout is CPython-internal and changes per minor version:
+ * frame_readers.c has the one reader for this Python (cd_reader_*). Where
+ * none applies, reports take the launching line from the framework's
+ * traceback only.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>           /* first: it sets the feature macros (_GNU_SOURCE) */
@@ -29,21 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
-#  ifndef Py_BUILD_CORE
-#    define Py_BUILD_CORE 1
-#  endif
-#  include "internal/pycore_frame.h"
-#  define CD_FRAMES 1
-#elif PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030B0000
-#  include <frameobject.h>
-#  define CD_FRAMES 1
-#else
-#  define CD_FRAMES 0
-#endif
-
-const int cd_frames_supported = CD_FRAMES;
 
 /* ------------------------------------------------------- configuration -- */
 
@@ -221,8 +206,6 @@ int cd_location_get(uint32_t id, cd_location *out)
     return 0;
 }
 
-#if CD_FRAMES
-
 static inline uint32_t loc_hash(uintptr_t code, int offset)
 {
     uint64_t h = ((uint64_t)code >> 4) * 0x9E3779B97F4A7C15ull ^ (uint64_t)offset * 0xC2B2AE3Du;
@@ -255,7 +238,7 @@ static uint32_t intern_location(PyCodeObject *code, int offset)
 #else
     size_t un = copy_unicode(code->co_name, func, sizeof func);
 #endif
-    int lineno = PyCode_Addr2Line(code, offset * (int)sizeof(_Py_CODEUNIT));
+    int lineno = cd_reader_line((PyObject *)code, offset);
     int kind = kind_of(code, file, fn);
     uint32_t file_id = cd_intern(file, fn), func_id = cd_intern(func, un);
 
@@ -324,72 +307,25 @@ static int code_kind(PyCodeObject *code)
 
 /* ----------------------------------------------------------- the walk -- */
 
-#if PY_VERSION_HEX >= 0x030B0000
-typedef _PyInterpreterFrame frame_t;
-
-static inline frame_t *first_frame(PyThreadState *ts)
-{
-#  if PY_VERSION_HEX >= 0x030D0000
-    return ts->current_frame;
-#  else
-    return ts->cframe ? ts->cframe->current_frame : NULL;
-#  endif
-}
-
-static inline frame_t *next_frame(frame_t *f) { return f->previous; }
-
-/* The frame's code object, or NULL for frames that are no Python code yet
- * (C-stack shims, frames still being set up). */
-static inline PyCodeObject *frame_code(frame_t *f, int *offset)
-{
-#  if PY_VERSION_HEX >= 0x030C0000
-    if (f->owner == FRAME_OWNED_BY_CSTACK)
-        return NULL;
-#  endif
-#  if PY_VERSION_HEX >= 0x030D0000
-    PyObject *ex = f->f_executable;
-    if (!ex || !PyCode_Check(ex))
-        return NULL;
-#  endif
-    if (_PyFrame_IsIncomplete(f))
-        return NULL;
-    *offset = _PyInterpreterFrame_LASTI(f);
-#  if PY_VERSION_HEX >= 0x030D0000
-    return (PyCodeObject *)ex;
-#  else
-    return f->f_code;
-#  endif
-}
-#else  /* 3.10 */
-typedef PyFrameObject frame_t;
-static inline frame_t *first_frame(PyThreadState *ts) { return ts->frame; }
-static inline frame_t *next_frame(frame_t *f) { return f->f_back; }
-static inline PyCodeObject *frame_code(frame_t *f, int *offset)
-{
-    *offset = f->f_lasti < 0 ? 0 : f->f_lasti;
-    return f->f_code;
-}
-#endif
-
 int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
 {
     *complete = 0;
-    PyThreadState *ts = PyGILState_GetThisThreadState();
-    if (!ts || max <= 0)
+    if (max <= 0)
         return 0;
-    frame_t *f = first_frame(ts);
-    int n = 0, depth = 0, skipped = 0;
+    void *f = cd_reader_first();
+    cd_pyframe batch[16];
+    int n = 0, depth = 0, skipped = 0, want = 4;   /* most walks end at the first few */
     while (f && depth < 256) {
-        int offset = 0, kind = CD_LOC_LIBRARY;
-        PyCodeObject *code = frame_code(f, &offset);
-        if (code) {
+        int got = cd_reader_frames(&f, batch, want);
+        want = 16;
+        for (int b = 0; b < got; b++) {
+            PyCodeObject *code = (PyCodeObject *)batch[b].code;
+            int offset = batch[b].lasti, kind = CD_LOC_LIBRARY;
             if (n < max - (to_user ? 1 : 0)) {
                 uint32_t id = intern_location(code, offset);
                 ids[n++] = id;
-                if (to_user && id && locs[id].kind == CD_LOC_USER)
-                    break;
-                if (!to_user && n == max)
-                    break;
+                if ((to_user && id && locs[id].kind == CD_LOC_USER) || (!to_user && n == max))
+                    return n;
             } else if (to_user && (kind = code_kind(code)) == CD_LOC_USER) {
                 ids[n++] = intern_location(code, offset);   /* the user frame */
                 *complete = skipped ? -1 : 0;
@@ -399,26 +335,11 @@ int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
                     ids[n - 1] = intern_location(code, offset);  /* names the compiled function */
                 skipped++;
             }
-            depth++;
-            if (to_user && depth >= 64)
-                break;
+            if (++depth >= (to_user ? 64 : 256))
+                return n;
         }
-        f = next_frame(f);
     }
     if (!f)
         *complete = 1;
     return n;
 }
-
-#else  /* no reader for this Python */
-
-int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
-{
-    (void)ids;
-    (void)max;
-    (void)to_user;
-    *complete = 0;
-    return 0;
-}
-
-#endif

@@ -159,11 +159,18 @@ void cd_out_location_as(cd_out *o, const char *verb, const uint32_t *ids, int n,
     if (pick < 0 && n > 0)
         pick = 0;
     cd_out_puts(o, "  ");
-    cd_out_puts(o, verb);
     if (pick < 0 || cd_location_get(ids[pick], &loc) != 0) {
-        cd_out_puts(o, " from no Python frame (a framework thread, or C code)\n");
+        if (!cd_reader_ok()) {
+            cd_out_puts(o, "no frame reader for this Python (");
+            cd_out_puts(o, cd_reader_python());
+            cd_out_puts(o, ")\n");
+        } else {
+            cd_out_puts(o, verb);
+            cd_out_puts(o, " from no Python frame (a framework thread, or C code)\n");
+        }
         return;
     }
+    cd_out_puts(o, verb);
     const char *file = cd_interned(loc.file), *func = cd_interned(loc.func);
     cd_out_puts(o, " at ");
     cd_out_puts(o, file ? file : "?");
