@@ -156,7 +156,7 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     wanted = {"setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", ".ci/run",
-              ".ci/check_aarch64.sh", ".ci/aarch64_known_errors"}
+              ".ci/check_aarch64.sh", ".ci/aarch64_known_errors", ".ci/install_without_toolkit.sh"}
     for folder, exts in (("csrc", (".c", ".h", ".cu", ".py", ".md")), ("cuda_debug", (".py",)),
                          ("tests", (".py",))):
         for d, _, files in os.walk(os.path.join(root, folder)):
@@ -164,6 +164,7 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
                        for f in files if f.endswith(exts) and "__pycache__" not in d}
     assert {"csrc/base/base.h", "csrc/testing/fault_kernels_ptx.h",
             "csrc/testing/fault_kernels.cu", "csrc/base/gen_cuda_errors.py", "csrc/README.md",
+            "csrc/base/cuda_api.h", "csrc/base/gen_cuda_api.py",
             "tests/conftest.py"} <= wanted
     assert not wanted - names, "missing from the sdist: %s" % sorted(wanted - names)
     assert not [n for n in names if n.endswith((".so", ".pyc", ".o"))]
