@@ -22,6 +22,7 @@ import sysconfig
 import pytest
 
 from conftest import need_source_tree
+from cuda12_wheel import cupti12  # noqa: F401  (fixture)
 
 
 def _load(name, path):
@@ -182,3 +183,22 @@ def test_csrc_reads_no_cuda_header():
         assert not cuda, "%s reads %s" % (rel, cuda)
         readers += "csrc/base/cuda_api.h" in deps
     assert readers >= len(sources) - 2, "cuda_api.h is read by %d of %d files" % (readers, len(sources))
+
+
+def test_cupti12_agrees_with_what_the_callback_reads(gen, real, probes, cupti12, tmp_path):
+    """CUDA 12's CUPTI headers (the nvidia-cuda-cupti-cu12 wheel's, with the
+    CUDA 13 cuda.h) give every struct, callback id and constant of cuda_api.h
+    the same layout and value, but for the CUPTI version and what only CUPTI 13
+    has (cuptiSubscribe_v2's CUpti_SubscriberParams, used where present)."""
+    cc = _cc()
+    src = tmp_path / "abi_probe.c"
+    src.write_text("\n".join(line for line in (probes / "abi_probe.c").read_text().splitlines()
+                             if "CUpti_SubscriberParams" not in line) + "\n")
+    csrc = os.path.join(gen.REPO_ROOT, "csrc")
+    twelve = _run_probe(cc, tmp_path, ["-DCD_PROBE_REAL", "-I" + cupti12.include] +
+                        ["-I" + d for d in real[0]], tmp_path, "real12").splitlines()
+    ours = _run_probe(cc, tmp_path, ["-I" + csrc], tmp_path, "ours").splitlines()
+    assert len(twelve) == len(ours) > 300
+    differ = {a.rsplit(" ", 1)[0]: (a, b) for a, b in zip(ours, twelve) if a != b}
+    assert set(differ) == {"macro CUPTI_API_VERSION", "macro CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN"}, differ
+    assert differ["macro CUPTI_API_VERSION"][1] == "macro CUPTI_API_VERSION %d" % cupti12.api_version

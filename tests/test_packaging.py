@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 from conftest import PKG_PARENT, need_source_tree
+from cuda12_wheel import cupti12  # noqa: F401  (fixture)
 
 
 def py(code, env=None, timeout=120):
@@ -96,6 +97,29 @@ def test_an_already_loaded_copy_wins(tmp_path):
     assert lib["loaded"] and lib["how"] == "already loaded", lib
     assert os.path.samefile(lib["path"], copy)
     assert r["maps"] == [str(copy)] and r["pf"] is False
+
+
+def test_an_already_loaded_cupti12_is_bound_and_doctor_names_it(cupti12):
+    """CUDA 12's CUPTI (libcupti.so.12 of nvidia-cuda-cupti-cu12), loaded
+    first as a PyTorch cu12 build loads it: the loader binds that copy
+    (SONAMES lists libcupti.so.12), and doctor shows it. On a GPU,
+    tests/test_cuda12_gpu.py runs scopes with it."""
+    r = py("""
+        import contextlib, ctypes, io, json, os, sys
+        ctypes.CDLL(%r, mode=os.RTLD_GLOBAL)
+        from cuda_debug import _libraries as L, _cli
+        lib = L.load("cupti")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = _cli.main(["doctor"])
+        print(json.dumps({"lib": lib._asdict(), "pf": "cuda.pathfinder" in sys.modules,
+                          "doctor": out.getvalue(), "rc": rc}))
+    """ % cupti12.lib)
+    lib = r["lib"]
+    assert lib["loaded"] and lib["how"] == "already loaded", lib
+    assert os.path.samefile(lib["path"], cupti12.lib)
+    rows = [line for line in r["doctor"].splitlines() if line.startswith("CUPTI  ")]
+    assert len(rows) == 1 and rows[0].endswith("%s (already loaded)" % cupti12.lib), r["doctor"]
 
 
 def test_without_pathfinder_says_so():
