@@ -194,6 +194,23 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
     assert not [n for n in names if n.endswith((".so", ".pyc", ".o"))]
 
 
+def test_a_missing_build_piece_is_named_with_where_it_was_looked_for(tmp_path):
+    """The build needs a C compiler, Python's headers and NumPy, no CUDA: with
+    the compiler missing, setup.py says so, names the rest, and builds nothing."""
+    root = need_source_tree("setup.py")
+    src = tmp_path / "src"
+    shutil.copytree(root, src, ignore=shutil.ignore_patterns(
+        "*.egg-info", "build", "dist", ".git", "__pycache__", "*.so", ".pytest_cache"))
+    env = dict(os.environ, CC="/nonexistent/cc-for-the-test")
+    p = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=str(src),
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode != 0
+    assert ("cuda_debug: cannot build the C extension. It needs a C compiler, the Python headers "
+            "and NumPy (no CUDA toolkit, no NVIDIA wheel). Missing:\n  - a C compiler: "
+            "'/nonexistent/cc-for-the-test' (from $CC) is not on PATH") in p.stderr, p.stderr
+    assert not list(src.glob("cuda_debug/_core*.so"))
+
+
 def test_every_subpackage_is_packaged():
     """A subpackage missing from [tool.setuptools] packages is left out of the
     wheel (an installed cuda_debug then lacks cuda_debug.bench)."""
