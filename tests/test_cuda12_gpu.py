@@ -19,6 +19,7 @@ import pytest
 
 from conftest import PKG_PARENT, needs
 from cuda12_wheel import cupti12  # noqa: F401  (fixture)
+from test_pytest_plugin import PLUGIN_ARGS
 
 pytestmark = pytest.mark.gpu
 pytest_plugins = ("pytester",)
@@ -73,18 +74,20 @@ def check_cupti(r, cupti12, framework):
         assert r["cupti_version"] == cupti12.api_version, r
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_scope_fault_with_cupti12(child, cupti12, framework):
+def run_fault(child, cupti12, framework, opening, surface=""):
+    """The framework's fault under `opening` (launch_blocking() or watch()),
+    in a child with CUDA 12's CUPTI preloaded: the child, its report."""
     if framework == "torch":
         needs("torch")
     c = child(FACTS + SETUP[framework] + """
 try:
-    with cuda_debug.launch_blocking():
+    with %s:
         %s  # CULPRIT
+        %s
         print("not reached")
 except cuda_debug.CudaError as e:
     report(describe(e))
-""" % CULPRIT[framework], prelude=preload(cupti12.lib), timeout=180)
+""" % (opening, CULPRIT[framework], surface), prelude=preload(cupti12.lib), timeout=180)
     r = c.result
     assert r is not None, c
     assert r["cls"] == "DeviceAssertError" and r["code"] == 710, r
@@ -92,30 +95,21 @@ except cuda_debug.CudaError as e:
     assert KERNEL[framework] in r["kernel"].lower(), r
     assert "not reached" not in c.stdout
     check_cupti(r, cupti12, framework)
+    return c, r
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_scope_fault_with_cupti12(child, cupti12, framework):
+    _, r = run_fault(child, cupti12, framework, "cuda_debug.launch_blocking()")
+    assert r["mechanism"] == "cupti", r
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_watch_fault_with_cupti12(child, cupti12, framework):
-    if framework == "torch":
-        needs("torch")
-    surface = {"kernels": "t.empty()\n        cuda_debug.check()",
-               "torch": "y.sum().item()"}[framework]
-    c = child(FACTS + SETUP[framework] + """
-try:
-    with cuda_debug.watch():
-        %s  # CULPRIT
-        %s
-        print("not reached")
-except cuda_debug.CudaError as e:
-    report(describe(e))
-""" % (CULPRIT[framework], surface), prelude=preload(cupti12.lib), timeout=180)
-    r = c.result
-    assert r is not None, c
-    assert r["cls"] == "DeviceAssertError" and r["mechanism"] == "watch", r
-    assert r["filename"] == c.script and r["lineno"] == c.line_of("# CULPRIT"), r
-    assert KERNEL[framework] in r["kernel"].lower(), r
+    surface = {"kernels": "t.empty()\n        cuda_debug.check()", "torch": "y.sum().item()"}
+    c, r = run_fault(child, cupti12, framework, "cuda_debug.watch()", surface[framework])
+    assert r["mechanism"] == "watch", r
     assert "launched at %s:%d" % (c.script, c.line_of("# CULPRIT")) in r["text"], r["text"]
-    check_cupti(r, cupti12, framework)
 
 
 PLUGIN_TESTS = {
@@ -147,16 +141,6 @@ def test_3():
 }
 
 
-def _entry_point_installed():
-    try:
-        from importlib import metadata
-        eps = metadata.entry_points()
-        group = eps.select(group="pytest11") if hasattr(eps, "select") else eps.get("pytest11", [])
-        return any(ep.value == "cuda_debug.pytest_plugin" for ep in group)
-    except Exception:
-        return False
-
-
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_pytest_plugin_with_cupti12(pytester, monkeypatch, cupti12, framework):
     """--cuda-launch-blocking with CUDA 12's CUPTI preloaded by the conftest:
@@ -176,8 +160,7 @@ def pytest_sessionfinish(session):
 """ % str(facts))
     source = PLUGIN_TESTS[framework]
     pytester.makepyfile(test_c12=source)
-    plugin = () if _entry_point_installed() else ("-p", "cuda_debug.pytest_plugin")
-    result = pytester.runpytest_subprocess(*plugin, "-p", "no:cacheprovider",
+    result = pytester.runpytest_subprocess(*PLUGIN_ARGS, "-p", "no:cacheprovider",
                                            "--cuda-launch-blocking", timeout=240)
     result.assert_outcomes(passed=1, failed=1)          # test_3 did not run
     line = next(i for i, l in enumerate(source.splitlines(), 1) if "# CULPRIT" in l)
