@@ -14,7 +14,9 @@
 #      qemu-aarch64-static runs: the ABI probe of tests/test_cuda_api.py, built
 #      for aarch64 against the real headers and against csrc/base/cuda_api.h,
 #      run under qemu: the outputs must be equal (the header is generated on
-#      x86_64; this shows it holds on aarch64 too).
+#      x86_64; this shows it holds on aarch64 too);
+#   4. the fake-driver tests run on aarch64, under qemu-user
+#      (.ci/test_aarch64_qemu.sh; CD_AARCH64_QEMU_TESTS=0 leaves them out).
 #
 # usage: .ci/check_aarch64.sh [PYTHON] [OUT_DIR]
 #   PYTHON runs pip download and the generator (default python3); the linked
@@ -148,28 +150,39 @@ echo "  undefined symbols: $(nm -D --undefined-only "$SO" | grep -c ' U ') (Pyth
 if [ -n "$KEEP" ]; then mkdir -p "$KEEP" && cp "$SO" "$KEEP/" && echo "  kept: $KEEP/$(basename "$SO")"; fi
 
 # -- 3. the ABI of csrc/base/cuda_api.h on aarch64, under qemu ----------------------
-if ! command -v qemu-aarch64-static >/dev/null; then
-    echo "aarch64 ABI probe: skipped (no qemu-aarch64-static: apt-get install qemu-user-static)"
-    exit 0
-fi
-if ! "$PY" csrc/base/gen_cuda_api.py --probe "$WORK/probe" >"$WORK/probe.log" 2>&1; then
-    echo "aarch64 ABI probe: skipped ($(tail -1 "$WORK/probe.log"))"; exit 0
-fi
-version=$(sed -n 's/^wrote .*(\(.*\))$/\1/p' "$WORK/probe.log")
-head -1 csrc/base/cuda_api.h | grep -qF "($version)" ||
-    { echo "aarch64 ABI probe: skipped (the CUDA headers found are $version; cuda_api.h was generated from others)"; exit 0; }
-real_inc=$("$PY" - "$SRC" <<'EOF'
+abi_probe() {
+    if ! command -v qemu-aarch64-static >/dev/null; then
+        echo "aarch64 ABI probe: skipped (no qemu-aarch64-static: apt-get install qemu-user-static)"
+        return
+    fi
+    if ! "$PY" csrc/base/gen_cuda_api.py --probe "$WORK/probe" >"$WORK/probe.log" 2>&1; then
+        echo "aarch64 ABI probe: skipped ($(tail -1 "$WORK/probe.log"))"; return
+    fi
+    local version real_inc n
+    version=$(sed -n 's/^wrote .*(\(.*\))$/\1/p' "$WORK/probe.log")
+    if ! head -1 csrc/base/cuda_api.h | grep -qF "($version)"; then
+        echo "aarch64 ABI probe: skipped (the CUDA headers found are $version; cuda_api.h was generated from others)"
+        return
+    fi
+    real_inc=$("$PY" - "$SRC" <<'EOF'
 import importlib.util, sys
 spec = importlib.util.spec_from_file_location("_cuda_headers", sys.argv[1] + "/cuda_debug/_cuda_headers.py")
 h = importlib.util.module_from_spec(spec); spec.loader.exec_module(h)
 print(" ".join("-I" + d for d in h.find(("cuda.h", "cupti.h", "cublas_api.h", "cublasLt.h"))[0]))
 EOF
 )
-"$CC" -std=gnu11 -Wall -Werror -static -o "$WORK/probe_real" "$WORK/probe/abi_probe.c" -DCD_PROBE_REAL $real_inc
-"$CC" -std=gnu11 -Wall -Werror -static -o "$WORK/probe_ours" "$WORK/probe/abi_probe.c" -Icsrc
-qemu-aarch64-static "$WORK/probe_real" > "$WORK/real.txt"
-qemu-aarch64-static "$WORK/probe_ours" > "$WORK/ours.txt"
-n=$(wc -l < "$WORK/ours.txt")
-[ "$n" -gt 300 ] || fail "the ABI probe printed $n lines only"
-diff "$WORK/real.txt" "$WORK/ours.txt" || fail "csrc/base/cuda_api.h differs from the real headers on aarch64 (above)"
-echo "aarch64 ABI probe: $n sizes, offsets, enumerators and macros equal to the real headers' (qemu-aarch64-static)"
+    "$CC" -std=gnu11 -Wall -Werror -static -o "$WORK/probe_real" "$WORK/probe/abi_probe.c" -DCD_PROBE_REAL $real_inc
+    "$CC" -std=gnu11 -Wall -Werror -static -o "$WORK/probe_ours" "$WORK/probe/abi_probe.c" -Icsrc
+    qemu-aarch64-static "$WORK/probe_real" > "$WORK/real.txt"
+    qemu-aarch64-static "$WORK/probe_ours" > "$WORK/ours.txt"
+    n=$(wc -l < "$WORK/ours.txt")
+    [ "$n" -gt 300 ] || fail "the ABI probe printed $n lines only"
+    diff "$WORK/real.txt" "$WORK/ours.txt" || fail "csrc/base/cuda_api.h differs from the real headers on aarch64 (above)"
+    echo "aarch64 ABI probe: $n sizes, offsets, enumerators and macros equal to the real headers' (qemu-aarch64-static)"
+}
+abi_probe
+
+# -- 4. the fake-driver tests, in aarch64 code under qemu (CD_AARCH64_QEMU_TESTS=0: not) --
+if [ "${CD_AARCH64_QEMU_TESTS:-1}" = 1 ]; then
+    bash .ci/test_aarch64_qemu.sh "$SO" "$PY"
+fi

@@ -180,7 +180,8 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     wanted = {"setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", ".ci/run",
-              ".ci/check_aarch64.sh", ".ci/aarch64_known_errors", ".ci/install_without_toolkit.sh"}
+              ".ci/check_aarch64.sh", ".ci/aarch64_known_errors", ".ci/install_without_toolkit.sh",
+              ".ci/test_aarch64_qemu.sh"}
     for folder, exts in (("csrc", (".c", ".h", ".cu", ".py", ".md")), ("cuda_debug", (".py",)),
                          ("tests", (".py",))):
         for d, _, files in os.walk(os.path.join(root, folder)):
