@@ -1,41 +1,55 @@
 """Build of cuda_debug's C core, cuda_debug._core.
 
-The build needs a C compiler, Python and NumPy headers, and the CUDA headers
-(cuda.h, cupti.h, cublas_api.h) - not nvcc and not a driver: libcuda, CUPTI and
-cuBLAS are opened at run time. Where the headers are looked for is said once,
-in cuda_debug/_cuda_headers.py.
+The build needs a C compiler and the Python and NumPy headers, nothing of
+CUDA: the few driver, CUPTI and cuBLAS declarations the C core uses are in
+csrc/base/cuda_api.h (generated from the CUDA headers by
+csrc/base/gen_cuda_api.py, committed), and libcuda, CUPTI and cuBLAS are
+opened at run time.
 """
 import glob
-import importlib.util
 import os
-import sys
+import shlex
+import shutil
+import sysconfig
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 
-def _load_header_search():
-    """cuda_debug/_cuda_headers.py, by path: the package itself is not importable yet."""
-    spec = importlib.util.spec_from_file_location(
-        "_cuda_headers", os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_debug",
-                                      "_cuda_headers.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def missing_build_pieces():
+    """What the build lacks, each with where it was looked for ([] if nothing)."""
+    missing = []
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    cc_exe = shlex.split(cc)[0] if cc.strip() else "cc"
+    if not shutil.which(cc_exe):
+        missing.append("a C compiler: %r (from %s) is not on PATH (apt-get install gcc, or set CC)"
+                       % (cc_exe, "$CC" if os.environ.get("CC") else "sysconfig's CC"))
+    inc = [sysconfig.get_paths().get(k) for k in ("include", "platinclude")]
+    inc = [d for d in dict.fromkeys(inc) if d]
+    if not any(os.path.exists(os.path.join(d, "Python.h")) for d in inc):
+        missing.append("the Python headers: no Python.h in %s (apt-get install python3-dev, "
+                       "or your Python's -dev/-devel package)" % ", ".join(inc))
+    try:
+        import numpy
+        if not os.path.exists(os.path.join(numpy.get_include(), "numpy", "arrayobject.h")):
+            missing.append("NumPy's headers: no numpy/arrayobject.h in %s" % numpy.get_include())
+    except ImportError as e:
+        missing.append("NumPy (a build requirement, pip installs it): %s" % e)
+    return missing
 
 
-def cuda_include_dirs():
-    """Folders holding cuda.h and cupti.h (and cublas_api.h), first found wins."""
-    dirs, tried = _load_header_search().find()
-    if dirs:
-        return dirs
-    sys.exit("cuda_debug: CUDA headers (cuda.h, cupti.h) not found. Set CUDA_HOME to a CUDA "
-             "toolkit, or pip install nvidia-cuda-runtime nvidia-cuda-cupti nvidia-cublas "
-             "(CUDA 12/13 wheels). Looked in: %s" % ", ".join(tried))
-
-
-def numpy_include():
-    import numpy
-    return numpy.get_include()
+class BuildExt(build_ext):
+    def run(self):
+        missing = missing_build_pieces()
+        if missing:
+            raise SystemExit(
+                "cuda_debug: cannot build the C extension. It needs a C compiler, the Python "
+                "headers and NumPy (no CUDA toolkit, no NVIDIA wheel). Missing:\n  - "
+                + "\n  - ".join(missing))
+        import numpy
+        for ext in self.extensions:
+            ext.include_dirs.append(numpy.get_include())
+        super().run()
 
 
 # csrc/README.md draws the layers: every C file of csrc/ is compiled, in a
@@ -47,11 +61,11 @@ SOURCES = ["csrc/module.c"] + [p for layer in LAYERS
 core = Extension(
     "cuda_debug._core",
     sources=SOURCES,
-    include_dirs=["csrc"] + cuda_include_dirs() + [numpy_include()],
+    include_dirs=["csrc"],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-Wno-missing-field-initializers"],
     libraries=["dl", "pthread"],
 )
 
-setup(ext_modules=[core])
+setup(ext_modules=[core], cmdclass={"build_ext": BuildExt})

@@ -1,6 +1,8 @@
-"""Where the CUDA headers are: the one search, for the build (setup.py loads
-this file by path), the fake driver of the test suite and the error-table
-test. Standard library only, and no import of the package.
+"""Where the CUDA headers are: the one search, for the generators
+(csrc/base/gen_cuda_api.py, gen_cuda_errors.py: they load this file by path),
+the fake driver of the test suite and the tests that compare with the real
+headers. The build itself needs none (csrc/base/cuda_api.h). Standard library
+only, and no import of the package.
 
 Looked at, in order (the first folder set that holds every wanted header wins):
 ``$CUDA_HOME`` and ``$CUDA_PATH`` (``include``, ``extras/CUPTI/include``,

@@ -250,15 +250,29 @@ def test_python_modules_import_no_circle():
 # -- one implementation of each rule ------------------------------------------
 
 def test_one_header_search():
-    """setup.py, the fake driver and the error-table test use cuda_debug/_cuda_headers.py."""
+    """The generators, the fake driver and the tests that read the CUDA headers
+    use cuda_debug/_cuda_headers.py; the build itself reads none (setup.py)."""
     root = need_source_tree("setup.py")
-    users = {"setup.py": "_cuda_headers.py", "tests/fake_cuda/__init__.py": "_cuda_headers.py",
-             "tests/test_error_table.py": "_cuda_headers.py"}
-    for rel, needle in users.items():
+    users = ["csrc/base/gen_cuda_api.py", "csrc/base/gen_cuda_errors.py",
+             "tests/fake_cuda/__init__.py", "tests/test_error_table.py", "tests/test_cuda_api.py"]
+    for rel in users:
         text = open(os.path.join(root, rel), encoding="utf-8").read()
-        assert needle in text, rel
-        assert "nvidia/cu13" not in text and '"cu13"' not in text, \
+        assert "_cuda_headers.py" in text, rel
+        assert "nvidia/cu13" not in text and '"cu13"' not in text and not (
+            rel.startswith("csrc/") and "/usr/local/cuda" in text), \
             "%s spells out a header folder of its own" % rel
+    setup_py = open(os.path.join(root, "setup.py"), encoding="utf-8").read()
+    code = "\n".join(line for line in setup_py.splitlines() if not line.lstrip().startswith("#"))
+    for needle in ("_cuda_headers", "cuda.h", "cupti.h", "CUDA_HOME", "include_dirs=[\"csrc\"]"):
+        assert (needle in code) == (needle == "include_dirs=[\"csrc\"]"), \
+            "setup.py: %r (the build needs no CUDA header: csrc/base/cuda_api.h)" % needle
+    for rel in ("base/base.h", "bench/bench.h"):
+        text = open(os.path.join(root, "csrc", rel), encoding="utf-8").read()
+        assert '#include "base/cuda_api.h"' in text or rel != "base/base.h"
+    bad = [rel for rel in _csrc_files(root) if rel.endswith((".c", ".h")) and re.search(
+        r"^\s*#\s*include\s*<(cuda|cupti|cublas_api|cublasLt|cublas_v2)\.h>",
+        open(os.path.join(root, "csrc", rel), encoding="utf-8").read(), re.M)]
+    assert not bad, "include base/cuda_api.h, not the CUDA headers: %s" % bad
 
 
 def test_sticky_set_is_one_table():

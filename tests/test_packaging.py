@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 from conftest import PKG_PARENT, need_source_tree
+from cuda12_wheel import cupti12  # noqa: F401  (fixture)
 
 
 def py(code, env=None, timeout=120):
@@ -98,6 +99,29 @@ def test_an_already_loaded_copy_wins(tmp_path):
     assert r["maps"] == [str(copy)] and r["pf"] is False
 
 
+def test_an_already_loaded_cupti12_is_bound_and_doctor_names_it(cupti12):
+    """CUDA 12's CUPTI (libcupti.so.12 of nvidia-cuda-cupti-cu12), loaded
+    first as a PyTorch cu12 build loads it: the loader binds that copy
+    (SONAMES lists libcupti.so.12), and doctor shows it. On a GPU,
+    tests/test_cuda12_gpu.py runs scopes with it."""
+    r = py("""
+        import contextlib, ctypes, io, json, os, sys
+        ctypes.CDLL(%r, mode=os.RTLD_GLOBAL)
+        from cuda_debug import _libraries as L, _cli
+        lib = L.load("cupti")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = _cli.main(["doctor"])
+        print(json.dumps({"lib": lib._asdict(), "pf": "cuda.pathfinder" in sys.modules,
+                          "doctor": out.getvalue(), "rc": rc}))
+    """ % cupti12.lib)
+    lib = r["lib"]
+    assert lib["loaded"] and lib["how"] == "already loaded", lib
+    assert os.path.samefile(lib["path"], cupti12.lib)
+    rows = [line for line in r["doctor"].splitlines() if line.startswith("CUPTI  ")]
+    assert len(rows) == 1 and rows[0].endswith("%s (already loaded)" % cupti12.lib), r["doctor"]
+
+
 def test_without_pathfinder_says_so():
     r = py("""
         import json, sys
@@ -156,7 +180,8 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     wanted = {"setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", ".ci/run",
-              ".ci/check_aarch64.sh", ".ci/aarch64_known_errors"}
+              ".ci/check_aarch64.sh", ".ci/aarch64_known_errors", ".ci/install_without_toolkit.sh",
+              ".ci/test_aarch64_qemu.sh"}
     for folder, exts in (("csrc", (".c", ".h", ".cu", ".py", ".md")), ("cuda_debug", (".py",)),
                          ("tests", (".py",))):
         for d, _, files in os.walk(os.path.join(root, folder)):
@@ -164,9 +189,27 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
                        for f in files if f.endswith(exts) and "__pycache__" not in d}
     assert {"csrc/base/base.h", "csrc/testing/fault_kernels_ptx.h",
             "csrc/testing/fault_kernels.cu", "csrc/base/gen_cuda_errors.py", "csrc/README.md",
+            "csrc/base/cuda_api.h", "csrc/base/gen_cuda_api.py",
             "tests/conftest.py"} <= wanted
     assert not wanted - names, "missing from the sdist: %s" % sorted(wanted - names)
     assert not [n for n in names if n.endswith((".so", ".pyc", ".o"))]
+
+
+def test_a_missing_build_piece_is_named_with_where_it_was_looked_for(tmp_path):
+    """The build needs a C compiler, Python's headers and NumPy, no CUDA: with
+    the compiler missing, setup.py says so, names the rest, and builds nothing."""
+    root = need_source_tree("setup.py")
+    src = tmp_path / "src"
+    shutil.copytree(root, src, ignore=shutil.ignore_patterns(
+        "*.egg-info", "build", "dist", ".git", "__pycache__", "*.so", ".pytest_cache"))
+    env = dict(os.environ, CC="/nonexistent/cc-for-the-test")
+    p = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=str(src),
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode != 0
+    assert ("cuda_debug: cannot build the C extension. It needs a C compiler, the Python headers "
+            "and NumPy (no CUDA toolkit, no NVIDIA wheel). Missing:\n  - a C compiler: "
+            "'/nonexistent/cc-for-the-test' (from $CC) is not on PATH") in p.stderr, p.stderr
+    assert not list(src.glob("cuda_debug/_core*.so"))
 
 
 def test_every_subpackage_is_packaged():

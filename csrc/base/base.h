@@ -1,6 +1,6 @@
 /*
  * base/base.h: the bottom layer of the C core. Everything above includes it;
- * it includes nothing of ours but cupti_ids.h and cuda_errors.h.
+ * it includes nothing of ours but cuda_api.h, cupti_ids.h and cuda_errors.h.
  *
  *   state.c          the one process-wide state struct (cd_state)
  *   loader.c         dlopen/dlsym of libcuda, CUPTI, cuBLAS
@@ -10,8 +10,9 @@
  *   intern.c         the string arena: file, function and kernel names
  *   demangle.c       C++ demangling and short kernel names
  *
- * Nothing here links libcuda, CUPTI or cuBLAS: the headers give us types and
- * prototypes (used through __typeof__), the loader fills the function tables.
+ * Nothing here links libcuda, CUPTI or cuBLAS: cuda_api.h (generated from the
+ * CUDA headers by gen_cuda_api.py, so the build needs no toolkit) gives us types
+ * and prototypes (used through __typeof__), the loader fills the function tables.
  * Nothing here knows Python: the layers above hand plain C values down.
  */
 #ifndef CD_BASE_H
@@ -22,8 +23,7 @@
 #include <stdint.h>
 #include <pthread.h>
 
-#include <cuda.h>
-#include <cupti.h>
+#include "base/cuda_api.h"   /* the driver, CUPTI, cuBLAS declarations we use (generated) */
 
 #include "base/cupti_ids.h"
 #include "base/cuda_errors.h"

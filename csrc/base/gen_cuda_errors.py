@@ -8,8 +8,8 @@ Usage:
     python3 csrc/base/gen_cuda_errors.py --check      # exit 1 if either is stale
     python3 csrc/base/gen_cuda_errors.py --header PATH --out PATH --c-out PATH
 
-The header defaults to $CUDA_HOME/include/cuda.h, else
-/usr/local/cuda/include/cuda.h.  The generated module is committed, so the
+The header defaults to the cuda.h that cuda_debug/_cuda_headers.py (the one
+header search) finds.  The generated module is committed, so the
 package needs no CUDA headers at run time.
 
 Standard library only; Python 3.9+.
@@ -17,7 +17,7 @@ Standard library only; Python 3.9+.
 
 import argparse
 import difflib
-import os
+import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -358,18 +358,16 @@ def generate(header_path, log=None):
 
 
 def default_header():
-    candidates = []
-    if os.environ.get("CUDA_HOME"):
-        candidates.append(Path(os.environ["CUDA_HOME"]) / "include" / "cuda.h")
-    candidates.append(Path("/usr/local/cuda/include/cuda.h"))
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise SystemExit(
-        "gen_cuda_errors: cuda.h not found (tried "
-        + ", ".join(map(str, candidates))
-        + "); pass --header PATH"
-    )
+    """cuda.h as cuda_debug/_cuda_headers.py (the one header search) finds it."""
+    spec = importlib.util.spec_from_file_location(
+        "_cuda_headers", REPO_ROOT / "cuda_debug" / "_cuda_headers.py")
+    search = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search)
+    dirs, tried = search.find(("cuda.h",))
+    if not dirs:
+        raise SystemExit("gen_cuda_errors: cuda.h not found (cuda_debug/_cuda_headers.py looked "
+                         "in: %s); pass --header PATH" % ", ".join(tried))
+    return Path(search.header("cuda.h", dirs))
 
 
 def main(argv=None):

@@ -27,8 +27,8 @@
 #define PY_ARRAY_UNIQUE_SYMBOL cd_ARRAY_API
 #include <numpy/arrayobject.h>
 
-#include <cublas_api.h>
-#include <cublasLt.h>
+/* cuBLAS and cuBLASLt come with the rest of the CUDA declarations, in
+ * base/cuda_api.h (through base.h). */
 
 #define BENCH_MAX_DEVICES 64
 #define BENCH_MAX_SAMPLES 1000000

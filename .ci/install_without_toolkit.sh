@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The sdist, built and installed where no CUDA toolkit can be seen, as a
+# PyTorch user has it (NVIDIA's runtime wheels at most, no /usr/local/cuda):
+#   - a private mount namespace (`unshare -rm`: a user namespace, no root
+#     needed where the kernel allows unprivileged ones; `unshare -m` as root)
+#     bind-mounts an empty folder over every /usr/local/cuda* folder;
+#   - a fresh venv (no NVIDIA wheel in it), CUDA_HOME, CUDA_PATH, CPATH and
+#     C_INCLUDE_PATH unset;
+#   - cuda_debug's own header search (cuda_debug/_cuda_headers.py) must then
+#     find nothing, or the step fails: it would prove nothing;
+#   - pip builds the sdist from PyPI's setuptools and NumPy alone, then the
+#     package is imported, `cuda-debug doctor` runs, and a few CPU tests run
+#     against the install, from outside the source tree.
+#
+# usage: .ci/install_without_toolkit.sh SDIST [PYTHON]
+set -euo pipefail
+SDIST=$(readlink -f "$1")
+PY=${2:-python3}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+
+if [ "${CD_IN_NAMESPACE:-}" != 1 ]; then
+    if unshare -rm true 2>/dev/null; then ns=(unshare -rm)
+    elif [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then ns=(unshare -m)
+    else
+        echo "FAIL: cannot make a private mount namespace (unshare -rm: user namespaces are off;"
+        echo "      sysctl kernel.unprivileged_userns_clone=1, or run as root)"; exit 1
+    fi
+    exec env CD_IN_NAMESPACE=1 "${ns[@]}" bash "$0" "$@"
+fi
+
+WORK=$(mktemp -d /tmp/cuda_debug_notoolkit.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+mkdir "$WORK/empty"
+hidden=()
+for d in /usr/local/cuda*; do
+    [ -e "$d" ] || continue
+    real=$(readlink -f "$d")
+    [ -d "$real" ] || continue
+    case " ${hidden[*]:-} " in *" $real "*) continue ;; esac
+    mount --bind "$WORK/empty" "$real"
+    hidden+=("$real")
+done
+echo "hidden: ${hidden[*]:-(no /usr/local/cuda* here)}"
+unset CUDA_HOME CUDA_PATH CPATH C_INCLUDE_PATH
+if [ -e /usr/local/cuda/include/cuda.h ]; then echo "FAIL: /usr/local/cuda/include/cuda.h is still visible"; exit 1; fi
+
+"$PY" -m venv "$WORK/venv"
+V="$WORK/venv/bin"
+"$V/python" -m pip install -q --upgrade pip
+# The header search of the package under test, by path (nothing is installed
+# yet): it must find no CUDA header at all.
+"$V/python" - "$SRC/cuda_debug/_cuda_headers.py" <<'EOF'
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("_cuda_headers", sys.argv[1])
+h = importlib.util.module_from_spec(spec); spec.loader.exec_module(h)
+for wanted in (("cuda.h",), ("cupti.h",), ("cublas_api.h",)):
+    dirs, tried = h.find(wanted)
+    if dirs:
+        sys.exit("FAIL: %s is still found, in %s: the toolkit is not hidden" % (wanted[0], dirs))
+print("no CUDA header found; looked in: %s" % ", ".join(tried))
+EOF
+"$V/python" -m pip install --no-cache-dir "$SDIST" pytest
+
+mkdir "$WORK/t"
+cp -r "$SRC/tests" "$SRC/pyproject.toml" "$WORK/t/"
+cd "$WORK/t"
+where=$("$V/python" -c 'import cuda_debug._core as c; print(c.__file__)')
+case $where in "$WORK/venv/"*) echo "built without a toolkit: $where" ;;
+    *) echo "FAIL: cuda_debug._core was not imported from the fresh venv ($where)"; exit 1 ;; esac
+"$V/python" -c 'from cuda_debug import _core; print("CUDA_HEADER_VERSION", _core.CUDA_HEADER_VERSION, "CUPTI_HEADER_VERSION", _core.CUPTI_HEADER_VERSION)'
+"$V/cuda-debug" doctor
+"$V/python" -m pytest -p no:cacheprovider -q tests/test_core_cpu.py tests/test_error_table.py tests/test_cli.py
+echo "installed and tested without a CUDA toolkit"
