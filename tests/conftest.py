@@ -97,6 +97,23 @@ class Child:
             self.returncode, self.stdout[-4000:], self.stderr[-4000:])
 
 
+#: What a sanitizer prints when it finds something (.ci/sanitize.sh runs the suite
+#: against an extension built with them): a child whose stderr has one fails its
+#: test, whatever its exit status (a report from a daemon thread can race the
+#: process's exit).
+SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: ThreadSanitizer")
+
+
+def sanitizer_report(stderr):
+    """The sanitizer report in a child's stderr, or None."""
+    for marker in SANITIZER_REPORTS:
+        i = (stderr or "").find(marker)
+        if i >= 0:
+            return stderr[max(0, i - 200):i + 6000]
+    return None
+
+
 _PRELUDE = "import json, sys\ndef report(obj): print('RESULT ' + json.dumps(obj), flush=True)\n"
 
 
@@ -121,6 +138,9 @@ def run_child(code, env=None, timeout=120, args=(), prelude=""):
                               cwd=ROOT)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    found = sanitizer_report(proc.stderr)
+    if found:
+        pytest.fail("a sanitizer reported in the child (rc=%s):\n%s" % (proc.returncode, found))
     return Child(proc, script, source)
 
 

@@ -47,6 +47,14 @@ void cd_frames_configure(const char *const *library_prefixes, int n_prefixes,
 /* CD_LOC_* of a file name of n bytes (UTF-8): the one user-frame rule. */
 int cd_file_kind(const char *file, size_t n);
 extern const int cd_frames_supported;
+/* With the GIL, at module init: retire the cached entries of code objects as
+ * they are freed (a code watcher, Python 3.12+): 0, or -1 when none could be
+ * added (freed code objects are then told apart by their contents). */
+int cd_frames_watch_code(void);
+int cd_frames_code_watched(void);
+/* Frames are read no more (the interpreter's atexit hooks run, before it
+ * frees thread states); waits, briefly, for the reads under way. */
+void cd_frames_stop(void);
 
 /* ------------------------------------------------------ stderr_tee.c -- */
 
@@ -116,7 +124,9 @@ extern _Thread_local uint32_t cd_tls_op;
 
 #define CD_OP_NAME 64
 /* The at::_ops::<name>::call|redispatch frames of the calling thread's
- * native stack, innermost first (cold: the fault path). */
+ * native stack, innermost first (cold: the fault path). Walked only on the
+ * thread's own stack, and only up to the Python interpreter (native_ops.c
+ * says why). */
 int cd_native_ops(char ops[][CD_OP_NAME], int max);
 void cd_native_ops_warm(void);
 /* The operator name of one such symbol into out; 0 if it is not one. */
