@@ -14,6 +14,7 @@
 
 #include <structmember.h>
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -735,6 +736,22 @@ static PyObject *py_frames_stop(PyObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
+/* stderr_references(path) -> how many of the loaded library's relocations
+ * bind libc's `stderr` (where the tee can be put), -1 when it is not loaded. */
+static PyObject *py_stderr_references(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    PyObject *b;
+    if (!PyUnicode_FSConverter(arg, &b))
+        return NULL;
+    void *h = dlopen(PyBytes_AS_STRING(b), RTLD_LAZY | RTLD_NOLOAD);
+    Py_DECREF(b);
+    int n = cd_tee_stderr_references(h);
+    if (h)
+        dlclose(h);
+    return PyLong_FromLong(n);
+}
+
 static PyObject *py_install_tee(PyObject *self, PyObject *noargs)
 {
     (void)self;
@@ -778,6 +795,7 @@ static PyMethodDef core_methods[] = {
     METH(set_op, METH_O, "set_op(token): this thread's current op for watch(ops=True)"),
     METH(cupti_hand_over, METH_NOARGS, "give CUPTI up to a starting profiler -> was it held"),
     METH(install_tee, METH_NOARGS, "install the pass-through stderr (once) -> 0 ok"),
+    METH(stderr_references, METH_O, "stderr_references(path) -> libc stderr slots of a loaded library"),
     METH(frames_stop, METH_NOARGS, "stop reading Python frames (atexit, before thread states go)"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,
      METH_VARARGS | METH_KEYWORDS, "launch an embedded test kernel -> CUresult"},

@@ -284,9 +284,9 @@ def test_py_fatal_error_prints_after_a_scope(fake_child):
     """Py_FatalError writes to fileno(stderr): after a scope it still prints
     the message and the threads' tracebacks (it printed nothing before)."""
     c = run(fake_child, _AFTER_WATCH + '''
-    import faulthandler
+    ctypes.pythonapi.Py_FatalError.argtypes = [ctypes.c_char_p]
     def in_a_function():
-        faulthandler._fatal_error("fatal_marker_17")
+        ctypes.pythonapi.Py_FatalError(b"fatal_marker_17")
     in_a_function()
     ''')
     assert c.returncode != 0
@@ -330,7 +330,8 @@ def test_assert_text_still_captured_from_the_drivers_writes(fake_child):
 
 def test_stderr_references_are_found_in_the_drivers_relocations(fake_child):
     """The fake driver refers to `stderr` (fprintf(stderr, ...)) and the fake
-    CUPTI does not: the relocation walk finds it only in the former."""
+    CUPTI does not (it writes with dprintf): the relocation walk finds it only
+    in the former."""
     c = run(fake_child, '''
         import os
         from cuda_debug import _core
@@ -339,6 +340,22 @@ def test_stderr_references_are_found_in_the_drivers_relocations(fake_child):
     ''')
     assert c.result is not None, c
     assert c.result["cuda"] >= 1 and c.result["cupti"] == 0, c.result
+
+
+def test_doctor_says_whether_the_assert_text_is_captured(fake_child):
+    c = run(fake_child, '''
+        from cuda_debug import _cli, _environment
+        d = _environment.full(probe_cupti=False)
+        report(dict(a=d["assert_text"], line=_cli._assert_text_line(d["assert_text"]),
+                    off=_cli._assert_text_line(dict(d["assert_text"], on=False)),
+                    none=_cli._assert_text_line(dict(d["assert_text"], stderr_references=0))))
+    ''')
+    r = c.result
+    assert r is not None, c
+    assert r["a"] == {"on": True, "stderr_references": 1}, r
+    assert r["line"].startswith("captured from libcuda's writes to stderr"), r
+    assert r["off"].startswith("not captured: CUDA_DEBUG_CAPTURE=off"), r
+    assert r["none"].startswith("not captured: libcuda has no reference to stderr"), r
 
 
 # -- locations of freed code objects ----------------------------------------------------

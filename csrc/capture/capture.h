@@ -58,15 +58,21 @@ void cd_frames_stop(void);
 
 /* ------------------------------------------------------ stderr_tee.c -- */
 
-/* While installed, libc's `stderr` is a pass-through stream: every write goes
- * straight to fd 2, and a thread with an open window also keeps a copy of its
- * own text (the device's assert lines, printed by the thread that syncs). */
+/* While installed, libcuda's `stderr` (its own GOT slot; libc's `stderr` is
+ * left alone) is a pass-through stream: every write goes straight to fd 2,
+ * and a thread with an open window also keeps a copy of its own text (the
+ * device's assert lines, printed by the thread that syncs). */
 typedef struct {
     char *buf;
     size_t cap, len;
     size_t cut;            /* bytes that did not fit */
 } cd_window;
-int cd_tee_install(void);              /* once; 0 ok */
+int cd_tee_install(void);              /* once; 0 ok, -1 nothing can be captured */
+/* 1 installed, 0 not yet, -1 not possible (libcuda has no `stderr` slot). */
+int cd_tee_installed(void);
+/* How many slots of the loaded object `handle` (a dlopen handle) hold the
+ * address of libc's `stderr`; -1 when it cannot be read. */
+int cd_tee_stderr_references(void *handle);
 void cd_tee_open(cd_window *w, char *buf, size_t cap);    /* this thread */
 void cd_tee_close(void);
 /* The most recent device-assert lines written by any thread (watch mode,
@@ -77,7 +83,6 @@ size_t cd_tee_recent_asserts(char *out, size_t cap);
 uint64_t cd_tee_assert_mark(void);
 size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t cap,
                             size_t *cut);
-int cd_tee_installed(void);
 
 /* ------------------------------------------------------ watch_ring.c -- */
 
