@@ -296,7 +296,7 @@ def test_user_frame_rule_is_one_rule(fake_child):
             ("json/decoder.py", L, stdlib),           # relative, resolved against the cwd
             ("json/decoder.py", U, tmp),
         ]
-        out, keep = [], []
+        out = []
         with cuda_debug.watch():
             for name, want, cwd in cases:
                 old = os.getcwd()
@@ -304,13 +304,7 @@ def test_user_frame_rule_is_one_rule(fake_child):
                     os.chdir(cwd)
                 try:
                     before = _core.watch_seq()
-                    code = compile("t.empty()\\n", name, "exec")
-                    # alive: the last two cases compile the same relative name under two
-                    # working folders, code objects of the same content; on Python < 3.12
-                    # a freed code object is told from a new one at its address by its
-                    # content only (test_fake_driver_robust.py has freed ones)
-                    keep.append(code)
-                    exec(code, {"t": t})
+                    exec(compile("t.empty()\\n", name, "exec"), {"t": t})   # then freed
                     rec = _report.watch_record(before + 1)
                     kinds = [loc[3] for loc in map(_core.location, rec.frames)
                              if loc and loc[0] == name]

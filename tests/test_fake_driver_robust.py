@@ -390,6 +390,39 @@ def test_locations_stay_true_when_code_objects_are_freed_and_reused(fake_child):
         len(wrong), wrong)
 
 
+def test_locations_of_freed_code_objects_with_no_code_watcher_left(fake_child):
+    """Python 3.12+ gives an interpreter eight code watchers: with all taken
+    before cuda_debug is imported, freed code objects are told from new ones
+    at their addresses by their contents, and the launches are still recorded
+    at their lines."""
+    if sys.version_info < (3, 12):
+        pytest.skip("code watchers are Python 3.12+ (before, the deallocator is wrapped)")
+    c = run(fake_child, '''
+        import ctypes
+        WATCHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+        keep = [WATCHER(lambda event, code: 0) for _ in range(8)]
+        ctypes.pythonapi.PyCode_AddWatcher.argtypes = [WATCHER]
+        taken = [ctypes.pythonapi.PyCode_AddWatcher(w) for w in keep]
+        import cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core, _report
+        out = []
+        with cuda_debug.watch():
+            for i in range(20):
+                src = "\\n" * (i % 5) + "t.empty()\\n"
+                before = _core.watch_seq()
+                exec(compile(src, "cell.py", "exec"), {"t": t})
+                rec = _report.watch_record(before + 1)
+                got = [loc[2] for loc in map(_core.location, rec.frames)
+                       if loc and loc[0] == "cell.py"]
+                out.append((i % 5 + 1, got[0] if got else None))
+        report(dict(taken=taken, watcher=_core.stats()["code_watcher"], out=out))
+    ''')
+    r = c.result
+    assert r is not None, c
+    assert sorted(r["taken"]) == list(range(8)) and r["watcher"] == 0, r
+    assert all(want == got for want, got in r["out"]), r["out"]
+
+
 def test_kernel_name_of_a_module_reloaded_at_the_same_address(fake_child):
     """A module unloaded and another loaded where it was: CUPTI's symbolName
     pointer is the same and the names share their first 32 bytes; the watch

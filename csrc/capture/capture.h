@@ -48,8 +48,9 @@ void cd_frames_configure(const char *const *library_prefixes, int n_prefixes,
 int cd_file_kind(const char *file, size_t n);
 extern const int cd_frames_supported;
 /* With the GIL, at module init: retire the cached entries of code objects as
- * they are freed (a code watcher, Python 3.12+): 0, or -1 when none could be
- * added (freed code objects are then told apart by their contents). */
+ * they are freed (a code watcher on Python 3.12+, the code type's deallocator
+ * wrapped before): 0, or -1 when no watcher could be added (freed code
+ * objects are then told apart by their contents). */
 int cd_frames_watch_code(void);
 int cd_frames_code_watched(void);
 /* Frames are read no more (the interpreter's atexit hooks run, before it

@@ -173,11 +173,13 @@ static size_t copy_unicode(PyObject *u, char *out, size_t cap)
  *              name object and first line (an edited notebook cell run
  *              again), so the address alone names nothing.
  *   index      (epoch, instruction offset) -> location id.
- * Python 3.12+: a code watcher retires a freed code object's entry, and with
- * it its epoch: index entries of a retired epoch never match again and are
- * overwritten in time. Before 3.12 (or with no watcher slot free) each lookup
- * checks the code object's content (file and function names, first line,
- * line table, length): new content at an old address gets a new epoch.
+ * A freed code object's entry is retired as it is freed (a code watcher on
+ * 3.12+; before, a wrapper of the code type's deallocator), and its epoch
+ * with it: index entries of a retired epoch never match again and are
+ * overwritten in time. Where no watcher slot is free (3.12+: eight per
+ * interpreter) each lookup checks the code object's content instead (file
+ * and function names, first line, line table, length; O(line table), so only
+ * then): new content at an old address gets a new epoch.
  * A reader reads a slot's key, its value (acquire), then the key again: a slot
  * rewritten meanwhile (another key evicting it) reads as a miss, never as a
  * mix of two entries. Each table's value is one atomic word.
@@ -210,7 +212,7 @@ static slot_t codes[CODE_TABLE];
 /* index: key = epoch << 32 | offset; val = the location id */
 static slot_t loc_index[INDEX_TABLE];
 static uint32_t next_epoch = 1;    /* under loc_lock */
-static atomic_int code_watcher_on; /* 1: freed code objects are retired (3.12+) */
+static atomic_int code_watcher_on; /* 1: freed code objects are retired */
 static atomic_flag loc_lock = ATOMIC_FLAG_INIT;
 
 static void loc_lock_take(void)
@@ -313,15 +315,12 @@ static inline uint32_t code_slot(const PyCodeObject *code)
     return mix64((uintptr_t)code) & (CODE_TABLE - 1);
 }
 
-#if PY_VERSION_HEX >= 0x030C0000
-/* The code watcher (with the GIL): a code object is being freed. */
-static int on_code_event(PyCodeEvent event, PyCodeObject *code)
+/* With the GIL: `code` is being freed; its entry (if any) is retired. */
+static void retire_code(PyCodeObject *code)
 {
-    if (event != PY_CODE_EVENT_DESTROY)
-        return 0;
     uint32_t start = code_slot(code);
     if (!slot_find(codes, CODE_TABLE - 1, start, (uintptr_t)code))
-        return 0;                  /* never on a launching stack (most code objects) */
+        return;                    /* never on a launching stack (most code objects) */
     loc_lock_take();
     for (uint32_t i = start, p = 0; p < PROBES; p++, i = (i + 1) & (CODE_TABLE - 1))
         if (atomic_load_explicit(&codes[i].key, memory_order_relaxed) == (uintptr_t)code) {
@@ -329,24 +328,42 @@ static int on_code_event(PyCodeEvent event, PyCodeObject *code)
             break;
         }
     loc_lock_give();
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+static int on_code_event(PyCodeEvent event, PyCodeObject *code)
+{
+    if (event == PY_CODE_EVENT_DESTROY)
+        retire_code(code);
     return 0;
+}
+#else
+/* Before 3.12 there are no code watchers: the code type's deallocator is
+ * wrapped instead (every code object is freed through it). */
+static destructor code_dealloc;
+
+static void code_dealloc_retiring(PyObject *code)
+{
+    retire_code((PyCodeObject *)code);
+    code_dealloc(code);
 }
 #endif
 
 int cd_frames_watch_code(void)
 {
-#if PY_VERSION_HEX >= 0x030C0000
     if (atomic_load(&code_watcher_on))
         return 0;
+#if PY_VERSION_HEX >= 0x030C0000
     if (PyCode_AddWatcher(on_code_event) < 0) {
         PyErr_Clear();             /* every watcher slot taken: check contents instead */
         return -1;
     }
+#else
+    code_dealloc = PyCode_Type.tp_dealloc;
+    PyCode_Type.tp_dealloc = code_dealloc_retiring;
+#endif
     atomic_store(&code_watcher_on, 1);
     return 0;
-#else
-    return -1;
-#endif
 }
 
 /* A 64-bit hash of n bytes, eight at a time. */
