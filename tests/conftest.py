@@ -149,6 +149,17 @@ def child():
     return run_child
 
 
+def run_no_hang(runner, code, timeout=60, **kw):
+    """runner(code, timeout=..., **kw) (the child or fake_child fixture), a
+    hang reported as a failure with the tail of what the child printed."""
+    try:
+        return runner(code, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired as e:
+        tail = (e.stderr or b"")[-3000:]
+        pytest.fail("the child hung (no exit within %ss); stderr tail:\n%s"
+                    % (timeout, tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail))
+
+
 # The fake CUDA driver + CUPTI for CPU-only runs (tests/fake_cuda): the
 # session-scoped build and the fake_child runner.
 from fake_cuda.fixtures import fake_child, fake_cuda_dir  # noqa: E402,F401

@@ -27,16 +27,9 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_no_hang as run
 
 
-def run(fake_child, code, timeout=60, **kw):
-    try:
-        return fake_child(code, timeout=timeout, **kw)
-    except subprocess.TimeoutExpired as e:
-        tail = (e.stderr or b"")[-3000:]
-        pytest.fail("the child hung (no exit within %ss); stderr tail:\n%s"
-                    % (timeout, tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail))
 
 
 # -- interpreter shutdown -------------------------------------------------------------
@@ -360,34 +353,44 @@ def test_doctor_says_whether_the_assert_text_is_captured(fake_child):
 
 # -- locations of freed code objects ----------------------------------------------------
 
-def test_locations_stay_true_when_code_objects_are_freed_and_reused(fake_child):
-    """40 code objects compiled under one file name, run once and freed (an
-    edited notebook cell run again and again): each launch is recorded at the
-    line its own code had, though the addresses of the code objects, their
-    file names and their first lines are reused."""
-    c = run(fake_child, '''
-        import gc
-        import cuda_debug, cuda_debug.testing as t
-        from cuda_debug import _core, _report
-        out = []
-        with cuda_debug.watch():
-            for i in range(40):
-                blank, stmts = i % 5, (i // 5) % 3
-                src = "\\n" * blank + "x = 1\\n" * stmts + "t.empty()\\n"
-                want = blank + stmts + 1
-                before = _core.watch_seq()
-                exec(compile(src, "cell.py", "exec"), {"t": t})
-                gc.collect()
-                rec = _report.watch_record(before + 1)
-                got = [loc[2] for loc in map(_core.location, rec.frames)
-                       if loc and loc[0] == "cell.py"]
-                out.append((want, got[0] if got else None))
-        report(out)
-    ''')
-    assert c.result is not None, c
-    wrong = [(i, want, got) for i, (want, got) in enumerate(c.result) if want != got]
+#: 40 code objects compiled under one file name, run once under watch() and
+#: freed (an edited notebook cell run again and again): the line each launch
+#: was recorded at, and the one its code had (tests/test_robust_gpu.py too).
+FREED_CODE_CHILD = '''
+    import gc
+    import cuda_debug, cuda_debug.testing as t
+    from cuda_debug import _core, _report
+    out = []
+    with cuda_debug.watch():
+        for i in range(40):
+            blank, stmts = i % 5, (i // 5) % 3
+            src = "\\n" * blank + "x = 1\\n" * stmts + "t.empty()\\n"
+            before = _core.watch_seq()
+            exec(compile(src, "cell.py", "exec"), {"t": t})
+            gc.collect()
+            rec = _report.watch_record(before + 1)
+            got = [loc[2] for loc in map(_core.location, rec.frames)
+                   if loc and loc[0] == "cell.py"]
+            out.append((blank + stmts + 1, got[0] if got else None))
+    report(dict(out=out, watcher=_core.stats()["code_watcher"]))
+'''
+
+
+def check_freed_code(r):
+    assert r is not None
+    wrong = [(i, want, got) for i, (want, got) in enumerate(r["out"]) if want != got]
     assert not wrong, "%d of 40 launches at the wrong line (index, want, got): %s" % (
         len(wrong), wrong)
+
+
+def test_locations_stay_true_when_code_objects_are_freed_and_reused(fake_child):
+    """Each launch is recorded at the line its own code had, though the
+    addresses of the code objects, their file names and their first lines
+    are reused (the code objects' entries are retired as they are freed)."""
+    c = run(fake_child, FREED_CODE_CHILD)
+    assert c.result is not None, c
+    assert c.result["watcher"] == 1, c.result
+    check_freed_code(c.result)
 
 
 def test_locations_of_freed_code_objects_with_no_code_watcher_left(fake_child):
@@ -397,30 +400,17 @@ def test_locations_of_freed_code_objects_with_no_code_watcher_left(fake_child):
     at their lines."""
     if sys.version_info < (3, 12):
         pytest.skip("code watchers are Python 3.12+ (before, the deallocator is wrapped)")
-    c = run(fake_child, '''
+    c = run(fake_child, textwrap.dedent('''
         import ctypes
         WATCHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
         keep = [WATCHER(lambda event, code: 0) for _ in range(8)]
         ctypes.pythonapi.PyCode_AddWatcher.argtypes = [WATCHER]
-        taken = [ctypes.pythonapi.PyCode_AddWatcher(w) for w in keep]
-        import cuda_debug, cuda_debug.testing as t
-        from cuda_debug import _core, _report
-        out = []
-        with cuda_debug.watch():
-            for i in range(20):
-                src = "\\n" * (i % 5) + "t.empty()\\n"
-                before = _core.watch_seq()
-                exec(compile(src, "cell.py", "exec"), {"t": t})
-                rec = _report.watch_record(before + 1)
-                got = [loc[2] for loc in map(_core.location, rec.frames)
-                       if loc and loc[0] == "cell.py"]
-                out.append((i % 5 + 1, got[0] if got else None))
-        report(dict(taken=taken, watcher=_core.stats()["code_watcher"], out=out))
-    ''')
-    r = c.result
-    assert r is not None, c
-    assert sorted(r["taken"]) == list(range(8)) and r["watcher"] == 0, r
-    assert all(want == got for want, got in r["out"]), r["out"]
+        taken = sorted(ctypes.pythonapi.PyCode_AddWatcher(w) for w in keep)
+        assert taken == list(range(8)), taken
+    ''') + textwrap.dedent(FREED_CODE_CHILD))
+    assert c.result is not None, c
+    assert c.result["watcher"] == 0, c.result
+    check_freed_code(c.result)
 
 
 def test_kernel_name_of_a_module_reloaded_at_the_same_address(fake_child):
