@@ -108,7 +108,6 @@ static struct {
     _Atomic uint64_t ids;          /* id << 32 | short id */
 } kernels[KERNEL_TABLE];
 
-
 /* Is `symbol` the name kept at `id` (which is cut at KEPT_MAX bytes)? */
 static int is_kept_name(const char *symbol, uint32_t id)
 {

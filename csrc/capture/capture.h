@@ -32,7 +32,8 @@ enum { CD_LOC_LIBRARY = 0, CD_LOC_USER = 1, CD_LOC_PSEUDO = 2 /* <string> */ };
  * the frames between are only classified, not interned).
  * *complete = 1 when the walk reached the outermost frame, -1 when frames
  * were left out before the last id (the user frame). Returns the count
- * (0: the thread runs no Python, or this Python version has no reader). */
+ * (0: the thread runs no Python, this Python version has no reader, or the
+ * interpreter is shutting down: cd_frames_stop). */
 int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete);
 typedef struct {
     uint32_t file, func;   /* interned */

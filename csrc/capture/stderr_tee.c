@@ -48,9 +48,9 @@
 #  define R_DATA_ABS R_AARCH64_ABS64
 #endif
 
-static FILE *tee_fp;
-/* What libcuda's `stderr` reads once its slot is patched: the tee. */
-static FILE *volatile driver_stderr;
+/* What libcuda's `stderr` reads once its slot is patched: the tee (never
+ * closed: the driver may print from any thread, at any time). */
+static FILE *driver_stderr;
 static atomic_int installed;       /* 0 not yet, 1 patched, -1 not possible */
 static _Thread_local cd_window *tls_window;
 
@@ -255,8 +255,6 @@ int cd_tee_stderr_references(void *handle)
 #endif
 }
 
-static int install(void);
-
 /* Point libcuda's `stderr` at the tee: 1 done, -1 not possible. */
 static int patch_driver_stderr(void)
 {
@@ -280,16 +278,6 @@ static int patch_driver_stderr(void)
 #endif
 }
 
-int cd_tee_install(void)
-{
-    static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&install_lock);
-    if (!atomic_load(&installed))
-        atomic_store(&installed, install());
-    pthread_mutex_unlock(&install_lock);
-    return atomic_load(&installed) == 1 ? 0 : -1;
-}
-
 /* Once, under install_lock: 1 patched, -1 not possible. */
 static int install(void)
 {
@@ -298,11 +286,20 @@ static int install(void)
     if (!fp)
         return -1;
     setvbuf(fp, NULL, _IONBF, 0);
-    tee_fp = fp;
     driver_stderr = fp;            /* before the slot points here */
     fflush(stderr);                /* what libcuda wrote into libc's stderr before */
     pthread_atfork(NULL, NULL, atfork_child);
     return patch_driver_stderr();
+}
+
+int cd_tee_install(void)
+{
+    static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&install_lock);
+    if (!atomic_load(&installed))
+        atomic_store(&installed, install());
+    pthread_mutex_unlock(&install_lock);
+    return atomic_load(&installed) == 1 ? 0 : -1;
 }
 
 int cd_tee_installed(void) { return atomic_load(&installed); }
