@@ -15,6 +15,7 @@
 #include <structmember.h>
 
 #include <errno.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -948,7 +949,7 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     (void)noargs;
 #define U(x) (unsigned long long)atomic_load(&cd_state.x)
     return Py_BuildValue(
-        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisK}", "synced", U(n_synced), "follower",
+        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisKsi}", "synced", U(n_synced), "follower",
         U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes", U(n_subscribes),
         "active", atomic_load(&cd_state.active), "watching", atomic_load(&cd_state.watching),
         "all_threads", atomic_load(&cd_state.all_threads), "ns_capture_check",
@@ -958,7 +959,8 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
         "watch_alloc_rc", atomic_load(&cd_state.watch_alloc_rc), "watch_write_rc",
         atomic_load(&cd_state.watch_write_rc), "subscribed",
         cd_state.subscriber != NULL, "interned_bytes", (Py_ssize_t)cd_intern_used(),
-        "stderr_tee", cd_tee_installed(), "hand_overs", U(n_hand_overs));
+        "stderr_tee", cd_tee_installed(), "hand_overs", U(n_hand_overs), "code_watcher",
+        cd_frames_code_watched());
 #undef U
 }
 
@@ -971,6 +973,34 @@ static PyObject *py_cupti_hand_over(PyObject *self, PyObject *noargs)
     had = cd_cupti_hand_over();
     Py_END_ALLOW_THREADS
     return PyBool_FromLong(had);
+}
+
+/* frames_stop(): the atexit hook registered at import (before the interpreter
+ * frees thread states, frame reads stop). */
+static PyObject *py_frames_stop(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    Py_BEGIN_ALLOW_THREADS
+    cd_frames_stop();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* stderr_references(path) -> how many of the loaded library's relocations
+ * bind libc's `stderr` (where the tee can be put), -1 when it is not loaded. */
+static PyObject *py_stderr_references(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    PyObject *b;
+    if (!PyUnicode_FSConverter(arg, &b))
+        return NULL;
+    void *h = dlopen(PyBytes_AS_STRING(b), RTLD_LAZY | RTLD_NOLOAD);
+    Py_DECREF(b);
+    int n = cd_tee_stderr_references(h);
+    if (h)
+        dlclose(h);
+    return PyLong_FromLong(n);
 }
 
 static PyObject *py_install_tee(PyObject *self, PyObject *noargs)
@@ -1031,6 +1061,8 @@ static PyMethodDef core_methods[] = {
     METH(hang_state, METH_NOARGS, "-> (hang_after_ns, reports, dump signal)"),
     METH(install_dump_signal, METH_VARARGS,
          "install_dump_signal(signum, python_has_it, python_has_sigint): the in-flight report on a signal"),
+    METH(stderr_references, METH_O, "stderr_references(path) -> libc stderr slots of a loaded library"),
+    METH(frames_stop, METH_NOARGS, "stop reading Python frames (atexit, before thread states go)"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,
      METH_VARARGS | METH_KEYWORDS, "launch an embedded test kernel -> CUresult"},
     {"gemm", (PyCFunction)(void (*)(void))cd_py_gemm, METH_VARARGS | METH_KEYWORDS,
@@ -1140,7 +1172,21 @@ static int core_exec(PyObject *m)
         Py_XDECREF(t);
         return -1;
     }
-    return add_callback_ids(m);
+    if (add_callback_ids(m) < 0)
+        return -1;
+    cd_frames_watch_code();
+    /* Frame reads stop before the finalizer frees thread states: an atexit
+     * hook, registered now, runs before that (and after those registered
+     * later). */
+    PyObject *atexit = PyImport_ImportModule("atexit");
+    PyObject *stop = atexit ? PyObject_GetAttrString(m, "frames_stop") : NULL;
+    PyObject *r = stop ? PyObject_CallMethod(atexit, "register", "O", stop) : NULL;
+    Py_XDECREF(atexit);
+    Py_XDECREF(stop);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
 }
 
 static int core_traverse(PyObject *m, visitproc visit, void *arg)

@@ -605,6 +605,18 @@ def _lib_line(lib: Optional[dict]) -> str:
     return "not found (%s)" % lib["error"]
 
 
+def _assert_text_line(a: dict) -> str:
+    n = a.get("stderr_references")
+    if not a.get("on"):
+        return "not captured: CUDA_DEBUG_CAPTURE=off (it still reaches stderr)"
+    if n is None or n < 0:
+        return "not checked (no libcuda)"
+    if n == 0:
+        return ("not captured: libcuda has no reference to stderr that can be redirected "
+                "(the device's assert text reaches stderr, but not the reports)")
+    return "captured from libcuda's writes to stderr (libc's stderr is left alone)"
+
+
 def _doctor_text(d: dict) -> str:
     rows = [("cuda_debug", "%s, Python %s (%s)" % (d["cuda_debug"], d["python"], d["executable"])),
             ("built with", "CUDA %s headers, CUPTI %s" % (d["cuda_headers"], d["cupti_headers"])),
@@ -649,6 +661,7 @@ def _doctor_text(d: dict) -> str:
         rows.append(("CUPTI free", "yes: launch_blocking() subscribed and let go"))
     else:
         rows.append(("CUPTI free", "no: %s" % free.get("error")))
+    rows.append(("assert text", _assert_text_line(d.get("assert_text") or {})))
     env = d["env"]
     clb = env.get("CUDA_LAUNCH_BLOCKING")
     rows.append(("CUDA_LAUNCH_BLOCKING", "not set" if clb is None else

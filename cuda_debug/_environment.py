@@ -189,9 +189,20 @@ def full(probe_cupti: bool = True) -> dict:
     if d["cupti"]["found"]:      # None without an initialised driver (csrc/module.c)
         d["cupti_version"] = cupti_version_str(_core.cupti_version())
     d["cublas"] = _lib_dict(_libraries.load(_libraries.CUBLAS))
+    d["assert_text"] = assert_text_capture(d)
     if probe_cupti and d["devices"] and d["cupti"]["found"]:
         d["cupti_free"] = cupti_free()
     return d
+
+
+def assert_text_capture(d: dict) -> dict:
+    """Can the device's assert text be caught for reports here? It is, from
+    libcuda's writes to its own reference to libc's `stderr` (csrc/capture/
+    stderr_tee.c): how many such references libcuda has, and whether
+    CUDA_DEBUG_CAPTURE leaves capture on."""
+    from . import _options
+    n = _core.stderr_references(d["libcuda"]["path"]) if d["libcuda"]["found"] else None
+    return {"on": bool(_options.OPTIONS.capture), "stderr_references": n}
 
 
 def _cuda_name(rc: int) -> str:

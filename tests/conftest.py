@@ -103,6 +103,23 @@ def _text(b):
     return b.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
+#: What a sanitizer prints when it finds something (.ci/sanitize.sh runs the suite
+#: against an extension built with them): a child whose stderr has one fails its
+#: test, whatever its exit status (a report from a daemon thread can race the
+#: process's exit).
+SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: ThreadSanitizer")
+
+
+def sanitizer_report(stderr):
+    """The sanitizer report in a child's stderr, or None."""
+    for marker in SANITIZER_REPORTS:
+        i = (stderr or "").find(marker)
+        if i >= 0:
+            return stderr[max(0, i - 200):i + 6000]
+    return None
+
+
 _PRELUDE = "import json, sys\ndef report(obj): print('RESULT ' + json.dumps(obj), flush=True)\n"
 
 
@@ -125,12 +142,26 @@ def run_child(code, env=None, timeout=120, args=(), prelude=""):
                               timeout=timeout, env=full_env, cwd=ROOT)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    found = sanitizer_report(_text(proc.stderr))
+    if found:
+        pytest.fail("a sanitizer reported in the child (rc=%s):\n%s" % (proc.returncode, found))
     return Child(proc, script, source)
 
 
 @pytest.fixture
 def child():
     return run_child
+
+
+def run_no_hang(runner, code, timeout=60, **kw):
+    """runner(code, timeout=..., **kw) (the child or fake_child fixture), a
+    hang reported as a failure with the tail of what the child printed."""
+    try:
+        return runner(code, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired as e:
+        tail = (e.stderr or b"")[-3000:]
+        pytest.fail("the child hung (no exit within %ss); stderr tail:\n%s"
+                    % (timeout, tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail))
 
 
 # The fake CUDA driver + CUPTI for CPU-only runs (tests/fake_cuda): the

@@ -310,7 +310,7 @@ def test_user_frame_rule_is_one_rule(fake_child):
             ("json/decoder.py", L, stdlib),           # relative, resolved against the cwd
             ("json/decoder.py", U, tmp),
         ]
-        out, keep = [], []
+        out = []
         with cuda_debug.watch():
             for name, want, cwd in cases:
                 old = os.getcwd()
@@ -318,9 +318,7 @@ def test_user_frame_rule_is_one_rule(fake_child):
                     os.chdir(cwd)
                 try:
                     before = _core.watch_seq()
-                    code = compile("t.empty()\\n", name, "exec")
-                    keep.append(code)           # alive: its address is not reused
-                    exec(code, {"t": t})
+                    exec(compile("t.empty()\\n", name, "exec"), {"t": t})   # then freed
                     rec = _report.watch_record(before + 1)
                     kinds = [loc[3] for loc in map(_core.location, rec.frames)
                              if loc and loc[0] == name]

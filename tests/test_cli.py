@@ -564,6 +564,8 @@ def test_gpu_doctor():
     assert "GPU 0" in r.stdout
     assert re.search(r"^CUPTI free\s+yes", r.stdout, re.M), r.stdout
     assert "verdict: watch() and launch_blocking() work here." in r.stdout
+    # libcuda.so.1 refers to libc's stderr (U stderr@GLIBC_2.2.5 on the H200)
+    assert re.search(r"^assert text\s+captured from libcuda's writes", r.stdout, re.M), r.stdout
     d = json.loads(cli("doctor", "--json").stdout)
     assert d["devices"] and d["devices"][0]["name"]
     assert d["libcuda"]["found"] and d["cupti"]["found"]

@@ -206,7 +206,7 @@ def test_launch_blocking_waits_for_the_kernel_with_an_async_device(fake_child):
     ''')
     r = c.result
     assert r is not None, c
-    assert r["t_async"] < 0.1
+    assert r["t_async"] < 0.2     # did not wait (the first launch also loads the module)
     assert r["t_sync"] >= 0.29
 
 

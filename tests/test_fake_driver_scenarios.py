@@ -35,14 +35,7 @@ import os
 
 import pytest
 
-
-def run(fake_child, code, timeout=60, **kw):
-    try:
-        return fake_child(code, timeout=timeout, **kw)
-    except subprocess.TimeoutExpired as e:
-        tail = (e.stderr or b"")[-3000:]
-        pytest.fail("the child hung (no exit within %ss); stderr tail:\n%s"
-                    % (timeout, tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail))
+from conftest import run_no_hang as run
 
 
 def test_two_threads_faulting_at_once_each_get_their_own_report(fake_child):

@@ -15,14 +15,11 @@
 
 typedef char *(*cxa_demangle_fn)(const char *, char *, size_t *, int *);
 
-static cxa_demangle_fn find_demangler(void)
+static cxa_demangle_fn demangler;
+
+static void look_for_demangler(void)
 {
-    static cxa_demangle_fn fn;
-    static int looked;
-    if (looked)
-        return fn;
-    looked = 1;
-    fn = (cxa_demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    cxa_demangle_fn fn = (cxa_demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
     if (!fn) {
         void *h = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_NOLOAD);
         if (!h)
@@ -30,7 +27,16 @@ static cxa_demangle_fn find_demangler(void)
         if (h)
             fn = (cxa_demangle_fn)dlsym(h, "__cxa_demangle");
     }
-    return fn;
+    demangler = fn;
+}
+
+/* Looked up once; two threads seeing their first kernels at once both wait
+ * for it (a flag set before the pointer let one go on without it: ThreadSanitizer). */
+static cxa_demangle_fn find_demangler(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, look_for_demangler);
+    return demangler;
 }
 
 char *cd_demangle(const char *mangled)

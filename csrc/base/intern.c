@@ -23,6 +23,7 @@
 #define CD_ARENA (4u << 20)
 #define STR_TABLE 32768            /* dedup table of strings (power of two) */
 #define KERNEL_TABLE 16384         /* symbolName pointer -> ids (power of two) */
+#define KEPT_MAX 4095              /* the longest string kept (longer ones are cut) */
 
 static char arena[CD_ARENA];
 static size_t arena_used = 1;      /* offset 0 is "none" */
@@ -53,8 +54,8 @@ static struct {
 /* Under `lock`. */
 static uint32_t intern_locked(const char *s, size_t n)
 {
-    if (n > 4095)
-        n = 4095;
+    if (n > KEPT_MAX)
+        n = KEPT_MAX;
     uint64_t h = hash_bytes(s, n);
     for (uint32_t i = (uint32_t)h & (STR_TABLE - 1), probes = 0; probes < STR_TABLE;
          i = (i + 1) & (STR_TABLE - 1), probes++) {
@@ -96,20 +97,23 @@ size_t cd_intern_used(void) { return arena_used; }
 /* ------------------------------------------------------------ kernels -- */
 
 /* CUPTI's symbolName points into the driver's copy of the module, stable
- * while the module is loaded. The key is the pointer plus a check of the
- * first bytes (a module unloaded and another loaded at the same address). */
+ * while the module is loaded. The key is the pointer; a hit is checked
+ * against the whole name kept (a module unloaded and another loaded at the
+ * same address: its kernels' names often share their first hundred bytes,
+ * `_ZN2at6native...`), and a different name there replaces the entry. The
+ * value is one atomic word (id << 32 | short id): a reader never sees half
+ * of a replacement. */
 static struct {
-    _Atomic uintptr_t key;         /* written last */
-    uint64_t check;
-    uint32_t id, short_id;
+    _Atomic uintptr_t key;         /* written last on insertion */
+    _Atomic uint64_t ids;          /* id << 32 | short id */
 } kernels[KERNEL_TABLE];
 
-static inline uint64_t head_check(const char *s)
+/* Is `symbol` the name kept at `id` (which is cut at KEPT_MAX bytes)? */
+static int is_kept_name(const char *symbol, uint32_t id)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 32 && s[i]; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
+    const char *kept = arena + id;
+    int r = strcmp(symbol, kept);
+    return r == 0 || (r > 0 && strlen(kept) == KEPT_MAX && !strncmp(symbol, kept, KEPT_MAX));
 }
 
 uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id)
@@ -118,34 +122,39 @@ uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id)
     if (!symbol || !symbol[0])
         return 0;
     uintptr_t key = (uintptr_t)symbol;
-    uint64_t check = head_check(symbol);
     uint32_t start = (uint32_t)((key >> 4) * 0x9E3779B1u) & (KERNEL_TABLE - 1);
     for (uint32_t i = start, probes = 0; probes < 64; i = (i + 1) & (KERNEL_TABLE - 1), probes++) {
         uintptr_t k = atomic_load_explicit(&kernels[i].key, memory_order_acquire);
-        if (k == key && kernels[i].check == check) {
-            *short_id = kernels[i].short_id;
-            return kernels[i].id;
+        if (k == key) {
+            uint64_t ids = atomic_load_explicit(&kernels[i].ids, memory_order_acquire);
+            if ((uint32_t)(ids >> 32) && is_kept_name(symbol, (uint32_t)(ids >> 32))) {
+                *short_id = (uint32_t)ids;
+                return (uint32_t)(ids >> 32);
+            }
+            break;
         }
         if (k == 0)
             break;
     }
-    /* Cold: first sight of this kernel. */
+    /* Cold: first sight of this kernel (at this address). */
     char short_name[256];
     size_t sn = cd_short_kernel_name(symbol, short_name, sizeof short_name);
     lock_take();
     uint32_t id = intern_locked(symbol, strlen(symbol));
     uint32_t sid = intern_locked(short_name, sn);
-    for (uint32_t i = start, probes = 0; probes < 64; i = (i + 1) & (KERNEL_TABLE - 1), probes++) {
+    uint64_t ids = (uint64_t)id << 32 | sid;
+    for (uint32_t i = start, probes = 0; id && probes < 64;
+         i = (i + 1) & (KERNEL_TABLE - 1), probes++) {
         uintptr_t k = atomic_load_explicit(&kernels[i].key, memory_order_relaxed);
+        if (k == key) {            /* another thread was first, or another module was here */
+            atomic_store_explicit(&kernels[i].ids, ids, memory_order_release);
+            break;
+        }
         if (k == 0) {
-            kernels[i].check = check;
-            kernels[i].id = id;
-            kernels[i].short_id = sid;
+            atomic_store_explicit(&kernels[i].ids, ids, memory_order_relaxed);
             atomic_store_explicit(&kernels[i].key, key, memory_order_release);
             break;
         }
-        if (k == key && kernels[i].check == check)
-            break;                 /* another thread was first */
     }
     lock_give();
     *short_id = sid;

@@ -49,7 +49,8 @@ enum {
  * CD_LOC_COMPILED frame, which takes the id before it).
  * *complete = 1 when the walk reached the outermost frame, -1 when frames
  * were left out before the last id (the user frame). Returns the count
- * (0: the thread runs no Python, or this Python version has no reader). */
+ * (0: the thread runs no Python, this Python version has no reader, or the
+ * interpreter is shutting down: cd_frames_stop). */
 int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete);
 typedef struct {
     uint32_t file, func;   /* interned */
@@ -66,6 +67,16 @@ int cd_file_kind(const char *file, size_t n);
 /* CD_LOC_* of a code object (a PyCodeObject *): its file's kind, or
  * CD_LOC_COMPILED. Safe without the GIL while the code object is alive. */
 int cd_code_kind(void *code);
+
+/* With the GIL, at module init: retire the cached entries of code objects as
+ * they are freed (a code watcher on Python 3.12+, the code type's deallocator
+ * wrapped before): 0, or -1 when no watcher could be added (freed code
+ * objects are then told apart by their contents). */
+int cd_frames_watch_code(void);
+int cd_frames_code_watched(void);
+/* Frames are read no more (the interpreter's atexit hooks run, before it
+ * frees thread states); waits, briefly, for the reads under way. */
+void cd_frames_stop(void);
 
 /* ---------------------------------------------------- frame_readers.c -- */
 
@@ -109,15 +120,21 @@ size_t cd_reader_table_bytes(int minor);
 
 /* ------------------------------------------------------ stderr_tee.c -- */
 
-/* While installed, libc's `stderr` is a pass-through stream: every write goes
- * straight to fd 2, and a thread with an open window also keeps a copy of its
- * own text (the device's assert lines, printed by the thread that syncs). */
+/* While installed, libcuda's `stderr` (its own GOT slot; libc's `stderr` is
+ * left alone) is a pass-through stream: every write goes straight to fd 2,
+ * and a thread with an open window also keeps a copy of its own text (the
+ * device's assert lines, printed by the thread that syncs). */
 typedef struct {
     char *buf;
     size_t cap, len;
     size_t cut;            /* bytes that did not fit */
 } cd_window;
-int cd_tee_install(void);              /* once; 0 ok */
+int cd_tee_install(void);              /* once; 0 ok, -1 nothing can be captured */
+/* 1 installed, 0 not yet, -1 not possible (libcuda has no `stderr` slot). */
+int cd_tee_installed(void);
+/* How many slots of the loaded object `handle` (a dlopen handle) hold the
+ * address of libc's `stderr`; -1 when it cannot be read. */
+int cd_tee_stderr_references(void *handle);
 void cd_tee_open(cd_window *w, char *buf, size_t cap);    /* this thread */
 void cd_tee_close(void);
 /* The most recent device-assert lines written by any thread (watch mode,
@@ -128,7 +145,6 @@ size_t cd_tee_recent_asserts(char *out, size_t cap);
 uint64_t cd_tee_assert_mark(void);
 size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t cap,
                             size_t *cut);
-int cd_tee_installed(void);
 
 /* ------------------------------------------------------ watch_ring.c -- */
 
@@ -292,7 +308,9 @@ uint16_t cd_graph_replayed(const void *launch_params);
 
 #define CD_OP_NAME 64
 /* The at::_ops::<name>::call|redispatch frames of the calling thread's
- * native stack, innermost first (cold: the fault path). */
+ * native stack, innermost first (cold: the fault path). Walked only on the
+ * thread's own stack, and only up to the Python interpreter (native_ops.c
+ * says why). */
 int cd_native_ops(char ops[][CD_OP_NAME], int max);
 void cd_native_ops_warm(void);
 /* The operator name of one such symbol into out; 0 if it is not one. */

@@ -7,12 +7,13 @@
  * faulthandler does (Python/traceback.c, _Py_DumpTracebackThreads), we walk it
  * without the GIL, reading only immutable parts of the code objects.
  *
- * Each (code object, instruction offset) is interned once in `locs` as a
- * location: file name, function name, line number and kind (user or library
- * code), copied into the string arena (intern.c), so a record keeps 4-byte
- * ids that stay meaningful after the code object is gone. A hit costs a hash
- * probe per frame; a miss resolves the line from the code object's line
- * table (cd_reader_line) and copies the names.
+ * Each (code object, instruction offset) is interned once as a location:
+ * file name, function name, line number and kind (user or library code),
+ * copied into the string arena (intern.c), so a record keeps 4-byte ids that
+ * stay meaningful after the code object is gone (the locations section says
+ * how a freed code object's address is told from its successor's). A hit
+ * costs a few hash probes per frame; a miss resolves the line from the code
+ * object's line table (cd_reader_line) and copies the names.
  *
  * The frame layout is CPython-internal and changes per minor version:
  * frame_readers.c has the one reader for this Python (cd_reader_*). Where
@@ -28,6 +29,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------- configuration -- */
@@ -178,57 +180,291 @@ int cd_code_kind(void *code)
 
 /* ----------------------------------------------------------- locations -- */
 
-#define LOC_TABLE 65536            /* power of two */
+/*
+ * Three fixed tables, written under loc_lock (cold: the first sight of a code
+ * location), read without any lock by the launch callback:
+ *   loc_store  the locations, append-only: id -> (file, function, line, kind).
+ *              An id kept in a ring or fault record names the same file:line
+ *              forever; equal locations share one id (loc_dedup).
+ *   codes      code object -> (epoch, kind, content check). An epoch numbers
+ *              one code object's life at its address: a freed code object's
+ *              address is soon reused by a new one, often with the same file
+ *              name object and first line (an edited notebook cell run
+ *              again), so the address alone names nothing.
+ *   index      (epoch, instruction offset) -> location id.
+ * A freed code object's entry is retired as it is freed (a code watcher on
+ * 3.12+; before, a wrapper of the code type's deallocator), and its epoch
+ * with it: index entries of a retired epoch never match again and are
+ * overwritten in time. Where no watcher slot is free (3.12+: eight per
+ * interpreter) each lookup checks the code object's content instead (file
+ * and function names, first line, line table, length; O(line table), so only
+ * then): new content at an old address gets a new epoch.
+ * A reader reads a slot's key, its value (acquire), then the key again: a slot
+ * rewritten meanwhile (another key evicting it) reads as a miss, never as a
+ * mix of two entries. Each table's value is one atomic word.
+ */
+
+#define LOC_MAX 65536              /* location ids 1 .. LOC_MAX-1 */
+#define DEDUP_TABLE (2 * LOC_MAX)  /* power of two, never more than half full */
+#define INDEX_TABLE 65536          /* power of two */
+#define CODE_TABLE 16384           /* power of two */
+#define PROBES 16
+#define KEY_FREE 0u
+#define KEY_DEAD 1u                /* a retired entry, or one being rewritten */
 
 typedef struct {
-    _Atomic uintptr_t code;        /* key part 1; written last; 0 = empty */
-    int32_t offset;                /* key part 2: instruction offset (code units) */
-    uintptr_t check;               /* co_filename pointer ^ co_firstlineno */
+    uint32_t file, func;           /* interned */
     int32_t lineno;
-    uint32_t file, func;
     int32_t kind;
-} loc_entry;
+} loc_rec;
 
-static loc_entry locs[LOC_TABLE];
+typedef struct {
+    _Atomic uint64_t key;          /* KEY_FREE, KEY_DEAD or a key */
+    _Atomic uint64_t val;
+} slot_t;
+
+static loc_rec loc_store[LOC_MAX];
+static atomic_uint n_locs = 1;     /* ids handed out: [1, n_locs); release-stored */
+static uint32_t loc_dedup[DEDUP_TABLE];   /* under loc_lock */
+/* codes: key = the code object's address; val = epoch << 32 | check << 2 | kind */
+static slot_t codes[CODE_TABLE];
+/* index: key = epoch << 32 | offset; val = the location id */
+static slot_t loc_index[INDEX_TABLE];
+static uint32_t next_epoch = 1;    /* under loc_lock */
+static atomic_int code_watcher_on; /* 1: freed code objects are retired */
 static atomic_flag loc_lock = ATOMIC_FLAG_INIT;
 
-int cd_location_get(uint32_t id, cd_location *out)
+static void loc_lock_take(void)
 {
-    if (id == 0 || id >= LOC_TABLE)
-        return -1;
-    const loc_entry *e = &locs[id];
-    if (!atomic_load_explicit(&e->code, memory_order_acquire))
-        return -1;
-    out->file = e->file;
-    out->func = e->func;
-    out->lineno = e->lineno;
-    out->kind = e->kind;
+    while (atomic_flag_test_and_set_explicit(&loc_lock, memory_order_acquire))
+        sched_yield();
+}
+
+static void loc_lock_give(void) { atomic_flag_clear_explicit(&loc_lock, memory_order_release); }
+
+static inline uint32_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+/* The value stored under `key` among the probes from `start`; 0 when none
+ * (or when its slot changed while it was read). Lock-free. */
+static uint64_t slot_find(slot_t *t, uint32_t mask, uint32_t start, uint64_t key)
+{
+    for (uint32_t i = start, p = 0; p < PROBES; p++, i = (i + 1) & mask) {
+        uint64_t k = atomic_load_explicit(&t[i].key, memory_order_acquire);
+        if (k == key) {
+            uint64_t v = atomic_load_explicit(&t[i].val, memory_order_acquire);
+            return atomic_load_explicit(&t[i].key, memory_order_relaxed) == key ? v : 0;
+        }
+        if (k == KEY_FREE)
+            return 0;
+    }
     return 0;
 }
 
-static inline uint32_t loc_hash(uintptr_t code, int offset)
+/* key -> val (under loc_lock): the key's own slot, else the first free or
+ * retired one, else the first probe's (evicted: a miss for its key later). */
+static void slot_put(slot_t *t, uint32_t mask, uint32_t start, uint64_t key, uint64_t val)
 {
-    uint64_t h = ((uint64_t)code >> 4) * 0x9E3779B97F4A7C15ull ^ (uint64_t)offset * 0xC2B2AE3Du;
-    uint32_t i = (uint32_t)(h >> 40) & (LOC_TABLE - 1);
-    return i ? i : 1;              /* id 0 means "none" */
+    uint32_t spot = start;
+    int found = 0;
+    for (uint32_t i = start, p = 0; p < PROBES; p++, i = (i + 1) & mask) {
+        uint64_t k = atomic_load_explicit(&t[i].key, memory_order_relaxed);
+        if (k == key) {
+            atomic_store_explicit(&t[i].val, val, memory_order_release);
+            return;
+        }
+        if (!found && (k == KEY_FREE || k == KEY_DEAD)) {
+            spot = i;
+            found = 1;
+        }
+        if (k == KEY_FREE)
+            break;
+    }
+    slot_t *s = &t[spot];
+    if (atomic_load_explicit(&s->key, memory_order_relaxed) != KEY_FREE)
+        atomic_store_explicit(&s->key, KEY_DEAD, memory_order_relaxed);
+    atomic_store_explicit(&s->val, val, memory_order_release);   /* after KEY_DEAD */
+    atomic_store_explicit(&s->key, key, memory_order_release);   /* last */
 }
+
+/* The id of location (file, func, lineno, kind), added on first sight;
+ * 0 when the store is full. Under loc_lock. */
+static uint32_t loc_add(uint32_t file, uint32_t func, int lineno, int kind)
+{
+    uint32_t h = mix64(((uint64_t)file << 32 | func) ^ ((uint64_t)(uint32_t)lineno << 2 | (uint32_t)kind) *
+                       0x9E3779B97F4A7C15ull);
+    for (uint32_t i = h & (DEDUP_TABLE - 1);; i = (i + 1) & (DEDUP_TABLE - 1)) {
+        uint32_t id = loc_dedup[i];
+        if (!id) {
+            uint32_t n = atomic_load_explicit(&n_locs, memory_order_relaxed);
+            if (n >= LOC_MAX)
+                return 0;
+            loc_store[n] = (loc_rec){file, func, lineno, kind};
+            loc_dedup[i] = n;
+            atomic_store_explicit(&n_locs, n + 1, memory_order_release);
+            return n;
+        }
+        const loc_rec *r = &loc_store[id];
+        if (r->file == file && r->func == func && r->lineno == lineno && r->kind == kind)
+            return id;
+    }
+}
+
+int cd_location_get(uint32_t id, cd_location *out)
+{
+    if (id == 0 || id >= atomic_load_explicit(&n_locs, memory_order_acquire))
+        return -1;
+    const loc_rec *r = &loc_store[id];
+    out->file = r->file;
+    out->func = r->func;
+    out->lineno = r->lineno;
+    out->kind = r->kind;
+    return 0;
+}
+
+static inline uint32_t code_slot(const PyCodeObject *code)
+{
+    return mix64((uintptr_t)code) & (CODE_TABLE - 1);
+}
+
+/* With the GIL: `code` is being freed; its entry (if any) is retired. */
+static void retire_code(PyCodeObject *code)
+{
+    uint32_t start = code_slot(code);
+    if (!slot_find(codes, CODE_TABLE - 1, start, (uintptr_t)code))
+        return;                    /* never on a launching stack (most code objects) */
+    loc_lock_take();
+    for (uint32_t i = start, p = 0; p < PROBES; p++, i = (i + 1) & (CODE_TABLE - 1))
+        if (atomic_load_explicit(&codes[i].key, memory_order_relaxed) == (uintptr_t)code) {
+            atomic_store_explicit(&codes[i].key, KEY_DEAD, memory_order_release);
+            break;
+        }
+    loc_lock_give();
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+static int on_code_event(PyCodeEvent event, PyCodeObject *code)
+{
+    if (event == PY_CODE_EVENT_DESTROY)
+        retire_code(code);
+    return 0;
+}
+#else
+/* Before 3.12 there are no code watchers: the code type's deallocator is
+ * wrapped instead (every code object is freed through it). */
+static destructor code_dealloc;
+
+static void code_dealloc_retiring(PyObject *code)
+{
+    retire_code((PyCodeObject *)code);
+    code_dealloc(code);
+}
+#endif
+
+int cd_frames_watch_code(void)
+{
+    if (atomic_load(&code_watcher_on))
+        return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyCode_AddWatcher(on_code_event) < 0) {
+        PyErr_Clear();             /* every watcher slot taken: check contents instead */
+        return -1;
+    }
+#else
+    code_dealloc = PyCode_Type.tp_dealloc;
+    PyCode_Type.tp_dealloc = code_dealloc_retiring;
+#endif
+    atomic_store(&code_watcher_on, 1);
+    return 0;
+}
+
+/* A 64-bit hash of n bytes, eight at a time. */
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (; n >= 8; b += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, b, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+    }
+    uint64_t w = n;
+    memcpy(&w, b, n);
+    h = (h ^ w ^ ((uint64_t)n << 59)) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 31);
+}
+
+static uint64_t hash_str(uint64_t h, PyObject *u)
+{
+    if (!u || !PyUnicode_Check(u) || !PyUnicode_IS_COMPACT(u))
+        return h * 31 + 7;
+    return hash_bytes(h, PyUnicode_DATA(u),
+                      (size_t)PyUnicode_GET_LENGTH(u) * (size_t)PyUnicode_KIND(u));
+}
+
+/* What a location depends on, of a code object (its immutable parts): the
+ * file and function names, the first line, the line table, the length. */
+static uint32_t code_check(PyCodeObject *code)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    uint64_t h = hash_str(hash_str(0, code->co_filename), code->co_qualname);
+    Py_ssize_t len = Py_SIZE(code);
+#else
+    uint64_t h = hash_str(hash_str(0, code->co_filename), code->co_name);
+    Py_ssize_t len = code->co_code && PyBytes_Check(code->co_code) ?
+                     PyBytes_GET_SIZE(code->co_code) : -1;
+#endif
+    PyObject *lt = code->co_linetable;
+    if (lt && PyBytes_Check(lt))
+        h = hash_bytes(h, PyBytes_AS_STRING(lt), (size_t)PyBytes_GET_SIZE(lt));
+    h = hash_bytes(h ^ (uint64_t)code->co_firstlineno, &len, sizeof len);
+    return (uint32_t)(h >> 34);    /* 30 bits */
+}
+
+/* The code object's entry (epoch << 32 | check << 2 | kind), added on first
+ * sight (the kind from its file name and calls: kind_of, the cold part) or when
+ * its content is not the one recorded at its address. */
+static uint64_t code_entry(PyCodeObject *code)
+{
+    const uint32_t check = atomic_load_explicit(&code_watcher_on, memory_order_relaxed) ?
+                           0 : code_check(code);
+    const uint32_t start = code_slot(code);
+    uint64_t v = slot_find(codes, CODE_TABLE - 1, start, (uintptr_t)code);
+    if (v && (uint32_t)v >> 2 == check)
+        return v;
+    char file[1024];
+    size_t fn = copy_unicode(code->co_filename, file, sizeof file);
+    int kind = kind_of(code, file, fn);    /* 2 bits: CD_LOC_* */
+    loc_lock_take();
+    v = slot_find(codes, CODE_TABLE - 1, start, (uintptr_t)code);
+    if (!(v && (uint32_t)v >> 2 == check)) {   /* not added by another thread meanwhile */
+        uint32_t epoch = next_epoch++;
+        if (!next_epoch)
+            next_epoch = 1;
+        v = (uint64_t)epoch << 32 | (uint64_t)check << 2 | (uint64_t)kind;
+        slot_put(codes, CODE_TABLE - 1, start, (uintptr_t)code, v);
+    }
+    loc_lock_give();
+    return v;
+}
+
+int cd_frames_code_watched(void) { return atomic_load(&code_watcher_on); }
+
+static inline int loc_kind(uint32_t id) { return loc_store[id].kind; }
 
 static uint32_t intern_location(PyCodeObject *code, int offset)
 {
-    uintptr_t key = (uintptr_t)code;
-    uintptr_t check = (uintptr_t)code->co_filename ^ (uintptr_t)code->co_firstlineno;
-    uint32_t start = loc_hash(key, offset);
-    uint32_t i = start;
-    for (int probes = 0; probes < 32; probes++) {
-        uintptr_t k = atomic_load_explicit(&locs[i].code, memory_order_acquire);
-        if (k == 0)
-            break;
-        if (k == key && locs[i].offset == offset && locs[i].check == check)
-            return i;
-        i = (i + 1) & (LOC_TABLE - 1);
-        if (!i)
-            i = 1;
-    }
+    const uint64_t entry = code_entry(code);
+    const uint64_t key = (entry >> 32) << 32 | (uint32_t)offset;
+    const uint32_t start = mix64(key) & (INDEX_TABLE - 1);
+    uint64_t v = slot_find(loc_index, INDEX_TABLE - 1, start, key);
+    if (v)
+        return (uint32_t)v;
     /* Miss: resolve while the code object is certainly alive (its frame is
      * on this blocked thread's stack). */
     char file[1024], func[256];
@@ -239,79 +475,24 @@ static uint32_t intern_location(PyCodeObject *code, int offset)
     size_t un = copy_unicode(code->co_name, func, sizeof func);
 #endif
     int lineno = cd_reader_line((PyObject *)code, offset);
-    int kind = kind_of(code, file, fn);
     uint32_t file_id = cd_intern(file, fn), func_id = cd_intern(func, un);
-
-    while (atomic_flag_test_and_set_explicit(&loc_lock, memory_order_acquire))
-        sched_yield();
-    uint32_t found = 0;
-    i = start;
-    for (int probes = 0; probes < 32; probes++) {
-        uintptr_t k = atomic_load_explicit(&locs[i].code, memory_order_relaxed);
-        if (k == 0) {
-            locs[i].offset = offset;
-            locs[i].check = check;
-            locs[i].lineno = lineno;
-            locs[i].file = file_id;
-            locs[i].func = func_id;
-            locs[i].kind = kind;
-            atomic_store_explicit(&locs[i].code, key, memory_order_release);
-            found = i;
-            break;
-        }
-        if (k == key && locs[i].offset == offset && locs[i].check == check) {
-            found = i;
-            break;
-        }
-        i = (i + 1) & (LOC_TABLE - 1);
-        if (!i)
-            i = 1;
-    }
-    atomic_flag_clear_explicit(&loc_lock, memory_order_release);
-    return found;                  /* 0 when the neighbourhood is full */
+    loc_lock_take();
+    uint32_t id = loc_add(file_id, func_id, lineno, (int)(entry & 3));
+    if (id)
+        slot_put(loc_index, INDEX_TABLE - 1, start, key, id);
+    loc_lock_give();
+    return id;                     /* 0 when the store is full */
 }
 
-/* Code objects' kinds (user or library), by code object: a walk that looks
- * for the first user frame classifies the frames above the innermost ones
- * without interning their locations. Same key check as the locations. */
-#define CODE_TABLE 16384
-static struct {
-    _Atomic uintptr_t code;        /* written last */
-    uintptr_t check;
-    int kind;
-} codes[CODE_TABLE];
-
-static int code_kind(PyCodeObject *code)
-{
-    uintptr_t key = (uintptr_t)code;
-    uintptr_t check = (uintptr_t)code->co_filename ^ (uintptr_t)code->co_firstlineno;
-    uint32_t i = (uint32_t)((key >> 4) * 0x9E3779B1u) & (CODE_TABLE - 1);
-    for (int probes = 0; probes < 16; probes++, i = (i + 1) & (CODE_TABLE - 1)) {
-        uintptr_t k = atomic_load_explicit(&codes[i].code, memory_order_acquire);
-        if (k == key && codes[i].check == check)
-            return codes[i].kind;
-        if (k == 0) {
-            char file[1024];
-            size_t fn = copy_unicode(code->co_filename, file, sizeof file);
-            int kind = kind_of(code, file, fn);
-            uintptr_t expected = 0;
-            codes[i].check = check;          /* a racing reader sees key 0 until below */
-            codes[i].kind = kind;
-            atomic_compare_exchange_strong(&codes[i].code, &expected, key);
-            return kind;
-        }
-    }
-    char file[1024];
-    return kind_of(code, file, copy_unicode(code->co_filename, file, sizeof file));
-}
+/* Code objects' kinds (user or library): a walk that looks for the first
+ * user frame classifies the frames above the innermost ones without interning
+ * their locations. */
+static int code_kind(PyCodeObject *code) { return (int)(code_entry(code) & 3); }
 
 /* ----------------------------------------------------------- the walk -- */
 
-int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
+static int walk(uint32_t *ids, int max, int to_user, int *complete)
 {
-    *complete = 0;
-    if (max <= 0)
-        return 0;
     void *f = cd_reader_first();
     cd_pyframe batch[16];
     int n = 0, depth = 0, skipped = 0, want = 4;   /* most walks end at the first few */
@@ -324,7 +505,7 @@ int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
             if (n < max - (to_user ? 1 : 0)) {
                 uint32_t id = intern_location(code, offset);
                 ids[n++] = id;
-                if ((to_user && id && locs[id].kind == CD_LOC_USER) || (!to_user && n == max))
+                if ((to_user && id && loc_kind(id) == CD_LOC_USER) || (!to_user && n == max))
                     return n;
             } else if (to_user && (kind = code_kind(code)) == CD_LOC_USER) {
                 ids[n++] = intern_location(code, offset);   /* the user frame */
@@ -341,5 +522,49 @@ int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
     }
     if (!f)
         *complete = 1;
+    return n;
+}
+
+/* --------------------------------------------- interpreter shutdown -- */
+
+/* The finalizer frees the other threads' states (Py_FinalizeEx:
+ * _PyThreadState_DeleteExcept) while a daemon thread may still be inside a
+ * CUDA call, launching: its frames must not be read from then on. Frame
+ * reads stop when the interpreter's atexit hooks run (cd_frames_stop, which
+ * waits for the reads under way, briefly), or once it says it is finalizing.
+ * A reader counts itself in before it looks at the flag, the hook sets the
+ * flag before it looks at the count (both sequentially consistent): either
+ * the reader sees the flag, or the hook waits for that reader. */
+static atomic_int frames_stopped;
+static _Alignas(64) atomic_int frames_readers;
+
+static int interpreter_finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+void cd_frames_stop(void)
+{
+    atomic_store(&frames_stopped, 1);
+    for (int i = 0; i < 2000 && atomic_load(&frames_readers) > 0; i++) {
+        struct timespec ts = {0, 50000};       /* up to 100 ms in all */
+        nanosleep(&ts, NULL);
+    }
+}
+
+int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
+{
+    *complete = 0;
+    if (max <= 0)
+        return 0;
+    atomic_fetch_add(&frames_readers, 1);
+    int n = 0;
+    if (!atomic_load(&frames_stopped) && !interpreter_finalizing())
+        n = walk(ids, max, to_user, complete);
+    atomic_fetch_sub(&frames_readers, 1);
     return n;
 }

@@ -4,16 +4,29 @@
  *
  * ATen enters every operator through at::_ops::<name>::call (and, past
  * autograd, ::redispatch): exported functions of libtorch. At the fault (cold
- * path, in the launch callback, on the launching thread, before control goes
- * back to the framework) backtrace() walks the native stack and the frames of
- * those functions give the operator names, innermost first. Nothing runs
- * before a fault: no per-op hook, no cost on the hot path.
+ * path, in the launch callback, on the launching thread, after the report is
+ * written) the unwinder walks the native stack and the frames of those
+ * functions give the operator names, innermost first. Nothing runs before a
+ * fault: no per-op hook, no cost on the hot path.
+ *
+ * The walk must not crash the program it reports on. Unwinding reads return
+ * addresses and saved registers off the stack; where the frame chain is stale
+ * (greenlet runs Python code below frames it has since overwritten; a fiber's
+ * stack may end in anything) the unwinder reads garbage addresses and faults
+ * before we can look at them. So the walk
+ *   - happens only on the thread's own stack (pthread_getattr_np): from a
+ *     stack switched to by user code nothing bounds it;
+ *   - stops at the Python interpreter (_PyEval_EvalFrameDefault): the
+ *     operators of a launch are between it and the launch, and stack
+ *     switchers that run Python (greenlet) do so above it;
+ *   - stops at a frame outside the stack, or below the one before.
  *
  * A return address is attributed to a symbol only inside that symbol's size
  * (dladdr1 with RTLD_DL_SYMENT): a static function placed after an exported
  * one is not taken for it. Names are copied into fixed buffers; nothing here
- * allocates (backtrace() loads libgcc's unwinder on its first call, which
- * cd_native_ops_warm() does at subscribe time, outside any fault).
+ * allocates but pthread_getattr_np, once per thread (the unwinder is looked
+ * up, and loads its tables, in cd_native_ops_warm(), at subscribe time,
+ * outside any fault).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -21,19 +34,88 @@
 #include "capture/capture.h"
 
 #include <dlfcn.h>
-#include <execinfo.h>
 #include <link.h>
+#include <pthread.h>
 #include <string.h>
+#include <unwind.h>
 
 #define MAX_PCS 128
+
+typedef _Unwind_Reason_Code (*unwind_backtrace_fn)(_Unwind_Trace_Fn, void *);
+typedef _Unwind_Ptr (*unwind_get_fn)(struct _Unwind_Context *);
+
+/* Set once by cd_native_ops_warm (under the subscription lock), before any
+ * fault path can run; `ready` publishes them. */
+static unwind_backtrace_fn unwind_backtrace;
+static unwind_get_fn unwind_get_ip, unwind_get_cfa;
+static uintptr_t eval_lo, eval_hi;     /* _PyEval_EvalFrameDefault's code, 0 unknown */
+static atomic_int ready;
+
+typedef struct {
+    void **pcs;
+    int n, max;
+    uintptr_t lo, hi, last_cfa;        /* the stack's bounds; the previous frame's CFA */
+} walk_t;
+
+static _Unwind_Reason_Code on_frame(struct _Unwind_Context *ctx, void *arg)
+{
+    walk_t *w = arg;
+    uintptr_t pc = (uintptr_t)unwind_get_ip(ctx), cfa = (uintptr_t)unwind_get_cfa(ctx);
+    if (!pc || cfa < w->lo || cfa >= w->hi || cfa < w->last_cfa)
+        return _URC_END_OF_STACK;      /* off the stack, or going back down it: stale */
+    if (pc - 1 >= eval_lo && pc - 1 < eval_hi)
+        return _URC_END_OF_STACK;      /* the interpreter: the operators are below it */
+    w->last_cfa = cfa;
+    w->pcs[w->n++] = (void *)pc;
+    return w->n < w->max ? _URC_NO_REASON : _URC_END_OF_STACK;
+}
 
 void cd_native_ops_warm(void)
 {
     static atomic_int warmed;
     if (atomic_exchange(&warmed, 1))
         return;
-    void *pcs[4];
-    (void)backtrace(pcs, 4);
+    void *gcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);    /* what backtrace() uses */
+    if (gcc) {
+        unwind_backtrace = (unwind_backtrace_fn)dlsym(gcc, "_Unwind_Backtrace");
+        unwind_get_ip = (unwind_get_fn)dlsym(gcc, "_Unwind_GetIP");
+        unwind_get_cfa = (unwind_get_fn)dlsym(gcc, "_Unwind_GetCFA");
+    }
+    void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    if (eval && dladdr1(eval, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && info.dli_saddr) {
+        eval_lo = (uintptr_t)info.dli_saddr;
+        eval_hi = eval_lo + sym->st_size;
+    }
+    if (unwind_backtrace && unwind_get_ip && unwind_get_cfa) {
+        void *pcs[4];
+        walk_t w = {pcs, 0, 4, 0, UINTPTR_MAX, 0};
+        unwind_backtrace(on_frame, &w);   /* the unwinder reads its tables now, not at a fault */
+        atomic_store_explicit(&ready, 1, memory_order_release);
+    }
+}
+
+/* This thread's own stack, [lo, hi): once per thread. 0 when unknown. */
+static int thread_stack(uintptr_t *lo, uintptr_t *hi)
+{
+    static _Thread_local uintptr_t t_lo, t_hi;
+    if (!t_hi) {
+        pthread_attr_t a;
+        void *addr;
+        size_t size;
+        if (pthread_getattr_np(pthread_self(), &a) != 0)
+            return 0;
+        int ok = pthread_attr_getstack(&a, &addr, &size) == 0;
+        pthread_attr_destroy(&a);
+        if (!ok || !size)
+            return 0;
+        t_lo = (uintptr_t)addr;
+        t_hi = t_lo + size;
+    }
+    *lo = t_lo;
+    *hi = t_hi;
+    return 1;
 }
 
 /* "<len><ident>" at *p: the identifier's start and length, p advanced; 0 if not. */
@@ -78,9 +160,15 @@ size_t cd_aten_op_of_symbol(const char *sym, char *out, size_t cap)
 
 int cd_native_ops(char ops[][CD_OP_NAME], int max)
 {
+    uintptr_t lo, hi, sp = (uintptr_t)__builtin_frame_address(0);
+    if (!atomic_load_explicit(&ready, memory_order_acquire) || !thread_stack(&lo, &hi) ||
+        sp < lo || sp >= hi)
+        return 0;                  /* no unwinder, or not on the thread's own stack */
     void *pcs[MAX_PCS];
-    int n = backtrace(pcs, MAX_PCS), k = 0;
-    for (int i = 1; i < n && k < max; i++) {       /* 0 is this function */
+    walk_t w = {pcs, 0, MAX_PCS, lo, hi, 0};
+    unwind_backtrace(on_frame, &w);
+    int n = w.n, k = 0;
+    for (int i = 0; i < n && k < max; i++) {
         Dl_info info;
         const ElfW(Sym) *sym = NULL;
         if (!dladdr1(pcs[i], &info, (void **)&sym, RTLD_DL_SYMENT) || !info.dli_sname ||

@@ -2,38 +2,56 @@
  * capture/stderr_tee.c: catch the device's assert text without holding back anyone's output.
  *
  * When a kernel fails an assert, the driver prints "file:line: kernel: block:
- * [..], thread: [..] Assertion `...` failed." through libc's `stderr` FILE,
- * from the thread whose synchronising call finds the fault. At the first scope
- * or watch, `stderr` is pointed, once and for the rest of the process, at a
- * pass-through stream (fopencookie): every write goes straight to fd 2 with
- * write(2), in the order it was made, nothing buffered; and
+ * [..], thread: [..] Assertion `...` failed." with fprintf(stderr, ...) (seen
+ * from a thread of its own on the H200). libcuda reads libc's `stderr`
+ * variable through its own GOT slot (its R_X86_64_GLOB_DAT / R_AARCH64_GLOB_DAT
+ * relocation for the data symbol `stderr`). At the first scope or watch that
+ * one slot, and nothing else, is pointed (once, for the rest of the process)
+ * at a variable of ours holding a pass-through stream (fopencookie): the
+ * driver's writes go straight to fd 2 with write(2), in the order they were
+ * made, nothing buffered; and
  *   - a thread with an open window (the launch callback, around its wait)
  *     also gets a copy of its own text, up to its buffer, the rest counted as
  *     cut (the report says so; all of it still reached fd 2);
  *   - lines that look like device asserts are also kept in a small ring,
  *     numbered by the bytes ever kept: the driver may print them from another
- *     thread than the one whose wait found the fault (seen on the H200), and
- *     in watch mode they come out at whichever call finds the fault. A fault
- *     takes, from the ring, the assert lines written since its wait began
- *     that name its own kernel (cd_tee_asserts_since).
- * Other threads' text never lands in a window; writes through this FILE are
- * serialised by its stdio lock. The global pointer is swapped once, not per
- * launch: a per-launch swap could leave `stderr` locked forever (glibc's
- * error() locks one FILE and unlocks the other when the swap falls between).
- * CUDA_DEBUG_CAPTURE=off leaves `stderr` alone (no assert text in reports).
+ *     thread than the one whose wait found the fault, and in watch mode they
+ *     come out at whichever call finds the fault. A fault takes, from the
+ *     ring, the assert lines written since its wait began that name its own
+ *     kernel (cd_tee_asserts_since).
+ * libc's own `stderr` stays what it was, for everyone else: freopen, fileno,
+ * isatty, dup2 and Py_FatalError behave as without us. (Replacing libc's
+ * `stderr` itself broke all of those.) When libcuda has no such relocation
+ * (or its page cannot be made writable), nothing is captured: the text still
+ * reaches fd 2, the reports go without it, and cd_tee_installed() says -1.
+ * CUDA_DEBUG_CAPTURE=off leaves libcuda alone too.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
 #include "capture/capture.h"
 
+#include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <link.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
-static FILE *tee_fp;
-static atomic_int installed;
+#if defined(__x86_64__)
+#  define R_DATA_SLOT R_X86_64_GLOB_DAT
+#  define R_DATA_ABS R_X86_64_64
+#elif defined(__aarch64__)
+#  define R_DATA_SLOT R_AARCH64_GLOB_DAT
+#  define R_DATA_ABS R_AARCH64_ABS64
+#endif
+
+/* What libcuda's `stderr` reads once its slot is patched: the tee (never
+ * closed: the driver may print from any thread, at any time). */
+static FILE *driver_stderr;
+static atomic_int installed;       /* 0 not yet, 1 patched, -1 not possible */
 static _Thread_local cd_window *tls_window;
 
 #define RECENT 16384
@@ -131,25 +149,157 @@ static void atfork_child(void)
     atomic_flag_clear(&recent_lock);
 }
 
-int cd_tee_install(void)
+/* ------------------------------------------ libcuda's `stderr` slot -- */
+
+#ifdef R_DATA_SLOT
+/* A pointer of the dynamic section: glibc relocates them in place on these
+ * machines; an unrelocated one is an offset from the load address. */
+static uintptr_t dyn_ptr(const ElfW(Dyn) *d, uintptr_t base)
 {
-    if (atomic_load(&installed))
+    return d->d_un.d_ptr < base ? base + d->d_un.d_ptr : d->d_un.d_ptr;
+}
+
+/* The slots of the object `lm` that hold the address of libc's `stderr`
+ * (its GLOB_DAT or absolute relocations against the symbol), at most max;
+ * returns how many. Reads only. */
+static int stderr_slots(const struct link_map *lm, void ***out, int max)
+{
+    const uintptr_t base = lm->l_addr;
+    const ElfW(Rela) *rela = NULL, *jmprel = NULL;
+    size_t relasz = 0, pltrelsz = 0, strsz = 0;
+    long pltrel = 0;
+    const ElfW(Sym) *symtab = NULL;
+    const char *strtab = NULL;
+    for (const ElfW(Dyn) *d = lm->l_ld; d && d->d_tag != DT_NULL; d++) {
+        switch (d->d_tag) {
+        case DT_RELA: rela = (const ElfW(Rela) *)dyn_ptr(d, base); break;
+        case DT_RELASZ: relasz = d->d_un.d_val; break;
+        case DT_JMPREL: jmprel = (const ElfW(Rela) *)dyn_ptr(d, base); break;
+        case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
+        case DT_PLTREL: pltrel = (long)d->d_un.d_val; break;
+        case DT_SYMTAB: symtab = (const ElfW(Sym) *)dyn_ptr(d, base); break;
+        case DT_STRTAB: strtab = (const char *)dyn_ptr(d, base); break;
+        case DT_STRSZ: strsz = d->d_un.d_val; break;
+        default: break;
+        }
+    }
+    if (!symtab || !strtab)
         return 0;
+    const struct { const ElfW(Rela) *r; size_t n; } tables[2] = {
+        {rela, rela ? relasz / sizeof(ElfW(Rela)) : 0},
+        {jmprel, jmprel && pltrel == DT_RELA ? pltrelsz / sizeof(ElfW(Rela)) : 0},
+    };
+    int k = 0;
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < tables[t].n && k < max; i++) {
+            const ElfW(Rela) *r = &tables[t].r[i];
+            unsigned type = (unsigned)ELF64_R_TYPE(r->r_info);
+            size_t sym = ELF64_R_SYM(r->r_info);
+            if ((type != R_DATA_SLOT && type != R_DATA_ABS) || !sym || r->r_addend)
+                continue;
+            size_t name = symtab[sym].st_name;
+            if (name >= strsz || strcmp(strtab + name, "stderr") != 0)
+                continue;
+            void **slot = (void **)(base + r->r_offset);
+            if (*slot == (void *)&stderr)      /* bound to libc's, as we see it */
+                out[k++] = slot;
+        }
+    return k;
+}
+
+typedef struct {
+    uintptr_t base, lo, hi;        /* the object; its RELRO pages */
+} relro_t;
+
+static int find_relro(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    relro_t *r = arg;
+    if (info->dlpi_addr != r->base)
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) {
+            r->lo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+            r->hi = r->lo + info->dlpi_phdr[i].p_memsz;
+        }
+    return 1;
+}
+
+/* *slot = value; the page made writable for it when it is read-only after
+ * relocation (RELRO), then read-only again. 0 on success. */
+static int write_slot(void **slot, void *value, const relro_t *relro)
+{
+    uintptr_t page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t page = (uintptr_t)slot & ~(page_size - 1);
+    int read_only = page >= (relro->lo & ~(page_size - 1)) && page < (relro->hi & ~(page_size - 1));
+    if (read_only && mprotect((void *)page, page_size, PROT_READ | PROT_WRITE) != 0)
+        return -1;
+    __atomic_store_n(slot, value, __ATOMIC_RELEASE);
+    if (read_only)
+        mprotect((void *)page, page_size, PROT_READ);
+    return 0;
+}
+#endif
+
+int cd_tee_stderr_references(void *handle)
+{
+#ifdef R_DATA_SLOT
+    struct link_map *lm = NULL;
+    void **slots[8];
+    if (!handle || dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm)
+        return -1;
+    return stderr_slots(lm, slots, 8);
+#else
+    (void)handle;
+    return -1;
+#endif
+}
+
+/* Point libcuda's `stderr` at the tee: 1 done, -1 not possible. */
+static int patch_driver_stderr(void)
+{
+#ifdef R_DATA_SLOT
+    struct link_map *lm = NULL;
+    void **slots[8];
+    void *handle = cd_libs[CD_LIB_CUDA].handle;
+    if (!handle || dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm)
+        return -1;
+    int n = stderr_slots(lm, slots, 8);
+    if (n == 0)
+        return -1;
+    relro_t relro = {lm->l_addr, 0, 0};
+    dl_iterate_phdr(find_relro, &relro);
+    int done = 0;
+    for (int i = 0; i < n; i++)
+        done += write_slot(slots[i], (void *)&driver_stderr, &relro) == 0;
+    return done ? 1 : -1;
+#else
+    return -1;
+#endif
+}
+
+/* Once, under install_lock: 1 patched, -1 not possible. */
+static int install(void)
+{
     cookie_io_functions_t io = {.read = NULL, .write = tee_write, .seek = NULL, .close = NULL};
     FILE *fp = fopencookie(NULL, "w", io);
     if (!fp)
         return -1;
     setvbuf(fp, NULL, _IONBF, 0);
-    int expected = 0;
-    if (!atomic_compare_exchange_strong(&installed, &expected, 1)) {
-        fclose(fp);
-        return 0;
-    }
-    fflush(stderr);
-    tee_fp = fp;
+    driver_stderr = fp;            /* before the slot points here */
+    fflush(stderr);                /* what libcuda wrote into libc's stderr before */
     pthread_atfork(NULL, NULL, atfork_child);
-    stderr = tee_fp;
-    return 0;
+    return patch_driver_stderr();
+}
+
+int cd_tee_install(void)
+{
+    static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&install_lock);
+    if (!atomic_load(&installed))
+        atomic_store(&installed, install());
+    pthread_mutex_unlock(&install_lock);
+    return atomic_load(&installed) == 1 ? 0 : -1;
 }
 
 int cd_tee_installed(void) { return atomic_load(&installed); }

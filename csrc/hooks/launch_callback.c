@@ -129,8 +129,9 @@ fault_found(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult code,
             f.consequence = 1;
     }
     cd_fault_record(&f);
-    cd_fault_add_ops(&f);
-    cd_report_fault(&f);
+    cd_report_fault(&f);           /* before the op walk: written whatever happens next */
+    if (cd_fault_add_ops(&f))
+        cd_report_fault_ops(&f);
 }
 
 static __attribute__((noinline, cold)) void

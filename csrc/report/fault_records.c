@@ -94,14 +94,15 @@ uint64_t cd_fault_record(cd_fault *f)
 
 uint64_t cd_fault_seq(void) { return atomic_load(&fault_seq); }
 
-void cd_fault_add_ops(cd_fault *f)
+int cd_fault_add_ops(cd_fault *f)
 {
-    /* After the record is in the ring: the walk takes tens of milliseconds
-     * (dladdr scans libtorch's symbols, under the loader's lock), and another
-     * thread meeting the dead context must find this fault recorded first.
-     * Only for the first records, not for every launch a dead context refuses. */
+    /* After the record is in the ring (and its report on fd 2): the walk
+     * takes tens of milliseconds (dladdr scans libtorch's symbols, under the
+     * loader's lock), and another thread meeting the dead context must find
+     * this fault recorded first. Only for the first records, not for every
+     * launch a dead context refuses. */
     if (f->seq > 8)
-        return;
+        return 0;
     f->n_ops = cd_native_ops(f->ops, CD_FAULT_OPS);
     pthread_mutex_lock(&fault_lock);
     cd_fault *r = &ring[f->seq % CD_FAULT_RING];
@@ -110,6 +111,7 @@ void cd_fault_add_ops(cd_fault *f)
         r->n_ops = f->n_ops;
     }
     pthread_mutex_unlock(&fault_lock);
+    return f->n_ops;
 }
 
 int cd_faults_since(uint64_t since, cd_fault *out, int n)

@@ -271,15 +271,6 @@ void cd_report_fault(const cd_fault *f)
     } else {
         puts_(&o, " in a CUDA graph replay\n");
     }
-    if (f->n_ops) {                        /* outermost first, as the user called them */
-        puts_(&o, "  op aten::");
-        put(&o, f->ops[f->n_ops - 1], strnlen(f->ops[f->n_ops - 1], CD_OP_NAME));
-        for (int i = f->n_ops - 2; i >= 0; i--) {
-            puts_(&o, " > aten::");
-            put(&o, f->ops[i], strnlen(f->ops[i], CD_OP_NAME));
-        }
-        puts_(&o, "\n");
-    }
     put_location(&o, f->frames, f->n_frames, f->frames_complete);
     puts_(&o, "  grid ");
     put_dims(&o, f->grid);
@@ -308,6 +299,25 @@ void cd_report_fault(const cd_fault *f)
     } else {
         flush(&o);
     }
+}
+
+/* The ops are read from the native stack after the block is out (the walk
+ * could meet stale frames: the block must be written before it runs). */
+void cd_report_fault_ops(const cd_fault *f)
+{
+    if (!enabled || f->consequence || !f->n_ops)
+        return;
+    out_t o = {.n = 0, .line_start = 1};
+    puts_(&o, "cuda_debug: op aten::");       /* outermost first, as the user called them */
+    put(&o, f->ops[f->n_ops - 1], strnlen(f->ops[f->n_ops - 1], CD_OP_NAME));
+    for (int i = f->n_ops - 2; i >= 0; i--) {
+        puts_(&o, " > aten::");
+        put(&o, f->ops[i], strnlen(f->ops[i], CD_OP_NAME));
+    }
+    puts_(&o, " (the fault above, thread tid ");
+    put_u(&o, (unsigned long long)f->thread_id);
+    puts_(&o, ")\n");
+    flush(&o);
 }
 
 /* ----------------------------------------------------- watch mode -------- */

@@ -82,9 +82,10 @@ void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId c
 /* Copy into the ring, assign seq and `consequence`; returns the seq. */
 uint64_t cd_fault_record(cd_fault *f);
 uint64_t cd_fault_seq(void);
-/* Then, for the first records, the PyTorch ops of the native stack (slow:
- * after recording, so other threads see the fault at once). */
-void cd_fault_add_ops(cd_fault *f);
+/* Then, for the first records, the PyTorch ops of the native stack (slow,
+ * and the walk can meet stale frames: after recording, so other threads see
+ * the fault at once, and after the report). Returns how many. */
+int cd_fault_add_ops(cd_fault *f);
 /* Copy the records with seq > since, oldest first, into out (at most n). */
 int cd_faults_since(uint64_t since, cd_fault *out, int n);
 
@@ -94,6 +95,9 @@ int cd_faults_since(uint64_t since, cd_fault *out, int n);
  * control returns to the framework (CUDA_DEBUG_REPORT=0 turns it off). Uses
  * write(2) and fixed buffers only. */
 void cd_report_fault(const cd_fault *f);
+/* The line that follows it once the PyTorch ops are known ("cuda_debug: op
+ * aten::embedding > aten::index_select (the fault above, thread tid 42)"). */
+void cd_report_fault_ops(const cd_fault *f);
 /* Watch mode: the culprit launch, from the ring, when a fault is found outside
  * any wait of ours (a launch refused, the driver log, a signal). Async-signal-
  * safe when `from_signal` (CD_FROM_*). Writes at most once per process for a

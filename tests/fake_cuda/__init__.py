@@ -87,8 +87,15 @@ def _digest(cc, incs):
             if os.path.exists(p):
                 st = os.stat(p)
                 h.update(("%s:%d:%d" % (p, st.st_size, st.st_mtime_ns)).encode())
-    h.update(cc.encode())
+    h.update(cc.encode() + b"\0" + " ".join(extra_cflags()).encode())
     return h.hexdigest()[:16]
+
+
+def extra_cflags():
+    """$CD_TEST_FAKE_CFLAGS: more flags for the fakes (.ci/sanitize.sh builds
+    them with the sanitizers too)."""
+    import shlex
+    return shlex.split(os.environ.get("CD_TEST_FAKE_CFLAGS", ""))
 
 
 def build():
@@ -107,7 +114,7 @@ def build():
     work = tempfile.mkdtemp(prefix="cuda_debug_fake_build_")
     flags = ["-std=gnu11", "-O1", "-g", "-fPIC", "-shared", "-Wall", "-Wextra",
              "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
-    flags += ["-I" + d for d in incs]
+    flags += ["-I" + d for d in incs] + extra_cflags()
     cmds = [
         [cc] + flags + ["-Wl,-soname," + LIBCUDA, "-o", os.path.join(work, LIBCUDA),
                         os.path.join(HERE, "fake_cuda.c"), "-lpthread"],

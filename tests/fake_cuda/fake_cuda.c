@@ -2121,6 +2121,134 @@ FAKE_EXPORT int fake_glibc_error_done(int join)
     return done;
 }
 
+/* A module unloaded and another loaded at the same address: the function
+ * named `old` takes the name `new` in place (same buffer, so CUPTI's
+ * symbolName pointer stays the same). 0 on success, -1 if `new` is longer. */
+FAKE_EXPORT int fake_rename_function(const char *old, const char *new_name)
+{
+    pthread_mutex_lock(&dev_lock);
+    fake_func *f = function_named(old);
+    int ok = strlen(new_name) <= strlen(f->name);
+    if (ok)
+        strcpy(f->name, new_name);
+    pthread_mutex_unlock(&dev_lock);
+    return ok ? 0 : -1;
+}
+
+/* Launch `name` again and again for `ms` milliseconds, in one C call (a
+ * framework's launch loop that never returns to Python, e.g. a daemon
+ * thread's during interpreter shutdown); the number of launches. */
+FAKE_EXPORT long fake_launch_loop(const char *name, long ms)
+{
+    double end = now_ms() + (double)ms;
+    long n = 0;
+    while (now_ms() < end) {
+        fake_launch(name, 0, 1, 1, 1, 32, 1, 1);
+        n++;
+    }
+    return n;
+}
+
+/* ---- a stale frame chain above the launch: what unwinding meets across a
+ * switched stack (greenlet, a fiber). fake_stale_call(fn, arg, frame, sp)
+ * calls fn(arg) with the frame pointer set to `frame` (and, when sp is not
+ * NULL, the stack switched to sp): its own unwind rule says "my caller's frame
+ * is at rbp", so an unwinder walking up from fn reads frame[1] as a return
+ * address (pointing back into fake_stale_call) and frame[0] as the caller's
+ * frame pointer: a garbage value, where the next read faults. */
+#if defined(__x86_64__)
+void fake_stale_call(void (*fn)(void *), void *arg, void *frame, void *sp);
+extern char fake_stale_call_body[];
+__asm__(
+    ".text\n"
+    ".globl fake_stale_call\n"
+    ".type fake_stale_call, @function\n"
+    "fake_stale_call:\n"
+    ".cfi_startproc\n"
+    "    pushq %rbp\n"
+    ".cfi_def_cfa_offset 16\n"
+    ".cfi_offset %rbp, -16\n"
+    "    movq %rsp, %rbp\n"
+    ".cfi_def_cfa_register %rbp\n"
+    "    pushq %rbx\n"
+    "    pushq %r12\n"
+    "    movq %rsp, %r12\n"            /* our stack, to come back to */
+    "    movq %rbp, %rbx\n"            /* our frame */
+    "    testq %rcx, %rcx\n"
+    "    jz 1f\n"
+    "    movq %rcx, %rsp\n"            /* the switched stack (16-byte aligned) */
+    "1:  movq %rdx, %rbp\n"            /* the stale frame */
+    "    movq %rdi, %rax\n"
+    "    movq %rsi, %rdi\n"
+    "    callq *%rax\n"
+    ".globl fake_stale_call_body\n"
+    "fake_stale_call_body:\n"
+    "    nop\n"
+    "    movq %r12, %rsp\n"
+    "    movq %rbx, %rbp\n"
+    "    popq %r12\n"
+    "    popq %rbx\n"
+    "    popq %rbp\n"
+    ".cfi_def_cfa %rsp, 8\n"
+    "    ret\n"
+    ".cfi_endproc\n"
+    ".size fake_stale_call, .-fake_stale_call\n");
+
+static void stale_frame(uintptr_t frame[2])
+{
+    frame[0] = 0x10;                                   /* the caller's "frame pointer" */
+    frame[1] = (uintptr_t)fake_stale_call_body + 1;    /* back inside fake_stale_call */
+}
+#endif
+
+typedef struct {
+    const char *name;
+    int rc;
+} launch_job;
+
+static void launch_job_run(void *arg)
+{
+    launch_job *j = arg;
+    j->rc = fake_aten_embedding(j->name);
+}
+
+/* Launch `name` (from inside the fake ATen ops) on a stack of its own, a
+ * fiber's, whose base frame is stale. -1000 where not supported (not x86-64). */
+FAKE_EXPORT int fake_launch_on_fiber(const char *name)
+{
+#if defined(__x86_64__)
+    size_t size = 1u << 20;
+    char *stack = malloc(size);
+    if (!stack)
+        return -1001;
+    uintptr_t *frame = (uintptr_t *)(((uintptr_t)stack + size - 64) & ~(uintptr_t)15);
+    stale_frame(frame);
+    launch_job j = {name, -1002};
+    fake_stale_call(launch_job_run, &j, frame, frame - 2);
+    free(stack);
+    return j.rc;
+#else
+    (void)name;
+    return -1000;
+#endif
+}
+
+/* Call fn() (a ctypes callback: Python code) below a stale frame on this
+ * thread's own stack, as greenlet runs a greenlet's Python code: 0, or -1000
+ * where not supported. */
+FAKE_EXPORT int fake_call_below_stale_frame(void (*fn)(void))
+{
+#if defined(__x86_64__)
+    uintptr_t frame[4];
+    stale_frame(frame);
+    fake_stale_call((void (*)(void *))(void *)fn, NULL, frame, NULL);
+    return 0;
+#else
+    (void)fn;
+    return -1000;
+#endif
+}
+
 /* Statistics: fills out[0..n) with callbacks, launch_calls, kernels_run,
  * writes, dropped, syncs, lines_printed, log_lines, captured, refused. */
 FAKE_EXPORT int fake_stats(long long *out, int n)

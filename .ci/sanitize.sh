@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The sanitizer job of .ci/run: the C core built with the sanitizers, against
+# the fake CUDA driver (CPU only), in copies of the checkout under a temp dir.
+#   1. AddressSanitizer + UndefinedBehaviorSanitizer (-fsanitize=address,undefined,
+#      the fakes too): the tests that run the C core, the fake-driver suite
+#      (tests/test_fake_driver*.py), tests/test_core_cpu.py and those of
+#      tests/test_architecture.py that run it. The ASan runtime is preloaded into every
+#      process (Python is not built with it); leaks are not looked for
+#      (CPython keeps memory by design); Python allocates with malloc, so that
+#      a freed Python object is poisoned too.
+#   2. ThreadSanitizer (-fsanitize=thread, a build of its own): the stress test
+#      of tests/test_fake_driver_stress.py (threads launching from user and
+#      library frames, scopes opening and closing, a fault).
+# Any report fails the job: the sanitizers stop the process at the first
+# (halt_on_error), and tests/conftest.py fails a test whose child printed one
+# ("ERROR: AddressSanitizer", "runtime error:", "WARNING: ThreadSanitizer"),
+# whatever its exit status.
+#
+# usage: .ci/sanitize.sh [PYTHON]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# the interpreter itself, not a wrapper script (pyenv's shims are bash: bash
+# does not run with the ThreadSanitizer runtime preloaded)
+PY=$("${1:-python3}" -c 'import sys; print(sys.executable)')
+SRC=$PWD
+CC=${CC:-gcc}
+WORK=$(mktemp -d /tmp/cuda_debug_sanitize.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+# A copy of the checkout's files (tracked, and new ones git does not ignore).
+copy() {
+    mkdir -p "$1"
+    git -C "$SRC" ls-files -z -co --exclude-standard | (cd "$SRC" && tar --null -T - -cf -) |
+        tar -xf - -C "$1"
+}
+
+build() {        # build DIR FLAGS: the extension, in place, with FLAGS
+    (cd "$1" && CC=$CC CFLAGS="$2 -fno-omit-frame-pointer" LDFLAGS="$2" \
+        "$PY" setup.py build_ext --inplace -q) > "$1.build.log" 2>&1 ||
+        { cat "$1.build.log"; echo "FAIL: the sanitizer build failed"; exit 1; }
+}
+
+runtime() {      # the shared runtime of a sanitizer, to preload
+    local so
+    so=$($CC -print-file-name="$1")
+    [ -f "$so" ] || { echo "FAIL: $CC has no $1 (install its sanitizer runtimes)"; exit 1; }
+    echo "$so"
+}
+
+ASAN=$(runtime libasan.so)
+TSAN=$(runtime libtsan.so)
+copy "$WORK/asan"
+copy "$WORK/tsan"
+build "$WORK/asan" "-fsanitize=address,undefined" & asan_build=$!
+build "$WORK/tsan" "-fsanitize=thread" & tsan_build=$!
+wait $asan_build
+wait $tsan_build
+
+# The fakes, built before anything runs with a runtime preloaded (the compiler
+# is not meant to run under one).
+fakes() { (cd "$1" && CD_TEST_FAKE_CFLAGS="$2" "$PY" -c \
+    'import sys; sys.path.insert(0, "tests"); import fake_cuda; fake_cuda.build()'); }
+ASAN_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer"
+fakes "$WORK/asan" "$ASAN_FLAGS"
+fakes "$WORK/tsan" ""
+
+echo "--- AddressSanitizer + UndefinedBehaviorSanitizer"
+# test_fault_kernels_header_is_up_to_date runs nvcc (which dies with the ASan
+# runtime preloaded) and no C core; resident memory is not compared (ASan holds
+# freed memory back, to catch its use).
+(cd "$WORK/asan" &&
+    env PYTHONPATH="$WORK/asan" LD_PRELOAD="$ASAN" PYTHONMALLOC=malloc CD_TEST_SANITIZER=asan \
+        ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1 \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 CD_TEST_FAKE_CFLAGS="$ASAN_FLAGS" \
+        "$PY" -m pytest -q -n 2 -p no:cacheprovider tests/test_fake_driver*.py \
+        tests/test_core_cpu.py --deselect tests/test_core_cpu.py::test_fault_kernels_header_is_up_to_date \
+        tests/test_architecture.py::test_user_frame_rule_is_one_rule \
+        tests/test_architecture.py::test_sticky_set_is_one_table)
+
+echo "--- ThreadSanitizer"
+(cd "$WORK/tsan" &&
+    env PYTHONPATH="$WORK/tsan" LD_PRELOAD="$TSAN" CD_TEST_SANITIZER=tsan \
+        TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+        "$PY" -m pytest -q -p no:cacheprovider -p no:xdist \
+        "tests/test_fake_driver_stress.py::test_threads_launch_while_scopes_open_and_close_then_a_fault")
+echo "sanitizers: no report"
