@@ -2,7 +2,11 @@
 # Build cuda_debug on the GPU machine, run the GPU tests and the benchmarks.
 # Usage (from the repo root, on a machine with a GPU and no package registry):
 #   OUT=/tmp/out CUDA_DEBUG_COMMIT=$(git rev-parse --short HEAD) \
-#     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [watch] [graphs] [seed] [ddp] [gemm]
+#     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [ab] [watch] [graphs] [guard] [seed] [ddp] [gemm]
+# tests: NPROC workers (default 4), TESTS (default tests), TEST_ARGS; CUDA 12's CUPTI
+# wheel in .whl12/ (kept apart: on the path it would be found first) runs tests/test_cuda12_gpu.py.
+# ab: the launch path of this tree against an older one built from .carry/base (git
+# archive of AB_BASE), interleaved, AB_ROUNDS rounds.
 # The notebook tests need ipykernel, nbclient and nbformat: where the machine has
 # no registry, bring them as wheels in .whl/ (pip download ... -d .whl) and they
 # are installed into /tmp/site first. Logs go under $OUT; a summary is printed last.
@@ -42,7 +46,9 @@ with cuda_debug.launch_blocking():
 fi
 
 if [[ " $what " == *" tests "* ]]; then
-  python3 -m pytest ${TESTS:-tests} -n 4 -q -rs -p no:cacheprovider >"$OUT/tests.log" 2>&1
+  if compgen -G ".whl12/*.whl" >/dev/null; then export CD_TEST_CUPTI12_WHEEL=$PWD/.whl12; fi
+  timeout ${TESTS_TIMEOUT:-1500} python3 -m pytest ${TESTS:-tests} -n ${NPROC:-4} -q -rs -p no:cacheprovider \
+     ${TEST_ARGS:-} >"$OUT/tests.log" 2>&1
   summary+=("tests: $(tail -1 "$OUT/tests.log")")
 fi
 
@@ -51,6 +57,26 @@ if [[ " $what " == *" overhead "* ]]; then
      ${VARIANTS:+--variants} --json "$OUT/launch_overhead.json" >"$OUT/overhead.log" 2>&1
   summary+=("overhead: see overhead.log")
   grep -A30 "^GPU" "$OUT/overhead.log" | tail -22
+fi
+
+if [[ " $what " == *" ab "* ]]; then      # this tree's launch path against .carry/base's
+  (cd .carry/base && python3 setup.py build_ext --inplace -q >"$OUT/ab_build.log" 2>&1) \
+    || { tail -20 "$OUT/ab_build.log"; echo "AB BASE BUILD FAILED"; }
+  for r in $(seq ${AB_ROUNDS:-3}); do
+    CUDA_DEBUG_COMMIT=${CUDA_DEBUG_COMMIT:-new} python3 benchmarks/launch_overhead.py --reps 1 \
+      --workloads tiny,transformer --configs never,scope,watch,watch_hang --json "$OUT/ab_new_$r.json" >>"$OUT/ab.log" 2>&1
+    PYTHONPATH=$PWD/.carry/base${PYTHONPATH:+:$PYTHONPATH} CUDA_DEBUG_COMMIT=${AB_BASE:-base} \
+      python3 benchmarks/launch_overhead.py --reps 1 --workloads tiny,transformer --configs scope,watch \
+      --json "$OUT/ab_base_$r.json" >>"$OUT/ab.log" 2>&1
+  done
+  python3 benchmarks/ab_builds.py "$OUT" | tee "$OUT/ab_summary.txt"
+  summary+=("ab: see ab_summary.txt")
+fi
+
+if [[ " $what " == *" guard "* ]]; then
+  python3 benchmarks/guard_cost.py --reps ${REPS:-3} --json "$OUT/guard_cost.json" >"$OUT/guard_cost.log" 2>&1
+  summary+=("guard: see guard_cost.log")
+  tail -16 "$OUT/guard_cost.log"
 fi
 
 if [[ " $what " == *" watch "* ]]; then
