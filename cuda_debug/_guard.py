@@ -652,7 +652,7 @@ def _check_multinomial(input, num_samples, replacement=False, *args, **kwargs):
         return None
     mn, mx = torch.aminmax(input)
     sums = input.sum(-1)
-    lo, hi, least = _read([mn, mx, sums.min()])
+    lo, hi, least, most = _read([mn, mx, sums.min(), sums.max()])
     shapes = [("input", input)]
     if not (lo >= 0 and hi < float("inf")):
         bad = ~((input >= 0) & (input < float("inf")))
@@ -662,6 +662,10 @@ def _check_multinomial(input, num_samples, replacement=False, *args, **kwargs):
         return _finding(GuardValueError, "input", sums, ~(sums > 0), "row sum",
                         "not positive",
                         "each row's sum > 0", shapes)
+    if not most < float("inf"):            # CUDA's kernel divides by the sum: 0 everywhere
+        return _finding(GuardValueError, "input", sums, ~(sums < float("inf")), "row sum",
+                        "inf (overflows %s)" % str(input.dtype).replace("torch.", ""),
+                        "each row's sum finite", shapes)
     return None
 
 

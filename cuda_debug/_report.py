@@ -146,6 +146,18 @@ def inductor_provenance(kernel: Optional[str], stack, compiled=None) -> Optional
                                                          compiled.lineno))
     module = _generated_module(kernel.split("(")[0].strip(), stack) if inductor else None
     source = _inductor_source(module[0], module[2]) if module else None
+    if source is not None and compiled is not None and source.filename != compiled.filename:
+        # Inductor's caches reuse what was compiled for the same source elsewhere (another
+        # script, an earlier run): the line map then names that file. The line is this
+        # function's only where its own file has the same text there.
+        import linecache
+        here = linecache.getline(compiled.filename, source.lineno).strip()
+        if here and here == (source.line or "").strip():
+            name = source.name
+            source = traceback.FrameSummary(compiled.filename, source.lineno, name)
+            source.line
+        else:
+            source = None
     if source is not None:
         out.append("fused up to %s:%d in %s%s (Inductor's line map)" % (
             source.filename, source.lineno, source.name,

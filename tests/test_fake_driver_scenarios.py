@@ -423,6 +423,36 @@ def test_fault_time_report_can_be_silenced(fake_child):
     assert "probe_cond" in c.stderr
 
 
+def test_a_triton_assert_naming_no_function_is_the_cause_not_a_consequence(fake_child):
+    """Triton's device asserts print ``unknown`` where the function's name goes
+    (``/tmp/torchinductor_root/..py:29: unknown: block: [0,0,0], ...``; seen on the
+    H200 with a torch.compile'd index out of range). Printed from the driver's
+    own thread, they name no kernel: the waiting launch's fault is the cause,
+    reported in full at the fault, not "a wait ... failed because the CUDA
+    context was already dead"."""
+    c = run(fake_child, '''
+        import cuda_debug
+        fake.fake_set_print_thread(1)
+        fake.fake_set_kernel(b"triton_poi_fused_index_mul_sum_0", 710, 2,
+                             b"index out of bounds: 0 <= tmp5 < 100", -1, 0)
+        fake.fake_set_assert_site(b"triton_poi_fused_index_mul_sum_0",
+                                  b"/tmp/torchinductor_root/z7/cz7v.py", 29, b"unknown")
+        try:
+            with cuda_debug.launch_blocking():
+                fake.fake_launch(b"triton_poi_fused_index_mul_sum_0", 0, 1, 1, 1, 32, 1, 1)  # LAUNCH
+            cuda_debug.check()
+        except cuda_debug.DeviceAssertError as e:
+            report(dict(msg=e.device_message, lineno=e.lineno, consequences=e.consequences))
+    ''')
+    r = c.result
+    assert r is not None, c
+    assert "index out of bounds: 0 <= tmp5 < 100" in (r["msg"] or ""), r
+    assert r["lineno"] == c.line_of("# LAUNCH")
+    assert "cuda_debug: device-side assert (CUDA_ERROR_ASSERT) in triton_poi_fused_index_mul_sum_0" \
+        in c.stderr, c
+    assert "already dead" not in c.stderr, c
+
+
 def test_assert_text_printed_by_a_driver_thread_reaches_the_report(fake_child):
     """The real driver (H200, CUDA 13) prints the assert text from a thread of
     its own during the wait, not from the waiting thread, one line in several

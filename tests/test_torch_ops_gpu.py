@@ -83,7 +83,7 @@ except cuda_debug.CudaError as e:
     r = c.result
     _check(r, c, outer, inner, shapes)
     assert r["mechanism"] == "cupti"
-    assert "  op aten::" in c.stderr          # the fault-time block names the op too
+    assert "cuda_debug: op aten::" in c.stderr   # the fault-time report names the op too
 
 
 def test_after_a_profiler_ran_a_scope_falls_back_to_the_dispatch_level(child):

@@ -362,8 +362,8 @@ static int names_kernel(const char *line, size_t len, const char *kernel)
     size_t n = (size_t)(end - start);
     if (n == 0 || n > 200)
         return 0;
-    if (n == 8 && !memcmp(start, "operator", 8))
-        return 1;                  /* a lambda's operator(): it names no kernel */
+    if ((n == 8 && !memcmp(start, "operator", 8)) || (n == 7 && !memcmp(start, "unknown", 7)))
+        return 1;                  /* a lambda's operator(), Triton's "unknown": no kernel named */
     char ident[201];
     memcpy(ident, start, n);
     ident[n] = '\0';
