@@ -36,6 +36,16 @@ def describe(e):
 s = fake.fake_stream_create()
 '''
 
+
+def _memop(fake_child):
+    """Most tests here count the graph's memory-op marker nodes, so they ask for
+    them (CUDA_DEBUG_GRAPH_MARKERS=memop); the default, one-thread kernel nodes,
+    is test_marker_kernels_instead_of_stream_writes's (and the GPU tests')."""
+    def run(code, env=None, **kw):
+        return fake_child(code, env=dict({"CUDA_DEBUG_GRAPH_MARKERS": "memop"}, **(env or {})), **kw)
+    return run
+
+
 CHAIN = PRE + '''
 BAD = int(sys.argv[1])
 out = {}
@@ -64,7 +74,7 @@ report(out)
 
 @pytest.mark.parametrize("bad", [0, 37, 59])
 def test_fault_in_a_node_of_a_captured_chain_is_named_exactly(fake_child, bad):
-    c = fake_child(CHAIN, args=[str(bad)])
+    c = _memop(fake_child)(CHAIN, args=[str(bad)])
     r = c.result
     assert r is not None, c
     assert r["ops"] == [60, 61, 1], r          # 60 kernels; a start marker and 60; one memset
@@ -91,7 +101,7 @@ def test_marker_kernels_instead_of_stream_writes(fake_child):
     """CUDA_DEBUG_GRAPH_MARKERS=kernel: each marker is a one-thread kernel node
     of cuda_debug's own (loaded at the capture's beginning), not a node of the
     user's: node 37 is named, exactly, after good replays."""
-    c = fake_child(CHAIN.replace("report(out)", "report(dict(out, stats=_core.graph_stats()))"),
+    c = _memop(fake_child)(CHAIN.replace("report(out)", "report(dict(out, stats=_core.graph_stats()))"),
                    args=["37"], env={"CUDA_DEBUG_GRAPH_MARKERS": "kernel"})
     r = c.result
     assert r is not None, c
@@ -105,7 +115,7 @@ def test_fork_join_capture_gives_the_frontier(fake_child):
     """A capture over two streams (an event recorded on the origin, waited for
     by the side stream, and back): the first unfinished node of each stream;
     the device's assert text picks the one it names; not exact."""
-    c = fake_child(PRE + '''
+    c = _memop(fake_child)(PRE + '''
 out = {}
 side = fake.fake_stream_create()
 fork, join = fake.fake_event_create(), fake.fake_event_create()
@@ -152,7 +162,7 @@ report(out)
 
 
 def test_graph_captured_before_watching_says_so(fake_child):
-    c = fake_child(PRE + '''
+    c = _memop(fake_child)(PRE + '''
 out = {}
 fake.fake_begin_capture(s)
 for i in range(5):
@@ -184,7 +194,7 @@ report(out)
 def test_markers_change_no_kernel_of_the_graph_and_keep_the_capture_valid(fake_child):
     """The same capture with and without watch(): the same kernels in the same
     order, every replay runs them all; watched, only memory-op nodes are added."""
-    c = fake_child(PRE + '''
+    c = _memop(fake_child)(PRE + '''
 out = {}
 def capture_and_replay(n_replays):
     st = fake.fake_stream_create()
@@ -222,7 +232,7 @@ report(out)
 
 
 def test_without_cupti_resource_ids_the_replay_is_paired_by_its_running_markers(fake_child):
-    c = fake_child(PRE.replace("t.empty()", "fake.fake_refuse_resource(1)\nt.empty()") + '''
+    c = _memop(fake_child)(PRE.replace("t.empty()", "fake.fake_refuse_resource(1)\nt.empty()") + '''
 out = {}
 try:
     with cuda_debug.watch():
@@ -249,7 +259,7 @@ def test_a_refused_memset_is_replaced_by_stream_writes(fake_child):
     """If the driver refuses to capture the memset that clears a graph's
     markers, stream writes of 0 clear them (one node each): replays back to
     back still name the right node."""
-    c = fake_child(PRE.replace("t.empty()", "fake.fake_refuse_capture_memset(1)\nt.empty()") +
+    c = _memop(fake_child)(PRE.replace("t.empty()", "fake.fake_refuse_capture_memset(1)\nt.empty()") +
                    CHAIN.split(PRE, 1)[1] + 'report(dict(out, stats=_core.graph_stats()))\n',
                    args=["37"])
     r = c.result
@@ -260,7 +270,7 @@ def test_a_refused_memset_is_replaced_by_stream_writes(fake_child):
 
 
 def test_graph_markers_can_be_turned_off(fake_child):
-    c = fake_child(PRE + '''
+    c = _memop(fake_child)(PRE + '''
 with cuda_debug.watch():
     fake.fake_begin_capture(s)
     for i in range(3):
@@ -276,7 +286,7 @@ report(dict(ops=graph_ops(g), skipped=_core.stats()["skipped_capture"]))
 def test_sigterm_during_a_replay_names_the_running_node(fake_child):
     """The signal handler reads the graph's markers from host memory: the node
     still running when the process is killed."""
-    c = fake_child(PRE + '''
+    c = _memop(fake_child)(PRE + '''
 import os, time
 with cuda_debug.watch():
     fake.fake_begin_capture(s)

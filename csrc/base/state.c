@@ -10,5 +10,5 @@ cd_state_t cd_state = {
     .capture_on = 1,
     .capture_check = 1,
     .capture_cache = 1,
-    .graph_markers = CD_MARKERS_MEMOP,
+    .graph_markers = CD_MARKERS_KERNEL,
 };
