@@ -261,7 +261,7 @@ def main():
                            ("watch_hang / watch (target <= 1.005)", "watch_hang", "watch")] + \
             [("%s / %s" % (c, "never" if c.startswith("watch") else "env"), c,
               "never" if c.startswith("watch") else "env") for c in configs if c in VARIANTS]:
-        if num not in med:
+        if num not in med or den not in med:
             continue
         row = []
         for m in metrics:

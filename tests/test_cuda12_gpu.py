@@ -165,10 +165,10 @@ def pytest_sessionfinish(session):
     result.assert_outcomes(passed=1, failed=1)          # test_3 did not run
     line = next(i for i, l in enumerate(source.splitlines(), 1) if "# CULPRIT" in l)
     result.stdout.fnmatch_lines([
+        "E  *at *test_c12.py:%d in test_2:*" % line,          # the failure's own report
         "*= cuda_debug: sticky CUDA error =*",
         "test_c12.py::test_2 failed: it poisoned the CUDA context:",
-        "  DeviceAssertError: device-side assert in *",
-        "    at *test_c12.py:%d in test_2:*" % line,
+        "  DeviceAssertError: device-side assert in *(its report is in the failure above)",
         "pytest stopped after test_c12.py::test_2: 1 test not run*",
     ])
     check_cupti(json.loads(facts.read_text()), cupti12, framework)
