@@ -64,9 +64,11 @@ _cache = {}
 
 
 def _cuda_roots() -> List[str]:
-    """Toolkit folders named by the environment (doctor reports them)."""
+    """Toolkit folders named by the environment (doctor reports them): those that
+    hold a toolkit (its include/ or lib64/), not an empty folder of that name."""
     roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
-    return [r for r in dict.fromkeys(roots) if r and os.path.isdir(r)]
+    return [r for r in dict.fromkeys(roots) if r and
+            any(os.path.isdir(os.path.join(r, d)) for d in ("include", "lib64", "bin"))]
 
 
 def pathfinder():

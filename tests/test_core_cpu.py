@@ -387,3 +387,15 @@ def test_inductor_provenance_is_read_from_the_generated_code(tmp_path):
     e = cuda_debug.DeviceAssertError(code=710, kernel="triton_per_fused_index_mul_sum_0",
                                      provenance=p)
     assert "\n  torch.compile: Topologically Sorted Source Nodes" in str(e)
+
+
+def test_doctor_names_no_toolkit_for_an_empty_folder(tmp_path, monkeypatch):
+    """An empty /usr/local/cuda (a container's mount point, CI's hidden toolkit) or
+    CUDA_HOME is no toolkit: doctor said "CUDA toolkit /usr/local/cuda" there."""
+    empty, real = tmp_path / "empty", tmp_path / "cuda"
+    empty.mkdir()
+    (real / "include").mkdir(parents=True)
+    monkeypatch.setenv("CUDA_HOME", str(empty))
+    monkeypatch.setenv("CUDA_PATH", str(real))
+    roots = _libraries._cuda_roots()
+    assert str(empty) not in roots and str(real) in roots
