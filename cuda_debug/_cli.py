@@ -55,6 +55,8 @@ import sys
 import traceback
 from typing import List, Optional
 
+from . import _options
+
 EXIT_ERROR, EXIT_USAGE, EXIT_STICKY = 1, 2, 3
 MODULE_PROG = "python -m cuda_debug"
 
@@ -203,7 +205,7 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         if a in _RUN_FLAGS:
             opts[_RUN_FLAGS[a]] = True
         elif a == "--hang-after":
-            hang_after = _seconds(argv[i + 1]) if i + 1 < len(argv) else None
+            hang_after = _options.parse_seconds(argv[i + 1]) if i + 1 < len(argv) else None
             if hang_after is None:
                 return _usage_error(parser, "--hang-after takes a number of seconds > 0")
             i += 1
@@ -238,19 +240,9 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         if os.path.isdir(target) and not os.path.exists(os.path.join(target, "__main__.py")):
             return _usage_error(parser, "%s is a folder without __main__.py" % target)
     mode = "block" if opts["launch_blocking"] else "none" if opts["no_watch"] else "watch"
-    from . import _options
     return _run(target, args, module=module, mode=mode, all_threads=opts["all_threads"],
                 full_traceback=opts["traceback"], prog=prog,
                 guard=opts["guard"] or _options.OPTIONS.guard, hang_after=hang_after)
-
-
-def _seconds(text: str) -> Optional[float]:
-    """A number of seconds > 0, or None."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if 0 < value < 1e9 else None
 
 
 def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None):
@@ -260,7 +252,6 @@ def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None):
         return None
     from ._errors import CudaUnavailableError, ToolConflictError
     from ._scope import launch_blocking, watch
-    from . import _options
     if mode == "watch" and _options.OPTIONS.watch_ops and "torch" not in sys.modules:
         import importlib.util
         if importlib.util.find_spec("torch") is not None:
@@ -430,7 +421,6 @@ def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG) -> 
 # -- dump -----------------------------------------------------------------------------
 
 def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
-    from . import _options
     p = argparse.ArgumentParser(
         prog=prog + " dump", allow_abbrev=False,
         description="Ask processes that watch (python -m cuda_debug run, cuda_debug.watch()) for "

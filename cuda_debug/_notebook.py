@@ -31,7 +31,7 @@ import contextlib
 import sys
 from typing import List, Optional
 
-from . import _core, _cuda_errors, _locations, _report, _sticky
+from . import _core, _locations, _report, _sticky
 from ._errors import CudaError, GuardError
 
 _RED, _BOLD, _RESET = "\x1b[0;31m", "\x1b[1m", "\x1b[0m"

@@ -146,20 +146,24 @@ def read(environ=os.environ) -> Options:
                    graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"])
 
 
-def hang_after_seconds(raw, warn=True):
+def parse_seconds(text):
+    """A number of seconds > 0 written as `text`, or None."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if 0 < value < 1e9 else None
+
+
+def hang_after_seconds(raw):
     """CUDA_DEBUG_HANG_AFTER's value: seconds (> 0), or None for off (warned
     about, and off, when it is neither)."""
     if raw is None or raw.strip().lower() in _OFF:
         return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (0 < value < 1e9):
-        if warn:
-            _warn("cuda_debug: CUDA_DEBUG_HANG_AFTER=%r is not a number of seconds > 0 "
-                  "(or off); the hang report is off" % raw)
-        return None
+    value = parse_seconds(raw)
+    if value is None:
+        _warn("cuda_debug: CUDA_DEBUG_HANG_AFTER=%r is not a number of seconds > 0 "
+              "(or off); the hang report is off" % raw)
     return value
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, overload
 
 from . import (_core, _cuda_errors, _dispatch_fallback, _hangs, _libraries, _locations, _options,
                _report, _torch_ops)
-from ._errors import CudaError, CudaUnavailableError, ToolConflictError
+from ._errors import CudaUnavailableError, ToolConflictError
 
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
 

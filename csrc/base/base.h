@@ -151,6 +151,21 @@ static inline int cd_is_sticky(int code)
     }
 }
 
+/* NCCL's kernels (ncclDevKernel_..., ncclKernel_...; plain or mangled): the
+ * name past the mangling prefix when `sym` is one of them, else NULL. Hot
+ * path (a scope never waits for a collective): no call, no library. */
+static inline const char *cd_nccl_kernel(const char *sym)
+{
+    if (!sym)
+        return NULL;
+    if (sym[0] == '_' && sym[1] == 'Z') {
+        sym += 2;
+        while (*sym >= '0' && *sym <= '9')
+            sym++;
+    }
+    return sym[0] == 'n' && sym[1] == 'c' && sym[2] == 'c' && sym[3] == 'l' ? sym : NULL;
+}
+
 /* -------------------------------------------------------- contexts.c -- */
 
 /* The primary context of device `ordinal` (retained once per device for the

@@ -140,14 +140,7 @@ static int ends_with(const char *s, const char *suffix)
 static const char *kernel_collective(const char *k, int *is_nccl)
 {
     *is_nccl = 0;
-    if (!k)
-        return NULL;
-    if (k[0] == '_' && k[1] == 'Z') {
-        k += 2;
-        while (*k >= '0' && *k <= '9')
-            k++;
-    }
-    if (strncmp(k, "nccl", 4) != 0)
+    if (!(k = cd_nccl_kernel(k)))
         return NULL;
     *is_nccl = 1;
     const char *p = strstr(k, "Kernel_");

@@ -330,18 +330,12 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
     if (cd_watch_context_slots(ci, r->ctx_gen, &host, &base) == 0) {
         CUdeviceptr slot = base + (seq & (CD_WATCH_SLOTS - 1)) * sizeof(uint32_t);
         /* Default flags: the _v2 API refuses NO_MEMORY_BARRIER (seen: 1, INVALID_VALUE). */
-        struct timespec t0, t1;
-        if (cd_state.profile)
-            clock_gettime(CLOCK_MONOTONIC, &t0);
+        uint64_t t0 = cd_state.profile ? cd_clock_ns() : 0;
         CUresult wrc = cd_drv.cuStreamWriteValue32(s, slot, (cuuint32_t)seq,
                                                    CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (cd_state.profile) {
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            atomic_fetch_add_explicit(&cd_state.ns_marker,
-                                      (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
-                                                 (t1.tv_nsec - t0.tv_nsec)),
+        if (cd_state.profile)
+            atomic_fetch_add_explicit(&cd_state.ns_marker, cd_clock_ns() - t0,
                                       memory_order_relaxed);
-        }
         if (wrc == CUDA_SUCCESS)
             flags |= CD_WATCH_MARKED;
         else

@@ -43,13 +43,6 @@
 static _Thread_local CUstream tls_clear_stream;
 static _Thread_local uint64_t tls_clear_gen;
 
-static inline uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -151,7 +144,7 @@ static __attribute__((noinline)) void
 wait_and_check(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s)
 {
     const int profile = cd_state.profile;
-    uint64_t t1 = profile ? now_ns() : 0;
+    uint64_t t1 = profile ? cd_clock_ns() : 0;
     char msg[CD_DEVICE_MESSAGE];
     cd_window w = {0};
     uint64_t assert_mark = 0;
@@ -168,27 +161,11 @@ wait_and_check(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s)
         *(CUresult *)cb->functionReturnValue = rc;
     }
     if (profile) {
-        uint64_t t2 = now_ns();
+        uint64_t t2 = cd_clock_ns();
         atomic_fetch_add_explicit(&cd_state.ns_wait, t2 - t1, memory_order_relaxed);
     }
 }
 
-/* NCCL's kernels (ncclDevKernel_..., ncclKernel_...; plain or mangled) are not
- * waited for inside a scope: a collective completes only when every rank (or,
- * with several GPUs per process, every GPU's launch of the group) has joined,
- * and a wait after the first launch of a group would never return. The next
- * launch on the stream waits for it instead. */
-static inline int is_collective(const char *sym)
-{
-    if (!sym)
-        return 0;
-    if (sym[0] == '_' && sym[1] == 'Z') {
-        sym += 2;
-        while (*sym >= '0' && *sym <= '9')
-            sym++;
-    }
-    return sym[0] == 'n' && sym[1] == 'c' && sym[2] == 'c' && sym[3] == 'l';
-}
 
 /* The capture APIs, at enter and exit (cold): a capture beginning while
  * watching is tracked, its end closes it (capture/graph_markers.c). Every
@@ -295,7 +272,7 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
         return;
     }
     const int profile = cd_state.profile;
-    uint64_t t0 = profile ? now_ns() : 0;
+    uint64_t t0 = profile ? cd_clock_ns() : 0;
     CUstream s = cd_launch_stream(cbid, cb->functionParams, NULL);
     if (capturing(s)) {
         if (!(watching && cd_state.graph_markers && cd_graph_launch_captured(cb, cbid, s)))
@@ -303,21 +280,25 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
         return;
     }
     if (profile)
-        atomic_fetch_add_explicit(&cd_state.ns_capture_check, now_ns() - t0,
+        atomic_fetch_add_explicit(&cd_state.ns_capture_check, cd_clock_ns() - t0,
                                   memory_order_relaxed);
     if (watching) {
-        uint64_t tw = profile ? now_ns() : 0;
+        uint64_t tw = profile ? cd_clock_ns() : 0;
         cd_watch_launch(cb, cbid, s);
         if (profile)
-            atomic_fetch_add_explicit(&cd_state.ns_watch, now_ns() - tw, memory_order_relaxed);
+            atomic_fetch_add_explicit(&cd_state.ns_watch, cd_clock_ns() - tw, memory_order_relaxed);
     }
-    if (block && !is_collective(cb->symbolName)) {
+    /* NCCL's kernels are not waited for inside a scope: a collective completes
+     * only when every rank (or, with several GPUs per process, every GPU's
+     * launch of the group) has joined, and a wait after the first launch of a
+     * group would never return. The next launch on the stream waits for it. */
+    if (block && !cd_nccl_kernel(cb->symbolName)) {
         if (cd_thread_state() <= 0)
             atomic_fetch_add_explicit(&cd_state.n_follower, 1, memory_order_relaxed);
         wait_and_check(cb, cbid, s);
     }
     if (profile)
-        atomic_fetch_add_explicit(&cd_state.ns_callback, now_ns() - t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&cd_state.ns_callback, cd_clock_ns() - t0, memory_order_relaxed);
 }
 
 void cd_on_sticky_logged(int code)

@@ -72,42 +72,22 @@ void cd_report_name_error(int code, const char *name, const char *what)
 
 /* ---------------------------------------------- a writer with no malloc -- */
 
-/* report/fd_writer.c, under the short names this file uses. */
-typedef cd_out out_t;
-static inline void put(out_t *o, const char *s, size_t n) { cd_out_put(o, s, n); }
-static inline void puts_(out_t *o, const char *s) { cd_out_puts(o, s); }
-static inline void put_u(out_t *o, unsigned long long v) { cd_out_u(o, v); }
-static inline void put_hex(out_t *o, unsigned long long v) { cd_out_hex(o, v); }
-static inline void put_dims(out_t *o, const unsigned *d) { cd_out_dims(o, d); }
-static inline void flush(out_t *o) { cd_out_flush(o); }
-
-static void put_error(out_t *o, int code)
+static void put_error(cd_out *o, int code)
 {
     for (int i = 0; i < n_names; i++)
         if (names[i].code == code) {
-            puts_(o, names[i].what);
-            puts_(o, " (");
-            puts_(o, names[i].name);
-            puts_(o, ")");
+            cd_out_puts(o, names[i].what);
+            cd_out_puts(o, " (");
+            cd_out_puts(o, names[i].name);
+            cd_out_puts(o, ")");
             return;
         }
-    puts_(o, "CUDA error ");
-    put_u(o, (unsigned)code);
-}
-
-static inline void put_location_as(out_t *o, const char *verb, const uint32_t *ids, int n,
-                                   int complete)
-{
-    cd_out_location_as(o, verb, ids, n, complete);
-}
-
-static inline void put_location(out_t *o, const uint32_t *ids, int n, int complete)
-{
-    cd_out_location_as(o, "launched", ids, n, complete);
+    cd_out_puts(o, "CUDA error ");
+    cd_out_u(o, (unsigned)code);
 }
 
 /* The first device-assert line of text (or the first line). */
-static void put_device_text(out_t *o, const char *text, size_t len, size_t cut)
+static void put_device_text(cd_out *o, const char *text, size_t len, size_t cut)
 {
     if (!len)
         return;
@@ -127,26 +107,26 @@ static void put_device_text(out_t *o, const char *text, size_t len, size_t cut)
     }
     if (!pick)
         return;
-    puts_(o, "  device: ");
-    put(o, pick, pick_len > 400 ? 400 : pick_len);
+    cd_out_puts(o, "  device: ");
+    cd_out_put(o, pick, pick_len > 400 ? 400 : pick_len);
     if (lines > 1) {
-        puts_(o, " (+");
-        put_u(o, lines - 1);
-        puts_(o, " more lines)");
+        cd_out_puts(o, " (+");
+        cd_out_u(o, lines - 1);
+        cd_out_puts(o, " more lines)");
     }
     if (cut) {
-        puts_(o, " [");
-        put_u(o, cut);
-        puts_(o, " more bytes of device output cut here; all of it went to stderr]");
+        cd_out_puts(o, " [");
+        cd_out_u(o, cut);
+        cd_out_puts(o, " more bytes of device output cut here; all of it went to stderr]");
     }
-    puts_(o, "\n");
+    cd_out_puts(o, "\n");
 }
 
-static void put_kernel(out_t *o, const char *mangled)
+static void put_kernel(cd_out *o, const char *mangled)
 {
     char s[256];
     size_t n = cd_short_kernel_name(mangled, s, sizeof s);
-    put(o, s, n);
+    cd_out_put(o, s, n);
 }
 
 /* ------------------------------------------ torchrun's error file --- */
@@ -157,21 +137,21 @@ static void put_kernel(out_t *o, const char *mangled)
  * "extraInfo": {"py_callstack": ..., "timestamp": "..."}}}. Written once, at
  * the first fault, with open/write only (async-signal-safe); a Python report
  * written later (run's exit) replaces it with the full text. */
-static void json_str(out_t *o, const char *s, size_t n)
+static void json_str(cd_out *o, const char *s, size_t n)
 {
-    put(o, "\"", 1);
+    cd_out_put(o, "\"", 1);
     for (size_t i = 0; i < n && s[i]; i++) {
         char c = s[i];
         if (c == '"' || c == '\\') {
-            put(o, "\\", 1);
-            put(o, &c, 1);
+            cd_out_put(o, "\\", 1);
+            cd_out_put(o, &c, 1);
         } else if (c == '\n') {
-            put(o, "\\n", 2);
+            cd_out_put(o, "\\n", 2);
         } else if ((unsigned char)c >= 0x20) {
-            put(o, &c, 1);
+            cd_out_put(o, &c, 1);
         }
     }
-    put(o, "\"", 1);
+    cd_out_put(o, "\"", 1);
 }
 
 /* Written once by a fault (final); a signal's (SIGABRT, or a SIGTERM about to
@@ -192,14 +172,14 @@ static void write_elastic(const char *block, size_t n, int by_signal)
     /* the headline: the block's first line, without "cuda_debug: " */
     const char *nl = memchr(block, '\n', n);
     size_t first = nl ? (size_t)(nl - block) : n;
-    out_t o = {.n = 0, .line_start = 0, .raw = 1};
-    puts_(&o, "{\"message\": {\"message\": ");
+    cd_out o = {.n = 0, .line_start = 0, .raw = 1};
+    cd_out_puts(&o, "{\"message\": {\"message\": ");
     json_str(&o, block, first);
-    puts_(&o, ", \"extraInfo\": {\"py_callstack\": ");
+    cd_out_puts(&o, ", \"extraInfo\": {\"py_callstack\": ");
     json_str(&o, block, n);
-    puts_(&o, ", \"timestamp\": \"");
-    put_u(&o, (unsigned long long)time(NULL));
-    puts_(&o, "\"}}}\n");
+    cd_out_puts(&o, ", \"timestamp\": \"");
+    cd_out_u(&o, (unsigned long long)time(NULL));
+    cd_out_puts(&o, "\"}}}\n");
     int fd = open(elastic_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
@@ -207,9 +187,9 @@ static void write_elastic(const char *block, size_t n, int by_signal)
     close(fd);
 }
 
-/* flush() that also feeds the elastic file (before the block is written):
+/* cd_out_flush() that also feeds the elastic file (before the block is written):
  * to_elastic: 0 no, 1 as a fault's, 2 as a signal's; to_fd: write it to fd 2. */
-static void flush_report_to(out_t *o, int to_elastic, int to_fd)
+static void flush_report_to(cd_out *o, int to_elastic, int to_fd)
 {
     /* the block without the rank prefixes, for the JSON */
     char plain[sizeof o->buf];
@@ -234,70 +214,70 @@ static void flush_report_to(out_t *o, int to_elastic, int to_fd)
     if (to_elastic)
         write_elastic(body, k, to_elastic == 2);
     if (to_fd)
-        flush(o);
+        cd_out_flush(o);
     o->n = 0;
 }
 
-static void flush_report(out_t *o) { flush_report_to(o, 1, 1); }
+static void flush_report(cd_out *o) { flush_report_to(o, 1, 1); }
 
 void cd_report_fault(const cd_fault *f)
 {
     if (!enabled)
         return;
-    out_t o = {.n = 0, .line_start = 1};
+    cd_out o = {.n = 0, .line_start = 1};
     if (f->consequence) {
         if (atomic_fetch_add(&consequences, 1) >= 3)
             return;
-        puts_(&o, "cuda_debug: ");
+        cd_out_puts(&o, "cuda_debug: ");
         put_error(&o, f->code);
-        puts_(&o, f->at_launch ? ": a launch of " : ": a wait after ");
+        cd_out_puts(&o, f->at_launch ? ": a launch of " : ": a wait after ");
         put_kernel(&o, f->kernel[0] ? f->kernel : "a graph");
-        puts_(&o, " failed because the CUDA context was already dead (thread tid ");
-        put_u(&o, (unsigned long long)f->thread_id);
-        puts_(&o, "); the cause is reported above\n");
-        flush(&o);
+        cd_out_puts(&o, " failed because the CUDA context was already dead (thread tid ");
+        cd_out_u(&o, (unsigned long long)f->thread_id);
+        cd_out_puts(&o, "); the cause is reported above\n");
+        cd_out_flush(&o);
         return;
     }
-    puts_(&o, "cuda_debug: ");
+    cd_out_puts(&o, "cuda_debug: ");
     put_error(&o, f->code);
     if (f->at_launch && !cd_is_sticky(f->code)) {
-        puts_(&o, ": the launch of ");
+        cd_out_puts(&o, ": the launch of ");
         put_kernel(&o, f->kernel);
-        puts_(&o, " was refused\n");
+        cd_out_puts(&o, " was refused\n");
     } else if (f->kernel[0]) {
-        puts_(&o, " in ");
+        cd_out_puts(&o, " in ");
         put_kernel(&o, f->kernel);
-        puts_(&o, "\n");
+        cd_out_puts(&o, "\n");
     } else {
-        puts_(&o, " in a CUDA graph replay\n");
+        cd_out_puts(&o, " in a CUDA graph replay\n");
     }
-    put_location(&o, f->frames, f->n_frames, f->frames_complete);
-    puts_(&o, "  grid ");
-    put_dims(&o, f->grid);
-    puts_(&o, " block ");
-    put_dims(&o, f->block);
-    puts_(&o, " shared ");
-    put_u(&o, f->shared_mem);
-    puts_(&o, " B, stream ");
-    put_hex(&o, f->stream);
-    puts_(&o, ", device ");
+    cd_out_location(&o, f->frames, f->n_frames, f->frames_complete);
+    cd_out_puts(&o, "  grid ");
+    cd_out_dims(&o, f->grid);
+    cd_out_puts(&o, " block ");
+    cd_out_dims(&o, f->block);
+    cd_out_puts(&o, " shared ");
+    cd_out_u(&o, f->shared_mem);
+    cd_out_puts(&o, " B, stream ");
+    cd_out_hex(&o, f->stream);
+    cd_out_puts(&o, ", device ");
     if (f->device >= 0)
-        put_u(&o, (unsigned)f->device);
+        cd_out_u(&o, (unsigned)f->device);
     else
-        puts_(&o, "?");
-    puts_(&o, ", thread ");
-    put(&o, f->thread_name, strnlen(f->thread_name, sizeof f->thread_name));
-    puts_(&o, " (tid ");
-    put_u(&o, (unsigned long long)f->thread_id);
-    puts_(&o, ")\n");
+        cd_out_puts(&o, "?");
+    cd_out_puts(&o, ", thread ");
+    cd_out_put(&o, f->thread_name, strnlen(f->thread_name, sizeof f->thread_name));
+    cd_out_puts(&o, " (tid ");
+    cd_out_u(&o, (unsigned long long)f->thread_id);
+    cd_out_puts(&o, ")\n");
     put_device_text(&o, f->device_message, f->device_message_len, f->device_message_cut);
     if (cd_is_sticky(f->code)) {
-        puts_(&o, "  ");
-        puts_(&o, restart);
-        puts_(&o, "\n");
+        cd_out_puts(&o, "  ");
+        cd_out_puts(&o, restart);
+        cd_out_puts(&o, "\n");
         flush_report(&o);
     } else {
-        flush(&o);
+        cd_out_flush(&o);
     }
 }
 
@@ -307,36 +287,36 @@ void cd_report_fault_ops(const cd_fault *f)
 {
     if (!enabled || f->consequence || !f->n_ops)
         return;
-    out_t o = {.n = 0, .line_start = 1};
-    puts_(&o, "cuda_debug: op aten::");       /* outermost first, as the user called them */
-    put(&o, f->ops[f->n_ops - 1], strnlen(f->ops[f->n_ops - 1], CD_OP_NAME));
+    cd_out o = {.n = 0, .line_start = 1};
+    cd_out_puts(&o, "cuda_debug: op aten::");       /* outermost first, as the user called them */
+    cd_out_put(&o, f->ops[f->n_ops - 1], strnlen(f->ops[f->n_ops - 1], CD_OP_NAME));
     for (int i = f->n_ops - 2; i >= 0; i--) {
-        puts_(&o, " > aten::");
-        put(&o, f->ops[i], strnlen(f->ops[i], CD_OP_NAME));
+        cd_out_puts(&o, " > aten::");
+        cd_out_put(&o, f->ops[i], strnlen(f->ops[i], CD_OP_NAME));
     }
-    puts_(&o, " (the fault above, thread tid ");
-    put_u(&o, (unsigned long long)f->thread_id);
-    puts_(&o, ")\n");
-    flush(&o);
+    cd_out_puts(&o, " (the fault above, thread tid ");
+    cd_out_u(&o, (unsigned long long)f->thread_id);
+    cd_out_puts(&o, ")\n");
+    cd_out_flush(&o);
 }
 
 /* ----------------------------------------------------- watch mode -------- */
 
-static void put_launch_ids(out_t *o, uint64_t seq, uintptr_t stream, int32_t tid)
+static void put_launch_ids(cd_out *o, uint64_t seq, uintptr_t stream, int32_t tid)
 {
-    puts_(o, "launch #");
-    put_u(o, seq);
-    puts_(o, ", stream ");
-    put_hex(o, stream);
-    puts_(o, ", thread ");
-    put_u(o, (unsigned)tid);
+    cd_out_puts(o, "launch #");
+    cd_out_u(o, seq);
+    cd_out_puts(o, ", stream ");
+    cd_out_hex(o, stream);
+    cd_out_puts(o, ", thread ");
+    cd_out_u(o, (unsigned)tid);
 }
 
 /* A graph replay among the unfinished launches: the unfinished nodes of the
  * graph it runs (capture/graph_markers.c), each with the line that captured
  * it, then the line that replayed it; or the replay, and why its nodes are
  * not known. Host memory only. */
-static void put_graph_replay(out_t *o, const cd_watch_record *r, uint64_t seq,
+static void put_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq,
                              const char *label)
 {
     static const char *const why[] = {
@@ -357,27 +337,27 @@ static void put_graph_replay(out_t *o, const cd_watch_record *r, uint64_t seq,
         if (cd_graph_node(nodes[j], &nr, &index, &done) != 0)
             continue;
         const char *kernel = cd_interned(nr.kernel_short);
-        puts_(o, shown ? "  or: " : k > 1 ? "  culprit (one of the first unfinished nodes "
+        cd_out_puts(o, shown ? "  or: " : k > 1 ? "  culprit (one of the first unfinished nodes "
                                             "per stream of the graph): " : label);
-        puts_(o, kernel ? kernel : "?");
-        puts_(o, " (node ");
-        put_u(o, index);
-        puts_(o, " of a CUDA graph; replay ");
+        cd_out_puts(o, kernel ? kernel : "?");
+        cd_out_puts(o, " (node ");
+        cd_out_u(o, index);
+        cd_out_puts(o, " of a CUDA graph; replay ");
         put_launch_ids(o, seq, r->stream, r->thread_id);
-        puts_(o, ")\n");
-        put_location_as(o, "captured", nr.frames, nr.n_frames, 0);
+        cd_out_puts(o, ")\n");
+        cd_out_location_as(o, "captured", nr.frames, nr.n_frames, 0);
         shown++;
     }
     if (!shown) {
-        puts_(o, label);
-        puts_(o, "a CUDA graph replay (");
-        puts_(o, status >= 0 && status < (int)CD_N_OF(why) && why[status] ? why[status]
+        cd_out_puts(o, label);
+        cd_out_puts(o, "a CUDA graph replay (");
+        cd_out_puts(o, status >= 0 && status < (int)CD_N_OF(why) && why[status] ? why[status]
                                                                           : "nodes unknown");
-        puts_(o, "; ");
+        cd_out_puts(o, "; ");
         put_launch_ids(o, seq, r->stream, r->thread_id);
-        puts_(o, ")\n");
+        cd_out_puts(o, ")\n");
     }
-    put_location_as(o, "replayed", r->frames, r->n_frames, 0);
+    cd_out_location_as(o, "replayed", r->frames, r->n_frames, 0);
 }
 
 void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
@@ -403,18 +383,18 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
     } else if (atomic_exchange(&cd_report_written, 1)) {
         return;
     }
-    out_t o = {.n = 0, .line_start = 1};
-    puts_(&o, "cuda_debug (watch): ");
+    cd_out o = {.n = 0, .line_start = 1};
+    cd_out_puts(&o, "cuda_debug (watch): ");
     if (code) {
         put_error(&o, code);
-        puts_(&o, ", found at ");
-        puts_(&o, found_at);
+        cd_out_puts(&o, ", found at ");
+        cd_out_puts(&o, found_at);
     } else {
-        puts_(&o, found_at);
-        puts_(&o, " while watching, and no CUDA error seen yet: the launches still unfinished "
+        cd_out_puts(&o, found_at);
+        cd_out_puts(&o, " while watching, and no CUDA error seen yet: the launches still unfinished "
                   "(a kernel fault makes them so; so does a hang)");
     }
-    puts_(&o, "\n");
+    cd_out_puts(&o, "\n");
     char asserts[2048];
     size_t alen = from_signal ? 0 : cd_tee_recent_asserts(asserts, sizeof asserts);
     int shown = 0;
@@ -432,21 +412,21 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
             put_graph_replay(&o, &r, seqs[i], label);
             continue;
         }
-        puts_(&o, label);
-        puts_(&o, kernel ? kernel : "?");
-        puts_(&o, " (");
+        cd_out_puts(&o, label);
+        cd_out_puts(&o, kernel ? kernel : "?");
+        cd_out_puts(&o, " (");
         put_launch_ids(&o, seqs[i], r.stream, r.thread_id);
-        puts_(&o, ")\n");
-        put_location(&o, r.frames, r.n_frames, 0);
+        cd_out_puts(&o, ")\n");
+        cd_out_location(&o, r.frames, r.n_frames, 0);
     }
     if (!shown)
-        puts_(&o, "  no unfinished launch in the watch ring: the faulting kernel was launched "
+        cd_out_puts(&o, "  no unfinished launch in the watch ring: the faulting kernel was launched "
                   "before watch() or more than 65536 launches ago\n");
     put_device_text(&o, asserts, alen, 0);
     if (code) {
-        puts_(&o, "  ");
-        puts_(&o, restart);
-        puts_(&o, "\n");
+        cd_out_puts(&o, "  ");
+        cd_out_puts(&o, restart);
+        cd_out_puts(&o, "\n");
     }
     if (from_signal)
         flush_report_to(&o, from_signal == CD_FROM_DYING_SIGNAL ? 2 : 0, to_fd);
