@@ -214,17 +214,23 @@ static PyObject *py_last_call(PyObject *self, PyObject *noargs)
 
 /* ------------------------------------------------------------- options -- */
 
-/* set_options(wait, capture, profile, capture_check, graph_markers): the
- * debug switches, validated by Python (cuda_debug/_options.py) from CUDA_DEBUG_*. */
+/* set_options(wait, capture, profile, capture_check, graph_markers,
+ * graph_marker_every=1): the debug switches, validated by Python
+ * (cuda_debug/_options.py) from CUDA_DEBUG_*. */
 static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"wait", "capture", "profile", "capture_check", "graph_markers",
-                             NULL};
-    int wait, capture, profile, capture_check, graph_markers;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "$ippii", kwlist, &wait, &capture, &profile,
-                                     &capture_check, &graph_markers))
+                             "graph_marker_every", NULL};
+    int wait = 0, capture = 1, profile = 0, capture_check = 1, graph_markers = CD_MARKERS_KERNEL,
+        every = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ippiii", kwlist, &wait, &capture, &profile,
+                                     &capture_check, &graph_markers, &every))
         return NULL;
+    if (every < 1 || every > 1024) {
+        PyErr_SetString(PyExc_ValueError, "graph_marker_every must be 1 to 1024");
+        return NULL;
+    }
     if (graph_markers < CD_MARKERS_OFF || graph_markers > CD_MARKERS_KERNEL) {
         PyErr_SetString(PyExc_ValueError, "graph_markers must be 0 (off), 1 (memop) or 2 (kernel)");
         return NULL;
@@ -241,6 +247,7 @@ static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
         cd_state.profile = profile;
         cd_state.capture_check = capture_check;
         cd_state.graph_markers = graph_markers;
+        cd_state.graph_marker_every = every;
     }
     pthread_mutex_unlock(&cd_state.sub_lock);
     if (busy) {
@@ -738,7 +745,8 @@ static PyObject *py_graph_replay(PyObject *self, PyObject *arg)
     return list ? Py_BuildValue("(iiN)", status, capture, list) : NULL;
 }
 
-/* graph_node(node) -> (record tuple, index in its capture) or None. */
+/* graph_node(node) -> (record tuple, index in its capture, collective or None)
+ * or None (the collective: an NCCL kernel's, inflight.c). */
 static PyObject *py_graph_node(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -750,10 +758,15 @@ static PyObject *py_graph_node(PyObject *self, PyObject *arg)
     int done;
     if (g > UINT32_MAX || cd_graph_node((uint32_t)g, &r, &index, &done) != 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(NI)", record_tuple(g + 1, &r, done), index);
+    char coll[96];
+    size_t cl = cd_collective_name(&r, coll, sizeof coll);
+    return Py_BuildValue("(NIN)", record_tuple(g + 1, &r, done), index,
+                         cl ? PyUnicode_DecodeUTF8(coll, (Py_ssize_t)cl, "replace")
+                            : Py_NewRef(Py_None));
 }
 
-/* graph_capture(c) -> (capture id, kernel nodes, multi_stream, unmarked, state) or None. */
+/* graph_capture(c) -> (capture id, kernel nodes, multi_stream, unmarked, state,
+ * every, token) or None. */
 static PyObject *py_graph_capture(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -763,8 +776,8 @@ static PyObject *py_graph_capture(PyObject *self, PyObject *arg)
     cd_graph_capture_info k;
     if (c < 0 || c > INT32_MAX || cd_graph_capture((int)c, &k) != 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(KIiIi)", (unsigned long long)k.id, k.n_nodes, k.multi_stream,
-                         k.unmarked, k.state);
+    return Py_BuildValue("(KIiIiII)", (unsigned long long)k.id, k.n_nodes, k.multi_stream,
+                         k.unmarked, k.state, k.every, k.token);
 }
 
 static PyObject *py_graph_stats(PyObject *self, PyObject *noargs)
@@ -773,14 +786,74 @@ static PyObject *py_graph_stats(PyObject *self, PyObject *noargs)
     (void)noargs;
     cd_graph_counters g;
     cd_graph_stats(&g);
-    return Py_BuildValue("{sKsKsKsisisKsisisi}", "nodes_marked", (unsigned long long)g.nodes_marked,
-                         "nodes_unmarked", (unsigned long long)g.nodes_unmarked,
-                         "captures_untracked", (unsigned long long)g.captures_untracked,
-                         "captures", g.captures, "contexts", cd_watch_contexts_live(),
-                         "graph_ids_refused",
-                         (unsigned long long)atomic_load(&cd_state.n_graph_ids_refused),
-                         "clear_rc", g.clear_rc, "write_rc", g.write_rc, "kernel_rc",
-                         g.kernel_rc);
+    return Py_BuildValue(
+        "{sKsKsKsKsKsisisisisKsisisisisIsIsI}", "nodes_marked",
+        (unsigned long long)g.nodes_marked, "nodes_unmarked", (unsigned long long)g.nodes_unmarked,
+        "nodes_recorded", (unsigned long long)g.nodes_recorded, "captures_untracked",
+        (unsigned long long)g.captures_untracked, "captures_freed",
+        (unsigned long long)g.captures_freed, "captures", g.captures, "chunks_used",
+        g.chunks_used, "chunks", g.chunks, "contexts", cd_watch_contexts_live(),
+        "graph_ids_refused", (unsigned long long)atomic_load(&cd_state.n_graph_ids_refused),
+        "clear_rc", g.clear_rc, "write_rc", g.write_rc, "kernel_rc", g.kernel_rc, "adopt_rc",
+        g.adopt_rc, "execs", g.execs, "execs_refused", g.execs_refused, "exec_reach",
+        g.exec_reach);
+}
+
+/* graph_adopt(stream) -> token (0: not read, -1: no room): a graph captured while
+ * nothing watched, at the end of its capture (the stream still capturing). */
+static PyObject *py_graph_adopt(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long long s = PyLong_AsUnsignedLongLong(arg);
+    if (s == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    long token;
+    Py_BEGIN_ALLOW_THREADS
+    token = cd_driver_ready() == 0 ? cd_graph_adopt((CUstream)(uintptr_t)s) : 0;
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(token);
+}
+
+/* graph_adopt_exec(token, exec) -> bool; graph_adopt_drop(token). */
+static PyObject *py_graph_adopt_exec(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned token;
+    unsigned long long exec;
+    if (!PyArg_ParseTuple(args, "IK", &token, &exec))
+        return NULL;
+    return PyBool_FromLong(cd_graph_adopt_exec(token, (CUgraphExec)(uintptr_t)exec) == 0);
+}
+
+static PyObject *py_graph_adopt_drop(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long token = PyLong_AsUnsignedLong(arg);
+    if (token == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    cd_graph_adopt_drop((uint32_t)token);
+    Py_RETURN_NONE;
+}
+
+/* graph_release_exec(exec) -> bool: an executable Python saw go (its
+ * torch.cuda.CUDAGraph freed or reset): its capture's hold on its markers. */
+static PyObject *py_graph_release_exec(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long long exec = PyLong_AsUnsignedLongLong(arg);
+    if (exec == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(cd_graph_release_exec((CUgraphExec)(uintptr_t)exec) == 0);
+}
+
+/* graph_exec_token(exec) -> the token of the capture an executable runs, 0 unknown. */
+static PyObject *py_graph_exec_token(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long long exec = PyLong_AsUnsignedLongLong(arg);
+    if (exec == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromUnsignedLong(cd_graph_exec_token((CUgraphExec)(uintptr_t)exec));
 }
 
 /* set_op(token): this thread's current op for watch(ops=True); 0 clears. Per
@@ -857,8 +930,10 @@ static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
 /* ---------------------------------------------------------------- hangs -- */
 
 /* in_flight() -> ([(seq, stream, kernel, short, collective, thread_id, device,
- * frames, flags, age_ns, queued, last_seq, cbid)], (newest_age_ns, scanned)):
- * every stream's oldest unfinished launch, oldest first (host memory only). */
+ * frames, flags, age_ns, queued, last_seq, cbid, graph)], (newest_age_ns,
+ * scanned)): every stream's oldest unfinished launch, oldest first (host
+ * memory only); graph: None, or for a graph replay (status, capture, [node]),
+ * the nodes of its graph still running (graph_replay's). */
 static PyObject *py_in_flight(PyObject *self, PyObject *noargs)
 {
     (void)self;
@@ -877,13 +952,32 @@ static PyObject *py_in_flight(PyObject *self, PyObject *noargs)
         char coll[96];
         size_t cl = cd_collective_name(r, coll, sizeof coll);
         const char *k = cd_interned(r->kernel), *ks = cd_interned(r->kernel_short);
+        PyObject *graph = Py_NewRef(Py_None);
+        if (r->flags & CD_WATCH_GRAPH) {
+            uint32_t nodes[64];
+            int status, capture;
+            int m = cd_graph_unfinished(r, nodes, 64, &status, &capture);
+            PyObject *list = PyList_New(0);
+            for (int j = 0; list && j < m; j++) {
+                PyObject *g = PyLong_FromUnsignedLong(nodes[j]);
+                if (!g || PyList_Append(list, g) < 0)
+                    Py_CLEAR(list);
+                Py_XDECREF(g);
+            }
+            Py_DECREF(graph);
+            graph = list ? Py_BuildValue("(iiN)", status, capture, list) : NULL;
+            if (!graph) {
+                Py_CLEAR(out);
+                break;
+            }
+        }
         PyObject *v = Py_BuildValue(
-            "(KKy" "sNiiNiKIKi)", (unsigned long long)r->seq, (unsigned long long)r->stream,
+            "(KKy" "sNiiNiKIKiN)", (unsigned long long)r->seq, (unsigned long long)r->stream,
             k ? k : "", ks ? ks : "",
             cl ? PyUnicode_DecodeUTF8(coll, (Py_ssize_t)cl, "replace") : Py_NewRef(Py_None),
             (int)r->thread_id, cd_watch_context_device(r->ctx), ids_tuple(r->frames, r->n_frames),
             (int)r->flags, (unsigned long long)(sum.now_ns > r->t_ns ? sum.now_ns - r->t_ns : 0),
-            (unsigned)t[i].queued, (unsigned long long)t[i].last_seq, (int)r->cbid);
+            (unsigned)t[i].queued, (unsigned long long)t[i].last_seq, (int)r->cbid, graph);
         if (!v) {
             Py_CLEAR(out);
             break;
@@ -1046,9 +1140,14 @@ static PyMethodDef core_methods[] = {
     METH(watch_record, METH_O, "watch_record(seq) -> record tuple or None"),
     METH(watch_incomplete, METH_O, "watch_incomplete(since) -> [seq]: first unfinished launch per stream"),
     METH(graph_replay, METH_O, "graph_replay(seq) -> (status, capture, [node]) or None"),
-    METH(graph_node, METH_O, "graph_node(node) -> (record tuple, index) or None"),
+    METH(graph_node, METH_O, "graph_node(node) -> (record tuple, index, collective) or None"),
     METH(graph_capture, METH_O, "graph_capture(c) -> (id, nodes, multi_stream, unmarked, state)"),
     METH(graph_stats, METH_NOARGS, "graph-marker and context-table counters"),
+    METH(graph_adopt, METH_O, "graph_adopt(stream) -> token: a graph captured before watching"),
+    METH(graph_adopt_exec, METH_VARARGS, "graph_adopt_exec(token, exec) -> bool"),
+    METH(graph_adopt_drop, METH_O, "graph_adopt_drop(token): an adopted capture no executable holds"),
+    METH(graph_release_exec, METH_O, "graph_release_exec(exec) -> bool: an executable is gone"),
+    METH(graph_exec_token, METH_O, "graph_exec_token(exec) -> the token of its capture, 0 unknown"),
     METH(recent_asserts, METH_NOARGS, "the latest device-assert lines written to stderr"),
     METH(asserts_for, METH_O, "the device-assert lines kept that name a kernel"),
     METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
@@ -1148,7 +1247,7 @@ static int core_exec(PyObject *m)
         {"GRAPH_FOUND", CD_GRAPH_FOUND}, {"GRAPH_MATCHED", CD_GRAPH_MATCHED},
         {"GRAPH_NO_MARKERS", CD_GRAPH_NO_MARKERS}, {"GRAPH_NOT_CLOSED", CD_GRAPH_NOT_CLOSED},
         {"GRAPH_NOT_STARTED", CD_GRAPH_NOT_STARTED}, {"GRAPH_ALL_DONE", CD_GRAPH_ALL_DONE},
-        {"GRAPH_BROKEN", CD_GRAPH_BROKEN},
+        {"GRAPH_BROKEN", CD_GRAPH_BROKEN}, {"GRAPH_ADOPTED", CD_GRAPH_ADOPTED},
         {"GRAPH_NODES", CD_GRAPH_NODES}, {"FRAMES_SUPPORTED", 0},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {

@@ -23,8 +23,12 @@ from . import _core, _locations, _options
 
 
 class InFlight(NamedTuple):
-    """One stream's oldest unfinished launch (:func:`in_flight`)."""
-    kernel: Optional[str]          # demangled; None for a CUDA graph replay
+    """One stream's oldest unfinished launch (:func:`in_flight`). For a CUDA
+    graph replay, `kernel`, `short` and `collective` are those of the node of
+    its graph still running (the first of `graph_nodes`), None when the graph's
+    markers do not say (captured before watching); `filename`/`lineno` are
+    the replay's line, `captured_at` the node's."""
+    kernel: Optional[str]          # demangled
     short: Optional[str]           # the short name the report prints
     collective: Optional[str]      # NCCL launches: "all_reduce", "broadcast"... else None
     graph: bool                    # a CUDA graph replay
@@ -39,6 +43,10 @@ class InFlight(NamedTuple):
     queue_depth: int               # launches recorded after it on the same stream
     seq: int                       # its watch-ring number ("launch #seq" in the report)
     stack: list                    # (filename, lineno, function, line), outermost first
+    graph_node: Optional[int] = None       # a replay: the running node's number in its graph
+    captured_at: Optional[str] = None      # a replay: "file:line in function" that captured it
+    graph_nodes: tuple = ()        # a replay: every candidate, (node, short, collective, captured_at)
+    graph_note: Optional[str] = None       # a replay whose nodes are not named: why
 
 
 def in_flight() -> List[InFlight]:
@@ -50,20 +58,53 @@ def in_flight() -> List[InFlight]:
     names = {t.native_id: t.name for t in threading.enumerate()}
     out = []
     for (seq, stream, kernel, short, collective, tid, device, frames, flags, age_ns, queued,
-         _last, _cbid) in rows:
+         _last, _cbid, graph_info) in rows:
         graph = bool(flags & _core.WATCH_GRAPH)
         kernel = kernel.decode("utf-8", "replace")
         stack = _locations.stack_from_ids(frames)
         fs = _locations.user_frame(stack, complete=False)
+        nodes, note = _graph_candidates(graph_info) if graph else ((), None)
+        first = nodes[0] if nodes else None
+        if graph:
+            kernel = first["kernel"] if first else None
+            short = first["short"] if first else None
+            collective = first["collective"] if first else None
         out.append(InFlight(
-            kernel=None if graph or not kernel else (_core.demangle(kernel) or kernel),
-            short=None if graph else short or None, collective=collective, graph=graph,
+            kernel=(_core.demangle(kernel) or kernel) if kernel else None,
+            short=short or None, collective=collective, graph=graph,
             stream=stream, device=device if device >= 0 else None, thread_id=tid,
             thread_name=names.get(tid), filename=fs.filename if fs else None,
             lineno=fs.lineno if fs else None, function=fs.name if fs else None,
             age_s=age_ns / 1e9, queue_depth=queued, seq=seq,
-            stack=[(f.filename, f.lineno, f.name, f.line) for f in stack]))
+            stack=[(f.filename, f.lineno, f.name, f.line) for f in stack],
+            graph_node=first["node"] if first else None,
+            captured_at=first["captured_at"] if first else None,
+            graph_nodes=tuple((n["node"], n["short"], n["collective"], n["captured_at"])
+                              for n in nodes),
+            graph_note=note))
     return out
+
+
+def _graph_candidates(info):
+    """([node dict], note) for a replay's (status, capture, [node]) from C."""
+    from . import _report
+    if info is None:
+        return (), None
+    status, _capture, node_ids = info
+    if status == _core.GRAPH_ADOPTED:       # no markers: nothing says which node runs
+        return (), _report.GRAPH_NOTES[_core.GRAPH_NO_MARKERS]
+    nodes = []
+    for g in node_ids:
+        got = _core.graph_node(g)
+        if got is None:
+            continue
+        rec = _report.WatchRecord(*got[0])
+        name = rec.kernel.decode("utf-8", "replace")
+        stack = _locations.stack_from_ids(rec.frames)
+        nodes.append(dict(node=got[1], kernel=name, short=_core.short_kernel_name(name) if name
+                          else None, collective=got[2],
+                          captured_at=_report._where_str(stack)))
+    return tuple(nodes), (None if nodes else _report.GRAPH_NOTES.get(status))
 
 
 # -- watch(hang_after=...) and the dump signal ---------------------------------------

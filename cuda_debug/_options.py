@@ -25,6 +25,11 @@ and handed to the C core before the first scope or watch opens.
                                    node per replay on the H200) or a stream write node
                                    (memop: 2.9-3.3 us); 0: a replay is one launch, its
                                    nodes unnamed
+    CUDA_DEBUG_GRAPH_MARKER_EVERY=K
+                                   a marker behind every K-th launch of each stream of
+                                   a capture (default 1: every launch; K > 1: a fault
+                                   or hang names one of at most K nodes, the device's
+                                   text picks the kernel); 1 to 1024
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
     CUDA_DEBUG_TEST_FRAME_READER=none  tests only: run as if this Python had no frame
                                    reader (read by the C core when it is imported)
@@ -54,6 +59,8 @@ _CHOICES = {
                                  2),
 }
 _FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER")
+#: CUDA_DEBUG_GRAPH_MARKER_EVERY's default
+DEFAULT_MARKER_EVERY = 1
 _OFF = ("", "0", "off", "no", "false")
 #: CUDA_DEBUG_DUMP_SIGNAL's values (and `dump --signal`'s): name -> number, 0 off
 DUMP_SIGNALS = {"sigusr1": _signal.SIGUSR1, "usr1": _signal.SIGUSR1,
@@ -65,18 +72,19 @@ class Options:
     ``import typing``, several ms, at every ``import cuda_debug``)."""
 
     __slots__ = ("report", "capture", "wait", "profile", "capture_check", "watch_ops", "guard",
-                 "hang_after", "dump_signal", "graph_markers")
+                 "hang_after", "dump_signal", "graph_markers", "graph_marker_every")
 
     def __init__(self, report: bool, capture: bool, wait: int, profile: bool,
                  capture_check: bool, watch_ops: bool, guard: bool = False,
                  hang_after: "float | None" = None, dump_signal: int = _signal.SIGUSR1,
-                 graph_markers: int = 2):
+                 graph_markers: int = 2, graph_marker_every: int = 1):
         self.report, self.capture, self.wait = report, capture, wait
         self.profile, self.capture_check, self.watch_ops = profile, capture_check, watch_ops
         self.guard = guard
         self.hang_after = hang_after        # seconds, None: off
         self.dump_signal = dump_signal      # signal number, 0: off
         self.graph_markers = graph_markers  # 0 off, 1 memop, 2 kernel
+        self.graph_marker_every = graph_marker_every   # a marker every K launches
 
     def __repr__(self):
         return "Options(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -133,7 +141,19 @@ def read(environ=os.environ) -> Options:
         _warn("cuda_debug: CUDA_DEBUG_DUMP_SIGNAL=%r is not one of SIGUSR1|SIGUSR2|off; "
               "using the default (SIGUSR1)" % raw)
         dump_signal = _signal.SIGUSR1
-    known = set(_CHOICES) | set(_FREE) | {"CUDA_DEBUG_HANG_AFTER", "CUDA_DEBUG_DUMP_SIGNAL"}
+    raw = environ.get("CUDA_DEBUG_GRAPH_MARKER_EVERY")
+    every = DEFAULT_MARKER_EVERY
+    if raw not in (None, ""):
+        try:
+            every = int(raw.strip())
+        except ValueError:
+            every = 0
+        if not 1 <= every <= 1024:
+            _warn("cuda_debug: CUDA_DEBUG_GRAPH_MARKER_EVERY=%r is not a whole number from 1 "
+                  "to 1024; using the default (%d)" % (raw, DEFAULT_MARKER_EVERY))
+            every = DEFAULT_MARKER_EVERY
+    known = set(_CHOICES) | set(_FREE) | {"CUDA_DEBUG_HANG_AFTER", "CUDA_DEBUG_DUMP_SIGNAL",
+                                          "CUDA_DEBUG_GRAPH_MARKER_EVERY"}
     for name in environ:
         if name.startswith("CUDA_DEBUG_") and name not in known:
             _warn("cuda_debug: unknown setting %s (known: %s)" % (name, ", ".join(sorted(known))))
@@ -143,7 +163,8 @@ def read(environ=os.environ) -> Options:
                    watch_ops=values["CUDA_DEBUG_WATCH_OPS"],
                    guard=values["CUDA_DEBUG_GUARD"],
                    hang_after=hang_after, dump_signal=int(dump_signal),
-                   graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"])
+                   graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"],
+                   graph_marker_every=every)
 
 
 def parse_seconds(text):
@@ -186,5 +207,6 @@ def apply() -> None:
     from . import _core
     _core.set_options(wait=OPTIONS.wait, capture=OPTIONS.capture, profile=OPTIONS.profile,
                       capture_check=OPTIONS.capture_check,
-                      graph_markers=OPTIONS.graph_markers)
+                      graph_markers=OPTIONS.graph_markers,
+                      graph_marker_every=OPTIONS.graph_marker_every)
     _applied = True

@@ -250,7 +250,7 @@ report(out)
 ''')
     r = c.result
     assert r is not None, c
-    assert r["refused"] == 4, r
+    assert r["refused"] == 5, r                 # the five resource ids (cupti_ids.h)
     assert r["kernel"] == "bad_node" and r["node"] == 4, r
     assert r["exact"] is False and "paired with the graph" in r["note"], r
 
@@ -303,3 +303,56 @@ with cuda_debug.watch():
     assert "culprit: slow_node (node 6 of a CUDA graph" in c.stderr, c.stderr
     assert "captured at %s:%d" % (c.script, c.line_of("# CAPTURED")) in c.stderr, c.stderr
     assert "replayed at %s:%d" % (c.script, c.line_of("# REPLAYED")) in c.stderr, c.stderr
+
+
+HANG = PRE.replace("import ctypes", "import ctypes, os, signal, time") + '''
+SLOW = sys.argv[1].encode()
+with cuda_debug.watch(hang_after=0.5):
+    fake.fake_begin_capture(s)
+    for i in range(10):
+        fake.fake_launch((SLOW if i == 6 else b"ok_node"), s, *L)  # CAPTURED
+    g = end_capture(s)
+    fake.fake_graph_launch(g, s)
+    fake.fake_stream_sync(s)
+    fake.fake_set_kernel(SLOW, 0, 0, None, 0, 2500000)
+    fake.fake_set_async(1)
+    fake.fake_graph_launch(g, s)  # REPLAYED
+    time.sleep(1.3)                                # the hang watcher's report
+    rec = cuda_debug.in_flight()
+    os.kill(os.getpid(), signal.SIGUSR1)           # the dump's
+    fake.fake_stream_sync(s)
+r = rec[0]
+report(dict(n=len(rec), graph=r.graph, kernel=r.kernel, short=r.short, node=r.graph_node,
+            collective=r.collective, captured_at=r.captured_at, lineno=r.lineno,
+            nodes=r.graph_nodes, note=r.graph_note))
+'''
+
+
+@pytest.mark.parametrize("slow, name", [
+    ("slow_node", "slow_node"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+     "all_reduce (ncclDevKernel_AllReduce_Sum_f32_RING_LL)")])
+def test_a_hang_inside_a_replay_names_the_running_node_in_every_report(fake_child, slow, name):
+    """Issue 27 item 2: the hang watcher, the dump signal and in_flight() name the
+    node of the replayed graph that still runs (kernel, or an NCCL kernel's
+    collective; node number; capture line; replay line), not "a CUDA graph
+    replay"."""
+    c = _memop(fake_child)(HANG, args=[slow])
+    r = c.result
+    assert r is not None, c
+    cap, rep = c.line_of("# CAPTURED"), c.line_of("# REPLAYED")
+    assert r["n"] == 1 and r["graph"] is True and r["node"] == 6, r
+    assert r["short"] == slow and r["kernel"] == slow, r
+    assert r["collective"] == ("all_reduce" if "nccl" in slow else None), r
+    assert r["captured_at"] == "%s:%d" % (c.script, cap) and r["lineno"] == rep, r
+    assert r["nodes"] == [[6, slow, r["collective"], "%s:%d" % (c.script, cap)]], r
+    assert r["note"] is None, r
+    head = "  %s (node 6 of a CUDA graph) on stream " % name
+    assert c.stderr.count(head) == 2, c.stderr           # the watcher's and the dump's
+    for block in c.stderr.split("cuda_debug (watch): ")[1:]:
+        lines = block.splitlines()
+        i = next(k for k, line in enumerate(lines) if line.startswith(head))
+        assert "unfinished for " in lines[i] and "(launch #2, thread " in lines[i], lines
+        assert lines[i + 1] == "    captured at %s:%d in <module>" % (c.script, cap), lines
+        assert lines[i + 2] == "    replayed at %s:%d in <module>" % (c.script, rep), lines
+    assert "a CUDA graph replay" not in c.stderr, c.stderr

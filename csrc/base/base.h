@@ -59,8 +59,11 @@
 
 /* Entry points that older drivers lack: NULL when absent. cuStreamGetCaptureInfo
  * is the versioned one of these headers (_v3 for CUDA >= 12.3, _v2 before);
- * cuCtxGetId is CUDA >= 12.0. */
-#define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback) X(cuStreamGetCaptureInfo) X(cuCtxGetId)
+ * cuCtxGetId is CUDA >= 12.0; cuFuncGetName and cuKernelGetName 12.3; the graph
+ * API reads the nodes of a graph captured before watching (capture/graph_markers.c). */
+#define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback) X(cuStreamGetCaptureInfo) X(cuCtxGetId) \
+    X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams) X(cuFuncGetName)    \
+    X(cuKernelGetName)
 
 #define CD_CUPTI_FUNCS(X)                                                       \
     X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback)               \
@@ -231,6 +234,7 @@ typedef struct {
     atomic_uint_fast64_t n_capture_ids_refused;
     atomic_uint_fast64_t n_graph_ids_refused;   /* end-of-capture and resource ids */
     int graph_markers;                   /* CD_MARKERS_*: CUDA_DEBUG_GRAPH_MARKERS */
+    int graph_marker_every;              /* a marker every K launches of a capture's stream */
     atomic_uint_fast64_t n_hand_overs;   /* CUPTI given to a starting profiler */
     atomic_uint_fast64_t ns_watch;       /* with profile: time in cd_watch_launch */
     atomic_uint_fast64_t ns_marker;      /* with profile: of which in cuStreamWriteValue32 */

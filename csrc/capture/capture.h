@@ -166,7 +166,7 @@ typedef struct {
     uint8_t n_frames;
     uint8_t flags;             /* CD_WATCH_* */
     uint16_t cbid;
-    uint16_t graph;            /* a replay: 1 + the capture it replays (0 unknown); a node: its capture */
+    uint16_t graph;            /* a replay: the token of the capture it replays (0 unknown); a node: its capture's */
     uint32_t op;               /* the thread's current PyTorch op token (watch(ops=True)), 0 none */
     uint16_t ctx_gen;          /* the context entry's generation when recorded */
 } cd_watch_record;
@@ -257,52 +257,82 @@ void cd_graph_capture_begun(const CUpti_CallbackData *cb, CUstream s);
 int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s);
 void cd_graph_capture_ending(const CUpti_CallbackData *cb, CUstream s);
 void cd_graph_capture_ended(const CUpti_CallbackData *cb, CUgraph graph);
-/* CUPTI's resource callbacks: executables made and destroyed, graphs destroyed. */
+/* CUPTI's resource callbacks: executables made and destroyed, graphs destroyed
+ * and cloned. A capture's chunks and entry are freed when its graph, its
+ * clones and its executables are all gone. */
 void cd_graph_exec_created(CUgraph graph, CUgraphExec exec);
 void cd_graph_exec_destroyed(CUgraphExec exec);
 void cd_graph_destroyed(CUgraph graph);
+void cd_graph_cloned(CUgraph original, CUgraph clone);
+/* Python's word that an executable is gone (its torch.cuda.CUDAGraph was
+ * freed or reset, perhaps while nothing was subscribed): as
+ * cd_graph_exec_destroyed; 0, or -1 when it was not known. */
+int cd_graph_release_exec(CUgraphExec exec);
+/* A graph captured while nothing watched, adopted by Python at the end of
+ * its capture (s still capturing): its kernel nodes from the driver's graph
+ * API (cuGraphGetNodes, cuGraphKernelNodeGetParams, cuFuncGetName), the
+ * calling thread's frames as where it was captured, no markers. The
+ * capture's token, 0 when it could not be read, -1 when no room. Then each
+ * executable made from it (cd_graph_adopt_exec: 0, or -1), and the capture
+ * dropped if none came (cd_graph_adopt_drop). */
+long cd_graph_adopt(CUstream s);
+int cd_graph_adopt_exec(uint32_t token, CUgraphExec exec);
+void cd_graph_adopt_drop(uint32_t token);
 
 
 /* What a replay's capture says (reads host memory only: no CUDA call, no
  * lock; safe in a signal handler). */
 enum {
-    CD_GRAPH_FOUND = 0,            /* out[] holds the unfinished nodes */
+    CD_GRAPH_FOUND = 0,            /* out[] holds the candidates */
     CD_GRAPH_MATCHED = 1,          /* found, the capture matched by its running markers */
     CD_GRAPH_NO_MARKERS = 2,       /* not captured while watching (or not tracked) */
     CD_GRAPH_NOT_CLOSED = 3,       /* its capture's end was not seen: slots never cleared */
     CD_GRAPH_NOT_STARTED = 4,      /* its start marker is not set: this replay never began */
     CD_GRAPH_ALL_DONE = 5,         /* every node's marker is set */
     CD_GRAPH_BROKEN = 6,           /* its markers could not be captured (a write or memset refused) */
+    CD_GRAPH_ADOPTED = 7,          /* captured before watching: out[] holds every kernel node, no markers */
 };
-/* The replay's unfinished nodes: per stream of the capture, the first node
- * whose marker is missing, in capture order (node numbers for cd_graph_node);
- * the count, *status (CD_GRAPH_*), *capture (-1 unknown). */
+/* The replay's candidates: per stream of the capture, the nodes after the
+ * last one whose marker is set up to the first marked one whose marker is
+ * missing, in capture order (node numbers for cd_graph_node); the count,
+ * *status (CD_GRAPH_*), *capture (-1 unknown). */
 int cd_graph_unfinished(const cd_watch_record *replay, uint32_t *out, int max, int *status,
                         int *capture);
 /* Node g's record (seq = g + 1), its number in the capture, done (1, 0, -1): 0 ok. */
 int cd_graph_node(uint32_t g, cd_watch_record *out, uint32_t *index, int *done);
 typedef struct {
     uint64_t id;                   /* the driver's capture id */
-    uint32_t n_nodes, unmarked;    /* kernel nodes; of which without a marker */
+    uint32_t n_nodes, unmarked;    /* kernel nodes; of which without a record or marker */
     int multi_stream;              /* captured on more than one stream (fork/join) */
-    int state;                     /* 1 open, 2 closing, 3 closed, 4 broken */
+    int state;                     /* 1 open, 2 closing, 3 closed, 4 broken, 5 adopted */
     uintptr_t origin;              /* the stream that began it */
+    uint32_t every;                /* a marker every `every` nodes of a stream (0: none) */
+    uint32_t token;
 } cd_graph_capture_info;
 int cd_graph_capture(int capture, cd_graph_capture_info *out);
 typedef struct {
-    uint64_t nodes_marked, nodes_unmarked, captures_untracked;
-    int captures;
+    uint64_t nodes_marked, nodes_unmarked, nodes_recorded, captures_untracked, captures_freed;
+    int captures;                  /* live now */
+    int chunks_used, chunks;       /* of CD_GRAPH_NODES / 64 */
     int clear_rc, write_rc;        /* the last refused memset (then cleared by writes) / write */
     int kernel_rc;                 /* the last failed marker-kernel load or launch */
+    int adopt_rc;                  /* the last failed graph API call of an adoption */
+    unsigned execs, execs_refused, exec_reach;  /* graph_execs.c */
 } cd_graph_counters;
 void cd_graph_stats(cd_graph_counters *out);
 
 /* ----------------------------------------------------- graph_execs.c -- */
 
-/* Executable -> 1 + the capture whose graph it runs (0: not ours). */
-void cd_graph_exec_set(CUgraphExec exec, uint32_t capture1);
-/* For a cuGraphLaunch's ring record: 1 + the capture its executable runs, 0 unknown. */
+/* Executable -> the token of the capture whose graph it runs: 0, or -1 when
+ * no slot is free near its home; *old the token it had (0 none). */
+int cd_graph_exec_set(CUgraphExec exec, uint32_t token, uint32_t *old);
+/* Its entry freed: the token it had, 0 when unknown. */
+uint32_t cd_graph_exec_take(CUgraphExec exec);
+uint32_t cd_graph_exec_token(CUgraphExec exec);       /* lock-free; 0 unknown */
+/* For a cuGraphLaunch's ring record: the token of the capture its executable
+ * runs, 0 unknown (hot path: reads a few entries at most). */
 uint16_t cd_graph_replayed(const void *launch_params);
+void cd_graph_exec_stats(unsigned *live, unsigned *refused, unsigned *max_reach);
 
 /* ------------------------------------------------------ native_ops.c -- */
 

@@ -225,6 +225,10 @@ static __attribute__((noinline, cold)) void resource_event(CUpti_CallbackId cbid
         if (g)
             cd_graph_destroyed(g->graph);
         break;
+    case CUPTI_CBID_RESOURCE_GRAPH_CLONED:
+        if (g)
+            cd_graph_cloned(g->originalGraph, g->graph);
+        break;
     default:
         break;
     }

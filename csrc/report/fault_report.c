@@ -312,54 +312,6 @@ static void put_launch_ids(cd_out *o, uint64_t seq, uintptr_t stream, int32_t ti
     cd_out_u(o, (unsigned)tid);
 }
 
-/* A graph replay among the unfinished launches: the unfinished nodes of the
- * graph it runs (capture/graph_markers.c), each with the line that captured
- * it, then the line that replayed it; or the replay, and why its nodes are
- * not known. Host memory only. */
-static void put_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq,
-                             const char *label)
-{
-    static const char *const why[] = {
-        [CD_GRAPH_NO_MARKERS] = "captured before watching: no markers inside it",
-        [CD_GRAPH_NOT_CLOSED] = "its capture did not end inside watch(): markers never cleared",
-        [CD_GRAPH_NOT_STARTED] = "the replay had not begun",
-        [CD_GRAPH_ALL_DONE] = "every node of the graph finished",
-        [CD_GRAPH_BROKEN] = "its markers could not be captured",
-    };
-    uint32_t nodes[3];
-    int status, capture;
-    int k = cd_graph_unfinished(r, nodes, 3, &status, &capture);
-    int shown = 0;
-    for (int j = 0; j < k; j++) {
-        cd_watch_record nr;
-        uint32_t index;
-        int done;
-        if (cd_graph_node(nodes[j], &nr, &index, &done) != 0)
-            continue;
-        const char *kernel = cd_interned(nr.kernel_short);
-        cd_out_puts(o, shown ? "  or: " : k > 1 ? "  culprit (one of the first unfinished nodes "
-                                            "per stream of the graph): " : label);
-        cd_out_puts(o, kernel ? kernel : "?");
-        cd_out_puts(o, " (node ");
-        cd_out_u(o, index);
-        cd_out_puts(o, " of a CUDA graph; replay ");
-        put_launch_ids(o, seq, r->stream, r->thread_id);
-        cd_out_puts(o, ")\n");
-        cd_out_location_as(o, "captured", nr.frames, nr.n_frames, 0);
-        shown++;
-    }
-    if (!shown) {
-        cd_out_puts(o, label);
-        cd_out_puts(o, "a CUDA graph replay (");
-        cd_out_puts(o, status >= 0 && status < (int)CD_N_OF(why) && why[status] ? why[status]
-                                                                          : "nodes unknown");
-        cd_out_puts(o, "; ");
-        put_launch_ids(o, seq, r->stream, r->thread_id);
-        cd_out_puts(o, ")\n");
-    }
-    cd_out_location_as(o, "replayed", r->frames, r->n_frames, 0);
-}
-
 void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
 {
     if (!enabled)
@@ -409,7 +361,7 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
                                                         "unfinished launches per stream): ");
         shown++;
         if (r.flags & CD_WATCH_GRAPH) {
-            put_graph_replay(&o, &r, seqs[i], label);
+            cd_out_graph_replay(&o, &r, seqs[i], label, from_signal);
             continue;
         }
         cd_out_puts(&o, label);

@@ -57,23 +57,17 @@ static void put_secs(cd_out *o, uint64_t ns)
     cd_out_puts(o, " s");
 }
 
-static void put_entry(cd_out *o, const cd_inflight *e, uint64_t now_ns)
+typedef struct {
+    const cd_inflight *e;
+    uint64_t now_ns;
+} entry_arg;
+
+/* The rest of an entry's first line: " on stream ..., device d: unfinished
+ * for 7.1 s, 0 launches queued behind it (launch #311, thread 4242)\n". */
+static void put_details(cd_out *o, const void *arg)
 {
-    const cd_watch_record *r = &e->rec;
-    char coll[96];
-    size_t cl = cd_collective_name(r, coll, sizeof coll);
-    const char *kernel = cd_interned(r->kernel_short);
-    cd_out_puts(o, "  ");
-    if (r->flags & CD_WATCH_GRAPH) {
-        cd_out_puts(o, "a CUDA graph replay");
-    } else if (cl) {
-        cd_out_put(o, coll, cl);
-        cd_out_puts(o, " (");
-        cd_out_puts(o, kernel ? kernel : "?");
-        cd_out_puts(o, ")");
-    } else {
-        cd_out_puts(o, kernel ? kernel : "?");
-    }
+    const entry_arg *a = arg;
+    const cd_watch_record *r = &a->e->rec;
     cd_out_puts(o, " on stream ");
     cd_out_hex(o, r->stream);
     int device = cd_watch_context_device(r->ctx);
@@ -82,15 +76,39 @@ static void put_entry(cd_out *o, const cd_inflight *e, uint64_t now_ns)
         cd_out_u(o, (unsigned)device);
     }
     cd_out_puts(o, ": unfinished for ");
-    put_secs(o, now_ns > r->t_ns ? now_ns - r->t_ns : 0);
+    put_secs(o, a->now_ns > r->t_ns ? a->now_ns - r->t_ns : 0);
     cd_out_puts(o, ", ");
-    cd_out_u(o, e->queued);
-    cd_out_puts(o, e->queued == 1 ? " launch queued behind it" : " launches queued behind it");
+    cd_out_u(o, a->e->queued);
+    cd_out_puts(o, a->e->queued == 1 ? " launch queued behind it" : " launches queued behind it");
     cd_out_puts(o, " (launch #");
     cd_out_u(o, (unsigned long long)r->seq);
     cd_out_puts(o, ", thread ");
     cd_out_u(o, (unsigned)r->thread_id);
-    cd_out_puts(o, ")\n  ");
+    cd_out_puts(o, ")\n");
+}
+
+static void put_entry(cd_out *o, const cd_inflight *e, uint64_t now_ns)
+{
+    const cd_watch_record *r = &e->rec;
+    entry_arg a = {e, now_ns};
+    if (r->flags & CD_WATCH_GRAPH) {   /* the node(s) of its graph still running */
+        cd_out_graph_inflight(o, r, put_details, &a);
+        return;
+    }
+    char coll[96];
+    size_t cl = cd_collective_name(r, coll, sizeof coll);
+    const char *kernel = cd_interned(r->kernel_short);
+    cd_out_puts(o, "  ");
+    if (cl) {
+        cd_out_put(o, coll, cl);
+        cd_out_puts(o, " (");
+        cd_out_puts(o, kernel ? kernel : "?");
+        cd_out_puts(o, ")");
+    } else {
+        cd_out_puts(o, kernel ? kernel : "?");
+    }
+    put_details(o, &a);
+    cd_out_puts(o, "  ");
     cd_out_location(o, r->frames, r->n_frames, 0);
 }
 

@@ -11,6 +11,8 @@
  *                    the SIGABRT/SIGTERM handlers
  *   inflight_report.c  the hang report: every stream's oldest unfinished launch
  *                    (age, queue, collective); the dump signal (SIGUSR1)
+ *   graph_report.c   a CUDA graph replay in any of those blocks: its node(s), the
+ *                    capture and replay lines
  */
 #ifndef CD_REPORT_H
 #define CD_REPORT_H
@@ -125,6 +127,27 @@ void cd_report_unlock(int taken);
 /* Call the handler `old` was (1), or 0 when it is SIG_DFL or SIG_IGN. */
 int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx);
 extern atomic_int cd_report_written;
+
+/* ----------------------------------------------------- graph_report.c -- */
+
+/* The nodes of a replay's graph a report names (cd_graph_unfinished; for a
+ * graph captured before watching, those whose kernel the device's assert text
+ * names, never from a signal): the count, *status (CD_GRAPH_*), *capture. */
+int cd_graph_report_nodes(const cd_watch_record *r, uint32_t *nodes, int max, int *status,
+                          int *capture, int from_signal);
+/* Why a replay's nodes are not named ("captured before watching: ..."). */
+void cd_out_graph_why(cd_out *o, int status, int capture);
+/* "  culprit (one of N nodes after the last marker written...): " */
+void cd_out_graph_label(cd_out *o, int n, int status, int capture);
+/* A replay as a culprit: its node(s) ("<label>kernel (node N of a CUDA graph;
+ * replay launch #seq, stream, thread)", "captured at"), "replayed at". */
+void cd_out_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq, const char *label,
+                         int from_signal);
+/* A replay as a hang report's unfinished launch: the running node's name,
+ * then details(o, arg) (the rest of the first line, its newline included),
+ * "captured at", the other candidates, "replayed at". */
+void cd_out_graph_inflight(cd_out *o, const cd_watch_record *r,
+                           void (*details)(cd_out *, const void *), const void *arg);
 
 /* -------------------------------------------------- inflight_report.c -- */
 

@@ -99,6 +99,7 @@ typedef struct op {
     size_t count;
     fake_event *ev;
     fake_graph *graph;
+    unsigned grid[3], block[3];      /* kernels: their configuration */
     struct op *next;
 } op;
 
@@ -111,6 +112,7 @@ typedef struct fake_stream {
     struct fake_stream *cap_origin;  /* the stream that began the capture (self for it) */
     unsigned long long cap_id;       /* the capture's id (cuStreamGetCaptureInfo) */
     op *cap_head, *cap_tail;         /* the origin's: every joined stream appends here */
+    fake_graph *cap_graph;           /* the origin's: the graph being captured */
     int has_worker;
     pthread_t worker;
     struct fake_stream *next_all;
@@ -119,6 +121,8 @@ typedef struct fake_stream {
 struct fake_graph {
     uint32_t magic;
     op *ops;                         /* captured operations, in capture order */
+    struct fake_stream *capturing;   /* while captured: the origin stream (its list) */
+    int graph_destroyed, exec_destroyed;   /* both: its operations are freed */
 };
 
 struct fake_event {
@@ -1041,6 +1045,9 @@ static CUresult begin_capture_body(void *a)
         c->s->cap_origin = c->s;
         c->s->cap_id = next_capture_id++;
         c->s->cap_head = c->s->cap_tail = NULL;
+        c->s->cap_graph = calloc(1, sizeof *c->s->cap_graph);
+        c->s->cap_graph->magic = MAGIC_GRAPH;
+        c->s->cap_graph->capturing = c->s;
     }
     pthread_mutex_unlock(&dev_lock);
     return rc;
@@ -1082,6 +1089,8 @@ static CUresult end_capture_body(void *a)
         return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;      /* not the origin stream */
     }
     op *ops = s->cap_head;
+    fake_graph *g = s->cap_graph;
+    s->cap_graph = NULL;
     for (fake_stream *o = all_streams; o; o = o->next_all)
         if (o->cap_origin == s) {
             o->capture = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -1094,9 +1103,10 @@ static CUresult end_capture_body(void *a)
         return CUDA_ERROR_ILLEGAL_STATE;
     if (st == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
         return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    fake_graph *g = calloc(1, sizeof *g);
-    g->magic = MAGIC_GRAPH;
+    pthread_mutex_lock(&dev_lock);
+    g->capturing = NULL;
     g->ops = ops;
+    pthread_mutex_unlock(&dev_lock);
     *c->graph_out = (CUgraph)(void *)g;
     return CUDA_SUCCESS;
 }
@@ -1125,9 +1135,10 @@ CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *statu
     if (id)
         *id = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && s->cap_origin ?
                   s->cap_origin->cap_id : 0;
-    pthread_mutex_unlock(&dev_lock);
     if (graph)
-        *graph = NULL;
+        *graph = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && s->cap_origin ?
+                     (CUgraph)(void *)s->cap_origin->cap_graph : NULL;
+    pthread_mutex_unlock(&dev_lock);
     if (deps)
         *deps = NULL;
     if (edges)
@@ -1152,13 +1163,36 @@ CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phExec, CUgraph g, unsigned lon
     return CUDA_SUCCESS;
 }
 
-/* The graph is its own executable in the fake: kept, only CUPTI is told. */
+/* The graph is its own executable in the fake: CUPTI is told of each
+ * destruction, and the operations are freed once both the graph and its
+ * executable are destroyed (the caller has let its replays finish). */
+static void graph_free_if_done(fake_graph *g)
+{
+    if (!g || g->magic != MAGIC_GRAPH || !g->graph_destroyed || !g->exec_destroyed)
+        return;
+    pthread_mutex_lock(&dev_lock);
+    g->magic = 0;
+    op *o = g->ops;
+    g->ops = NULL;
+    pthread_mutex_unlock(&dev_lock);
+    while (o) {
+        op *next = o->next;
+        free(o);
+        o = next;
+    }
+    free(g);
+}
+
 CUresult CUDAAPI cuGraphDestroy(CUgraph g)
 {
     CUpti_GraphData gd;
     memset(&gd, 0, sizeof gd);
     gd.graph = g;
     fire_resource(CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING, &gd);
+    if (g && ((fake_graph *)g)->magic == MAGIC_GRAPH) {
+        ((fake_graph *)g)->graph_destroyed = 1;
+        graph_free_if_done((fake_graph *)g);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1168,6 +1202,66 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec e)
     memset(&gd, 0, sizeof gd);
     gd.graphExec = e;
     fire_resource(CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING, &gd);
+    if (e && ((fake_graph *)e)->magic == MAGIC_GRAPH) {
+        ((fake_graph *)e)->exec_destroyed = 1;
+        graph_free_if_done((fake_graph *)e);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The graph API that reads a graph (cuda_debug reads a graph being captured
+ * before watching): nodes are the captured operations, in capture order. */
+static op *graph_ops_of(fake_graph *g)       /* dev_lock held */
+{
+    return g->capturing ? g->capturing->cap_head : g->ops;
+}
+
+CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    fake_graph *g = (fake_graph *)hGraph;
+    if (!g || g->magic != MAGIC_GRAPH || !numNodes)
+        RET("cuGraphGetNodes", CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&dev_lock);
+    size_t n = 0;
+    for (op *o = graph_ops_of(g); o; o = o->next, n++)
+        if (nodes && n < *numNodes)
+            nodes[n] = (CUgraphNode)(void *)o;
+    pthread_mutex_unlock(&dev_lock);
+    if (nodes && n > *numNodes)
+        n = *numNodes;
+    *numNodes = n;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    const op *o = (const op *)hNode;
+    if (!o || !type)
+        RET("cuGraphNodeGetType", CUDA_ERROR_INVALID_VALUE);
+    *type = o->kind == OP_KERNEL ? CU_GRAPH_NODE_TYPE_KERNEL :
+            o->kind == OP_MEMSET32 ? CU_GRAPH_NODE_TYPE_MEMSET :
+            o->kind == OP_EVENT ? CU_GRAPH_NODE_TYPE_EVENT_RECORD : CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *p)
+{
+    const op *o = (const op *)hNode;
+    if (!o || !p || o->kind != OP_KERNEL)
+        RET("cuGraphKernelNodeGetParams_v2", CUDA_ERROR_INVALID_VALUE);
+    memset(p, 0, sizeof *p);
+    p->func = (CUfunction)(void *)o->fn;
+    p->gridDimX = o->grid[0], p->gridDimY = o->grid[1], p->gridDimZ = o->grid[2];
+    p->blockDimX = o->block[0], p->blockDimY = o->block[1], p->blockDimZ = o->block[2];
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
+{
+    fake_func *f = (fake_func *)hfunc;
+    if (!name || !f || f->magic != MAGIC_FUNC)
+        RET("cuFuncGetName", CUDA_ERROR_INVALID_HANDLE);
+    *name = f->name;
     return CUDA_SUCCESS;
 }
 
@@ -1250,6 +1344,8 @@ static CUresult launch_body(void *a)
         }
         o->kind = OP_KERNEL;
         o->fn = L->fn;
+        memcpy(o->grid, L->grid, sizeof o->grid);
+        memcpy(o->block, L->block, sizeof o->block);
         pthread_mutex_lock(&dev_lock);
         o->cfg = lookup_cfg(L->fn->name);
         pthread_mutex_unlock(&dev_lock);
@@ -2147,6 +2243,18 @@ FAKE_EXPORT long fake_launch_loop(const char *name, long ms)
         n++;
     }
     return n;
+}
+
+/* Launch kernel `name` n times on `stream` (a capture of n nodes without n
+ * calls from Python): the first failure's CUresult, or 0. */
+FAKE_EXPORT int fake_launch_n(const char *name, uintptr_t stream, long n)
+{
+    for (long i = 0; i < n; i++) {
+        int rc = fake_launch(name, stream, 1, 1, 1, 32, 1, 1);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 /* ---- a stale frame chain above the launch: what unwinding meets across a

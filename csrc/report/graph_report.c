@@ -1,0 +1,216 @@
+/*
+ * report/graph_report.c: a CUDA graph replay in a block on fd 2. The fault
+ * block, the watch culprit (fault_report.c), the hang report and the dump
+ * (inflight_report.c) all name a replay the same way: the nodes of its graph
+ * the markers leave as the faulting or running one (capture/graph_markers.c),
+ * each by its kernel (an NCCL kernel by its collective), its node number and
+ * the line that captured it, then the line that replayed the graph; or the
+ * replay, and why its nodes are not known.
+ *
+ *   culprit: slow_node (node 6 of a CUDA graph; replay launch #12, stream 0x5, thread 42)
+ *     captured at train.py:40 in step
+ *     replayed at train.py:52 in main
+ *
+ * Host memory only: async-signal-safe. The device's assert text (a fault
+ * found by a call, never from a signal) names a node of a graph captured
+ * before watching, which has no markers.
+ */
+#include "report/report.h"
+
+#include <string.h>
+
+#define SHOWN 3                        /* candidates written; the rest counted */
+
+static const char *const why[] = {
+    [CD_GRAPH_NO_MARKERS] = "captured before watching: no markers inside it",
+    [CD_GRAPH_NOT_CLOSED] = "its capture did not end inside watch(): markers never cleared",
+    [CD_GRAPH_NOT_STARTED] = "the replay had not begun",
+    [CD_GRAPH_ALL_DONE] = "every node of the graph finished",
+    [CD_GRAPH_BROKEN] = "its markers could not be captured",
+    [CD_GRAPH_ADOPTED] = "captured before watching: no markers inside it",
+};
+
+static void put_node_name(cd_out *o, const cd_watch_record *nr, uint32_t index,
+                          const char *tail)
+{
+    char coll[96];
+    size_t cl = cd_collective_name(nr, coll, sizeof coll);
+    const char *kernel = cd_interned(nr->kernel_short);
+    if (cl) {
+        cd_out_put(o, coll, cl);
+        cd_out_puts(o, " (");
+        cd_out_puts(o, kernel ? kernel : "?");
+        cd_out_puts(o, ")");
+    } else {
+        cd_out_puts(o, kernel && kernel[0] ? kernel : "?");
+    }
+    cd_out_puts(o, " (node ");
+    cd_out_u(o, index);
+    cd_out_puts(o, " of a CUDA graph");
+    cd_out_puts(o, tail);
+}
+
+/* For an adopted graph: the nodes whose kernel the device's assert text names
+ * (not from a signal: reading the text takes the tee's lock). */
+static int named_by_asserts(const uint32_t *all, int n, uint32_t *out, int max)
+{
+    int k = 0;
+    for (int i = 0; i < n && k < max; i++) {
+        cd_watch_record nr;
+        uint32_t index;
+        int done;
+        char text[8];
+        size_t cut;
+        if (cd_graph_node(all[i], &nr, &index, &done) != 0)
+            continue;
+        const char *kernel = cd_interned(nr.kernel);
+        if (kernel && kernel[0] && cd_tee_asserts_since(0, kernel, text, sizeof text, &cut) +
+                                       cut > 0)
+            out[k++] = all[i];
+    }
+    return k;
+}
+
+int cd_graph_report_nodes(const cd_watch_record *r, uint32_t *nodes, int max, int *status,
+                          int *capture, int from_signal)
+{
+    uint32_t all[256];
+    int n = cd_graph_unfinished(r, all, 256, status, capture);
+    if (*status == CD_GRAPH_ADOPTED)
+        return from_signal ? 0 : named_by_asserts(all, n, nodes, max);
+    if (n > max)
+        n = max;
+    memcpy(nodes, all, (size_t)n * sizeof *nodes);
+    return n;
+}
+
+void cd_out_graph_why(cd_out *o, int status, int capture)
+{
+    cd_out_puts(o, status >= 0 && status < (int)CD_N_OF(why) && why[status] ? why[status]
+                                                                            : "nodes unknown");
+    cd_graph_capture_info k;
+    if (status == CD_GRAPH_ADOPTED && cd_graph_capture(capture, &k) == 0) {
+        cd_out_puts(o, " (");
+        cd_out_u(o, k.n_nodes);
+        cd_out_puts(o, k.n_nodes == 1 ? " kernel node" : " kernel nodes");
+        cd_out_puts(o, ", none named by the device's text)");
+    }
+}
+
+void cd_out_graph_label(cd_out *o, int n, int status, int capture)
+{
+    cd_graph_capture_info k;
+    int every = cd_graph_capture(capture, &k) == 0 ? (int)k.every : 1;
+    if (status == CD_GRAPH_ADOPTED) {
+        cd_out_puts(o, n > 1 ? "  culprit (one of the nodes the device's text names): "
+                             : "  culprit (named by the device's text): ");
+    } else if (every > 1) {
+        cd_out_puts(o, "  culprit (one of ");
+        cd_out_u(o, (unsigned)n);
+        cd_out_puts(o, " nodes after the last marker written; a marker every ");
+        cd_out_u(o, (unsigned)every);
+        cd_out_puts(o, " nodes): ");
+    } else {
+        cd_out_puts(o, "  culprit (one of the first unfinished nodes per stream of the graph): ");
+    }
+}
+
+void cd_out_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq, const char *label,
+                         int from_signal)
+{
+    uint32_t nodes[SHOWN + 1];
+    int status, capture;
+    int k = cd_graph_report_nodes(r, nodes, SHOWN + 1, &status, &capture, from_signal);
+    int shown = 0;
+    for (int j = 0; j < k && shown < SHOWN; j++) {
+        cd_watch_record nr;
+        uint32_t index;
+        int done;
+        if (cd_graph_node(nodes[j], &nr, &index, &done) != 0)
+            continue;
+        if (shown)
+            cd_out_puts(o, "  or: ");
+        else if (k > 1 || status == CD_GRAPH_ADOPTED)
+            cd_out_graph_label(o, k, status, capture);
+        else
+            cd_out_puts(o, label);
+        put_node_name(o, &nr, index, status == CD_GRAPH_ADOPTED ? " captured before watching; replay "
+                                                                : "; replay ");
+        cd_out_puts(o, "launch #");
+        cd_out_u(o, seq);
+        cd_out_puts(o, ", stream ");
+        cd_out_hex(o, r->stream);
+        cd_out_puts(o, ", thread ");
+        cd_out_u(o, (unsigned)r->thread_id);
+        cd_out_puts(o, ")\n");
+        cd_out_location_as(o, "captured", nr.frames, nr.n_frames, 0);
+        shown++;
+    }
+    if (k > shown && shown) {
+        cd_out_puts(o, "  and ");
+        cd_out_u(o, (unsigned)(k - shown));
+        cd_out_puts(o, " more\n");
+    }
+    if (!shown) {
+        cd_out_puts(o, label);
+        cd_out_puts(o, "a CUDA graph replay (");
+        cd_out_graph_why(o, status, capture);
+        cd_out_puts(o, "; launch #");
+        cd_out_u(o, seq);
+        cd_out_puts(o, ", stream ");
+        cd_out_hex(o, r->stream);
+        cd_out_puts(o, ", thread ");
+        cd_out_u(o, (unsigned)r->thread_id);
+        cd_out_puts(o, ")\n");
+        if (status == CD_GRAPH_ADOPTED) {
+            cd_watch_record nr;
+            uint32_t index, all[1];
+            int done, st, cap;
+            if (cd_graph_unfinished(r, all, 1, &st, &cap) == 1 &&
+                cd_graph_node(all[0], &nr, &index, &done) == 0)
+                cd_out_location_as(o, "captured", nr.frames, nr.n_frames, 0);
+        }
+    }
+    cd_out_location_as(o, "replayed", r->frames, r->n_frames, 0);
+}
+
+/* A replay among a hang report's unfinished launches: the nodes still
+ * running, then the in-flight details (the caller's `details`, written after
+ * the first line's name). */
+void cd_out_graph_inflight(cd_out *o, const cd_watch_record *r, void (*details)(cd_out *, const void *),
+                           const void *arg)
+{
+    uint32_t nodes[SHOWN + 1];
+    int status, capture;
+    int k = cd_graph_report_nodes(r, nodes, SHOWN + 1, &status, &capture, 1);
+    cd_watch_record first;
+    uint32_t index;
+    int done;
+    int have = k > 0 && cd_graph_node(nodes[0], &first, &index, &done) == 0;
+    cd_out_puts(o, "  ");
+    if (have) {
+        put_node_name(o, &first, index, ")");
+    } else {
+        cd_out_puts(o, "a CUDA graph replay (");
+        cd_out_graph_why(o, status, capture);
+        cd_out_puts(o, ")");
+    }
+    details(o, arg);
+    if (have) {
+        cd_out_location_as(o, "  captured", first.frames, first.n_frames, 0);
+        for (int j = 1; j < k && j < SHOWN; j++) {
+            cd_watch_record nr;
+            if (cd_graph_node(nodes[j], &nr, &index, &done) != 0)
+                continue;
+            cd_out_puts(o, "    or: ");
+            put_node_name(o, &nr, index, ")\n");
+            cd_out_location_as(o, "    captured", nr.frames, nr.n_frames, 0);
+        }
+        if (k > SHOWN) {
+            cd_out_puts(o, "    and ");
+            cd_out_u(o, (unsigned)(k - SHOWN));
+            cd_out_puts(o, " more nodes\n");
+        }
+    }
+    cd_out_location_as(o, "  replayed", r->frames, r->n_frames, 0);
+}
