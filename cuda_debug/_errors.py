@@ -334,7 +334,9 @@ def format_report(err: CudaError) -> str:
                                   "replayed at " if replay else "launched at ", 1)
             if graph and err.captured_at and "source line unknown" in err.captured_at:
                 where += "  (source line unknown: torch.compile generated the kernel)"
-            if err.exact is False and err.candidates:
+            if err.exact is False and err.candidates and graph and err.graph_note:
+                where += "  (%s: see .candidates)" % err.graph_note
+            elif err.exact is False and err.candidates:
                 where += "  (one of %d unfinished %s: see .candidates)" % (
                     1 + len(err.candidates or ()),
                     "nodes or launches (a graph captured on several streams)" if graph else

@@ -239,18 +239,25 @@ GRAPH_NOTES = {
     _core.GRAPH_ALL_DONE: "every node of the graph finished",
     _core.GRAPH_BROKEN: "its markers could not be captured (the driver refused a stream write "
                         "or memset: _core.graph_stats() says which)",
+    _core.GRAPH_ADOPTED: "captured before watching: the graph has no markers inside it, and the "
+                         "device's text names none of its %d kernel nodes (capture it inside "
+                         "watch() to name them)",
 }
+#: A graph captured before watching whose node the device's text names.
+ADOPTED_NAMED = "captured before watching (no markers inside it): named by the device's text"
 
 
-def _graph_nodes(replay: dict) -> tuple:
-    """(nodes, note, multi_stream): for a replay's launch dict, the unfinished
-    nodes of the graph it ran (per stream of the capture, the first whose
-    marker is missing), each a launch dict of the capturing launch with
-    ``graph_node`` (its number in the capture) and ``captured_at``; or no nodes
-    and why."""
+def _graph_nodes(replay: dict, func: Optional[str] = None) -> tuple:
+    """(nodes, note, multi_stream, every): for a replay's launch dict, the
+    candidates of the graph it ran (per stream of the capture, the nodes after
+    the last marker written up to the first marker missing), each a launch
+    dict of the capturing launch with ``graph_node`` (its number in the
+    capture) and ``captured_at``; or no nodes and why. For a graph captured
+    before watching (no markers), the nodes whose kernel `func` (the
+    function the device's assert text names) is."""
     info = _core.graph_replay(replay["seq"])
     if info is None:
-        return [], None, False
+        return [], None, False, 1
     status, capture, node_ids = info
     cap = _core.graph_capture(capture) if capture >= 0 else None
     replayed_at = _where_str(traceback.StackSummary.from_list(replay["stack"]))
@@ -269,7 +276,11 @@ def _graph_nodes(replay: dict) -> tuple:
     if status == _core.GRAPH_MATCHED:
         note = "paired with the graph whose markers were running (CUPTI did not say which " \
                "graph this replay runs)"
-    return nodes, note, bool(cap and cap[2])
+    elif status == _core.GRAPH_ADOPTED:
+        named = [n for n in nodes if func and n["kernel"] and func in n["kernel"]]
+        note = ADOPTED_NAMED if named else note % (cap[1] if cap else len(nodes))
+        nodes = named
+    return nodes, note, bool(cap and cap[2]), (cap[5] if cap and cap[5] else 1)
 
 
 def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
@@ -277,35 +288,46 @@ def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
     watching. Per stream, the first launch whose completion marker never came
     back; `exact` when one stream had unfinished work, else the candidates,
     with the one the device's assert text names first when it names one.
-    A graph replay among them is replaced by the unfinished nodes of its
-    graph (csrc/capture/graph_markers.c): `exact` only for a graph captured
-    on one stream whose one unfinished node is named."""
+    A graph replay among them is replaced by the candidates of its graph
+    (csrc/capture/graph_markers.c): `exact` for a graph captured on one stream
+    whose markers leave one node, or whose candidate the device's assert text
+    names."""
     seqs = _core.watch_incomplete(since)
     guess = isinstance(seqs, tuple)       # no marker missing, some unknown: a guess
     launches = [d for d in (watch_record(s) for s in seqs) if d is not None]
     if not launches:
         return None
+    func = _assert_function(device_text)
     cands, exact = [], len(launches) == 1 and not guess
+    one_stream_graph = False
     for c in (_launch_dict(r) for r in launches):
         if not c["graph"]:
             cands.append(c)
             continue
-        nodes, note, multi = _graph_nodes(c)
+        nodes, note, multi, every = _graph_nodes(c, func)
         c["graph_note"] = note
         c["replayed_at"] = _where_str(traceback.StackSummary.from_list(c["stack"]))
         if nodes:
-            exact = exact and len(nodes) == 1 and not multi and note is None
+            one_stream_graph = not multi and note in (None, ADOPTED_NAMED)
+            exact = exact and len(nodes) == 1 and one_stream_graph
+            if len(nodes) > 1 and note is None and not multi:
+                note = "one of the %d nodes after the last marker written (a marker every " \
+                       "%d nodes)" % (len(nodes), every)
             for n in nodes:
                 n["graph_note"] = note
             cands.extend(nodes)
         else:
             cands.append(c)
     pick = cands[0]
-    func = _assert_function(device_text)
     if func and not exact:
         named = [c for c in cands if c["kernel"] and func in c["kernel"]]
         if len(named) == 1:
             pick = named[0]
+            # the device's text names one node of the one graph that ran: that node
+            if len(launches) == 1 and not guess and one_stream_graph:
+                exact = True
+                pick["graph_note"] = pick["graph_note"] if pick["graph_note"] == ADOPTED_NAMED \
+                    else None
     recent = []
     last = pick.get("replay_seq", pick["seq"])
     for s in range(max(since + 1, last - 5), last):

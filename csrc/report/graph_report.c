@@ -51,7 +51,7 @@ static void put_node_name(cd_out *o, const cd_watch_record *nr, uint32_t index,
 }
 
 /* For an adopted graph: the nodes whose kernel the device's assert text names
- * (not from a signal: reading the text takes the tee's lock). */
+ * (not from a signal: reading the text takes the tee's lock), at most max. */
 static int named_by_asserts(const uint32_t *all, int n, uint32_t *out, int max)
 {
     int k = 0;
@@ -78,10 +78,8 @@ int cd_graph_report_nodes(const cd_watch_record *r, uint32_t *nodes, int max, in
     int n = cd_graph_unfinished(r, all, 256, status, capture);
     if (*status == CD_GRAPH_ADOPTED)
         return from_signal ? 0 : named_by_asserts(all, n, nodes, max);
-    if (n > max)
-        n = max;
-    memcpy(nodes, all, (size_t)n * sizeof *nodes);
-    return n;
+    memcpy(nodes, all, (size_t)(n < max ? n : max) * sizeof *nodes);
+    return n;                          /* all of them; nodes[] holds the first max */
 }
 
 void cd_out_graph_why(cd_out *o, int status, int capture)
@@ -122,7 +120,7 @@ void cd_out_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq, cons
     int status, capture;
     int k = cd_graph_report_nodes(r, nodes, SHOWN + 1, &status, &capture, from_signal);
     int shown = 0;
-    for (int j = 0; j < k && shown < SHOWN; j++) {
+    for (int j = 0; j < k && j < SHOWN + 1 && shown < SHOWN; j++) {
         cd_watch_record nr;
         uint32_t index;
         int done;

@@ -132,7 +132,8 @@ extern atomic_int cd_report_written;
 
 /* The nodes of a replay's graph a report names (cd_graph_unfinished; for a
  * graph captured before watching, those whose kernel the device's assert text
- * names, never from a signal): the count, *status (CD_GRAPH_*), *capture. */
+ * names, never from a signal): the count (nodes[] holds the first max of
+ * them), *status (CD_GRAPH_*), *capture. */
 int cd_graph_report_nodes(const cd_watch_record *r, uint32_t *nodes, int max, int *status,
                           int *capture, int from_signal);
 /* Why a replay's nodes are not named ("captured before watching: ..."). */
