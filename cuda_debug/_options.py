@@ -30,6 +30,11 @@ and handed to the C core before the first scope or watch opens.
                                    a capture (default 1: every launch; K > 1: a fault
                                    or hang names one of at most K nodes, the device's
                                    text picks the kernel); 1 to 1024
+    CUDA_DEBUG_GRAPH_ADOPT=1|0     torch.cuda.CUDAGraph captures made while nothing
+                                   watches are read at their end (their kernels, the
+                                   capture line: no CUPTI, nothing at replay), so a
+                                   replay inside watch() can be named by the device's
+                                   text (default 1; 0 leaves torch alone)
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
     CUDA_DEBUG_TEST_FRAME_READER=none  tests only: run as if this Python had no frame
                                    reader (read by the C core when it is imported)
@@ -57,6 +62,7 @@ _CHOICES = {
     "CUDA_DEBUG_GUARD": (_BOOL, False),
     "CUDA_DEBUG_GRAPH_MARKERS": (dict({k: 2 * int(v) for k, v in _BOOL.items()}, memop=1, kernel=2),
                                  2),
+    "CUDA_DEBUG_GRAPH_ADOPT": (_BOOL, True),
 }
 _FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER")
 #: CUDA_DEBUG_GRAPH_MARKER_EVERY's default
@@ -72,12 +78,14 @@ class Options:
     ``import typing``, several ms, at every ``import cuda_debug``)."""
 
     __slots__ = ("report", "capture", "wait", "profile", "capture_check", "watch_ops", "guard",
-                 "hang_after", "dump_signal", "graph_markers", "graph_marker_every")
+                 "hang_after", "dump_signal", "graph_markers", "graph_marker_every",
+                 "graph_adopt")
 
     def __init__(self, report: bool, capture: bool, wait: int, profile: bool,
                  capture_check: bool, watch_ops: bool, guard: bool = False,
                  hang_after: "float | None" = None, dump_signal: int = _signal.SIGUSR1,
-                 graph_markers: int = 2, graph_marker_every: int = 1):
+                 graph_markers: int = 2, graph_marker_every: int = 1,
+                 graph_adopt: bool = True):
         self.report, self.capture, self.wait = report, capture, wait
         self.profile, self.capture_check, self.watch_ops = profile, capture_check, watch_ops
         self.guard = guard
@@ -85,6 +93,7 @@ class Options:
         self.dump_signal = dump_signal      # signal number, 0: off
         self.graph_markers = graph_markers  # 0 off, 1 memop, 2 kernel
         self.graph_marker_every = graph_marker_every   # a marker every K launches
+        self.graph_adopt = graph_adopt      # torch's graphs captured before watch() adopted
 
     def __repr__(self):
         return "Options(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -164,7 +173,8 @@ def read(environ=os.environ) -> Options:
                    guard=values["CUDA_DEBUG_GUARD"],
                    hang_after=hang_after, dump_signal=int(dump_signal),
                    graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"],
-                   graph_marker_every=every)
+                   graph_marker_every=every,
+                   graph_adopt=values["CUDA_DEBUG_GRAPH_ADOPT"])
 
 
 def parse_seconds(text):

@@ -324,6 +324,9 @@ class watch(_Region):
 
     def __enter__(self):
         global _watch_epoch
+        if "torch" in sys.modules:
+            from . import _graphs
+            _graphs.pair_pending()     # adopted graphs instantiated since their capture
         handle = _open(_core.SCOPE_WATCH, False, self._what, _locations.current_frame(1))
         self._handles.append(handle)
         _warn_once_if_no_frame_reader()

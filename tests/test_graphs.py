@@ -356,3 +356,141 @@ def test_a_hang_inside_a_replay_names_the_running_node_in_every_report(fake_chil
         assert lines[i + 1] == "    captured at %s:%d in <module>" % (c.script, cap), lines
         assert lines[i + 2] == "    replayed at %s:%d in <module>" % (c.script, rep), lines
     assert "a CUDA graph replay" not in c.stderr, c.stderr
+
+
+# A stand-in for PyTorch's CUDA graphs on the fake driver (the real torch cannot
+# load beside the fake CUPTI): torch.cuda.CUDAGraph captures on the current
+# stream, instantiates at capture_end and destroys its template, as torch does
+# with keep_graph=False; its folder is under "site-packages" (library code, as
+# torch's is).
+FAKE_TORCH = {
+    "torch/__init__.py": "from . import cuda\n",
+    "torch/cuda/__init__.py": '''
+from .graphs import CUDAGraph, graph
+class _Stream:
+    def __init__(self, h):
+        self.cuda_stream = h
+current = [0]
+def current_stream():
+    return _Stream(current[0])
+''',
+    "torch/cuda/graphs.py": '''
+import ctypes
+from fake_cuda.child import fake
+import torch.cuda as _cuda
+class CUDAGraph:
+    def __init__(self, keep_graph=False):
+        self._exec = 0
+    def capture_begin(self):
+        assert fake.fake_begin_capture(_cuda.current[0]) == 0
+    def capture_end(self):
+        g = ctypes.c_size_t()
+        assert fake.fake_end_capture(_cuda.current[0], ctypes.byref(g)) == 0
+        self._exec = g.value
+        fake.fake_graph_destroy(g.value)
+    def raw_cuda_graph_exec(self):
+        return self._exec
+    def replay(self):
+        return fake.fake_graph_launch(self._exec, _cuda.current[0])
+    def reset(self):
+        if self._exec:
+            fake.fake_graph_exec_destroy(self._exec)
+        self._exec = 0
+    def __del__(self):
+        self.reset()
+class graph:
+    def __init__(self, g):
+        self.g = g
+    def __enter__(self):
+        self.g.capture_begin()
+    def __exit__(self, *exc):
+        self.g.capture_end()
+''',
+}
+
+
+def _fake_torch(tmp_path):
+    root = tmp_path / "site-packages"
+    for name, text in FAKE_TORCH.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(root)
+
+
+ADOPT = PRE + '''
+FAULT = sys.argv[2]
+sys.path.insert(0, sys.argv[1])
+import gc
+import torch                                  # after cuda_debug: the import hook wraps it
+torch.cuda.current[0] = s
+out = {"wrapped": getattr(torch.cuda.CUDAGraph.capture_end, "_cuda_debug", False)}
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):  # CAPTURED
+    for i in range(5):
+        fake.fake_launch(b"pre_bad" if i == 3 else b"pre_ok_%d" % i, s, *L)
+g.replay()
+assert fake.fake_stream_sync(s) == 0
+out["subscribes"] = _core.stats()["subscribes"]          # CUPTI untouched outside watch()
+out["graphs"] = cuda_debug._graphs.stats()
+if FAULT == "assert":
+    fake.fake_set_kernel(b"pre_bad", 710, 1, b"idx < n", -1, 0)
+elif FAULT == "address":
+    fake.fake_set_kernel(b"pre_bad", 700, 0, None, 0, 0)
+try:
+    with cuda_debug.watch():
+        g.replay()  # REPLAYED
+        cuda_debug.check()
+        out["token"] = _core.graph_exec_token(g.raw_cuda_graph_exec())
+except cuda_debug.CudaError as e:
+    out.update(describe(e))
+if FAULT == "none":
+    del g
+    gc.collect()
+    st = _core.graph_stats()
+    out["after"] = dict(captures=st["captures"], execs=st["execs"],
+                        released=cuda_debug._graphs.stats()["released"])
+report(out)
+'''
+
+
+def test_a_torch_graph_captured_before_watch_is_named_by_the_device_text(fake_child, tmp_path):
+    """Issue 27 item 3: a graph torch captured while nothing watched (no
+    markers, no CUPTI) was replayed inside watch() as "kernel None". Its
+    kernels are read at the end of its capture (the driver's graph API), so the
+    device's assert text names the node: kernel, node number, capture line,
+    replay line."""
+    c = _memop(fake_child)(ADOPT, args=[_fake_torch(tmp_path), "assert"])
+    r = c.result
+    assert r is not None, c
+    assert r["wrapped"] is True and r["subscribes"] == 0, r
+    assert r["graphs"] == {"adopted": 1, "paired": 1, "released": 0, "failed": 0}, r
+    assert r["cls"] == "DeviceAssertError" and r["kernel"] == "pre_bad" and r["node"] == 3, r
+    assert r["exact"] is True, r
+    cap, rep = c.line_of("# CAPTURED"), c.line_of("# REPLAYED")
+    assert r["captured_at"] == "%s:%d" % (c.script, cap), r
+    assert r["replayed_at"] == "%s:%d" % (c.script, rep), r
+    assert "captured before watching" in r["note"] and "device's text" in r["note"], r
+    assert "culprit (named by the device's text): pre_bad (node 3 of a CUDA graph captured " \
+           "before watching; replay launch #" in c.stderr, c.stderr
+    assert "captured at %s:%d in <module>" % (c.script, cap) in c.stderr, c.stderr
+
+
+def test_a_torch_graph_captured_before_watch_without_device_text_says_why(fake_child, tmp_path):
+    c = _memop(fake_child)(ADOPT, args=[_fake_torch(tmp_path), "address"])
+    r = c.result
+    assert r is not None, c
+    assert r["kernel"] is None and r["node"] is None, r
+    assert "names none of its 5 kernel nodes" in r["note"], r
+    assert r["lineno"] == c.line_of("# REPLAYED"), r
+    assert "a CUDA graph replay (captured before watching: no markers inside it (5 kernel " \
+           "nodes, none named by the device's text)" in c.stderr, c.stderr
+    assert "captured at %s:%d in <module>" % (c.script, c.line_of("# CAPTURED")) in c.stderr
+
+
+def test_an_adopted_graph_is_forgotten_when_its_torch_object_goes(fake_child, tmp_path):
+    c = _memop(fake_child)(ADOPT, args=[_fake_torch(tmp_path), "none"])
+    r = c.result
+    assert r is not None, c
+    assert r["token"] > 0, r                                 # its executable was known
+    assert r["after"] == {"captures": 0, "execs": 0, "released": 1}, r

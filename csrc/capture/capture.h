@@ -272,7 +272,8 @@ int cd_graph_release_exec(CUgraphExec exec);
  * its capture (s still capturing): its kernel nodes from the driver's graph
  * API (cuGraphGetNodes, cuGraphKernelNodeGetParams, cuFuncGetName), the
  * calling thread's frames as where it was captured, no markers. The
- * capture's token, 0 when it could not be read, -1 when no room. Then each
+ * capture's token, 0 when it could not be read, -1 when no room, -2 when the
+ * capture is tracked already (begun while watching). Then each
  * executable made from it (cd_graph_adopt_exec: 0, or -1), and the capture
  * dropped if none came (cd_graph_adopt_drop). */
 long cd_graph_adopt(CUstream s);

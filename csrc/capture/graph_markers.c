@@ -625,7 +625,8 @@ int cd_graph_release_exec(CUgraphExec exec)
  * of the capture, s still capturing), each a node record with the kernel's name
  * and the frames of the calling thread (where it was captured); no markers.
  * Returns the capture's token (for cd_graph_adopt_exec), 0 when it could not
- * be read (adopt_rc says why), or -1 when every chunk is in use. */
+ * be read (adopt_rc says why), -1 when no capture entry is free, -2 when the
+ * capture began while watching (tracked: nothing to adopt). */
 long cd_graph_adopt(CUstream s)
 {
     uint64_t id;
@@ -639,6 +640,8 @@ long cd_graph_adopt(CUstream s)
         atomic_store(&adopt_rc, CUDA_ERROR_ILLEGAL_STATE);
         return 0;
     }
+    if (find_capture(id) >= 0)
+        return -2;                 /* begun while watching: its launches are nodes already */
     size_t n = 0;
     CUresult rc = cd_drv.cuGraphGetNodes(graph, NULL, &n);
     if (rc != CUDA_SUCCESS) {
