@@ -745,8 +745,9 @@ static PyObject *py_graph_replay(PyObject *self, PyObject *arg)
     return list ? Py_BuildValue("(iiN)", status, capture, list) : NULL;
 }
 
-/* graph_node(node) -> (record tuple, index in its capture, collective or None)
- * or None (the collective: an NCCL kernel's, inflight.c). */
+/* graph_node(node) -> (record tuple, index in its capture, collective or None,
+ * tools id) or None (the collective: an NCCL kernel's, inflight.c; the tools
+ * id: the driver's id of the node, 0 unknown). */
 static PyObject *py_graph_node(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -760,13 +761,14 @@ static PyObject *py_graph_node(PyObject *self, PyObject *arg)
         Py_RETURN_NONE;
     char coll[96];
     size_t cl = cd_collective_name(&r, coll, sizeof coll);
-    return Py_BuildValue("(NIN)", record_tuple(g + 1, &r, done), index,
+    return Py_BuildValue("(NINK)", record_tuple(g + 1, &r, done), index,
                          cl ? PyUnicode_DecodeUTF8(coll, (Py_ssize_t)cl, "replace")
-                            : Py_NewRef(Py_None));
+                            : Py_NewRef(Py_None),
+                         cd_graph_node_tools_id((uint32_t)g));
 }
 
 /* graph_capture(c) -> (capture id, kernel nodes, multi_stream, unmarked, state,
- * every, token) or None. */
+ * every, token, (executable ids for tools)) or None. */
 static PyObject *py_graph_capture(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -776,8 +778,9 @@ static PyObject *py_graph_capture(PyObject *self, PyObject *arg)
     cd_graph_capture_info k;
     if (c < 0 || c > INT32_MAX || cd_graph_capture((int)c, &k) != 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(KIiIiII)", (unsigned long long)k.id, k.n_nodes, k.multi_stream,
-                         k.unmarked, k.state, k.every, k.token);
+    return Py_BuildValue("(KIiIiII(IIII))", (unsigned long long)k.id, k.n_nodes, k.multi_stream,
+                         k.unmarked, k.state, k.every, k.token, k.exec_ids[0], k.exec_ids[1],
+                         k.exec_ids[2], k.exec_ids[3]);
 }
 
 static PyObject *py_graph_stats(PyObject *self, PyObject *noargs)

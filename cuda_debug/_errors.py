@@ -34,6 +34,7 @@ REPORT_FIELDS = (
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
     "recent_launches", "surfaced_at", "provenance", "op_stack", "later_exception",
     "compiled_function", "graph_node", "captured_at", "replayed_at", "graph_note",
+    "graph_annotation",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -84,6 +85,7 @@ class CudaError(RuntimeError):
     captured_at: Optional[str]
     replayed_at: Optional[str]
     graph_note: Optional[str]
+    graph_annotation: Optional[Dict[str, Any]]   # torch.cuda.graph_annotations' tag of the node
 
     def __init__(self, message: Optional[str] = None, *, code: Optional[int] = None,
                  **fields):
@@ -288,6 +290,15 @@ def _op_line(err) -> Optional[str]:
     return s
 
 
+def annotation_text(tag: Dict[str, Any]) -> str:
+    """"marked 'attention' {layer=3}" for a torch.cuda.graph_annotations tag."""
+    name = tag.get("name")
+    rest = ", ".join("%s=%r" % (k, v) for k, v in sorted(tag.items(), key=lambda kv: str(kv[0]))
+                     if k != "name")
+    return " ".join(["marked"] + (["%r" % (name,)] if name is not None else []) +
+                    (["{%s}" % rest] if rest else []))
+
+
 def format_report(err: CudaError) -> str:
     """The short report: what happened and where, then the device's words, then
     whether the context survived."""
@@ -303,6 +314,8 @@ def format_report(err: CudaError) -> str:
                "context was already dead when %s was launched)" % (what, kernel or "this kernel")
     elif err.graph_node is not None:
         head = "%s in %s, node %d of a CUDA graph" % (what, kernel or "a kernel", err.graph_node)
+        if err.graph_annotation:
+            head += " (%s)" % annotation_text(err.graph_annotation)
     elif (err.launch_api or "").startswith("cuGraphLaunch"):
         head = "%s in a CUDA graph replay" % what
         if err.graph_note:

@@ -47,6 +47,7 @@ class InFlight(NamedTuple):
     captured_at: Optional[str] = None      # a replay: "file:line in function" that captured it
     graph_nodes: tuple = ()        # a replay: every candidate, (node, short, collective, captured_at)
     graph_note: Optional[str] = None       # a replay whose nodes are not named: why
+    graph_annotation: Optional[dict] = None    # torch.cuda.graph_annotations' tag of the node
 
 
 def in_flight() -> List[InFlight]:
@@ -81,7 +82,8 @@ def in_flight() -> List[InFlight]:
             captured_at=first["captured_at"] if first else None,
             graph_nodes=tuple((n["node"], n["short"], n["collective"], n["captured_at"])
                               for n in nodes),
-            graph_note=note))
+            graph_note=note,
+            graph_annotation=first["annotation"] if first else None))
     return out
 
 
@@ -101,9 +103,11 @@ def _graph_candidates(info):
         rec = _report.WatchRecord(*got[0])
         name = rec.kernel.decode("utf-8", "replace")
         stack = _locations.stack_from_ids(rec.frames)
+        cap = _core.graph_capture(_capture) if _capture >= 0 else None
         nodes.append(dict(node=got[1], kernel=name, short=_core.short_kernel_name(name) if name
                           else None, collective=got[2],
-                          captured_at=_report._where_str(stack)))
+                          captured_at=_report._where_str(stack),
+                          annotation=_report.graph_annotation(got[3], cap[7] if cap else ())))
     return tuple(nodes), (None if nodes else _report.GRAPH_NOTES.get(status))
 
 

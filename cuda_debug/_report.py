@@ -243,6 +243,34 @@ GRAPH_NOTES = {
                          "device's text names none of its %d kernel nodes (capture it inside "
                          "watch() to name them)",
 }
+def graph_annotation(tools_id: int, exec_ids=()) -> Optional[dict]:
+    """The tag ``torch.cuda.graph_annotations.mark_kernels`` gave a node (PyTorch
+    2.12+, a driver with cuGraphNodeGetToolsId: CUDA 13.1+), when that module is
+    loaded and holds one; else None. Its tags are keyed by the node's id for
+    tools: the graph's id above the node's, the capture's graph id until the
+    graph is instantiated, the executable's after; C kept the node's id at
+    capture and the ids of the executables made from it."""
+    if not tools_id:
+        return None
+    mod = sys.modules.get("torch.cuda._graph_annotations") or \
+        sys.modules.get("torch.cuda.graph_annotations")
+    get = getattr(mod, "get_kernel_annotations", None)
+    if get is None:
+        return None
+    try:
+        table = get()
+        low = tools_id & 0xFFFFFFFF
+        for high in [tools_id >> 32] + [e for e in exec_ids if e]:
+            tag = table.get(high << 32 | low)
+            if isinstance(tag, (list, tuple)):
+                tag = tag[0] if tag else None
+            if tag:
+                return dict(tag) if isinstance(tag, dict) else {"name": tag}
+    except Exception:
+        return None
+    return None
+
+
 #: A graph captured before watching whose node the device's text names.
 ADOPTED_NAMED = "captured before watching (no markers inside it): named by the device's text"
 
@@ -270,7 +298,8 @@ def _graph_nodes(replay: dict, func: Optional[str] = None) -> tuple:
         d.update(graph_node=got[1], captured_at=_where_str(
                      traceback.StackSummary.from_list(d["stack"])),
                  replayed_at=replayed_at, replay_seq=replay["seq"],
-                 capture_id=cap[0] if cap else None, graph_nodes=cap[1] if cap else None)
+                 capture_id=cap[0] if cap else None, graph_nodes=cap[1] if cap else None,
+                 graph_annotation=graph_annotation(got[3], cap[7] if cap else ()))
         nodes.append(d)
     note = GRAPH_NOTES.get(status)
     if status == _core.GRAPH_MATCHED:
@@ -483,6 +512,7 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             function=c["function"], thread="tid %d" % c["thread_id"],
             launch_api="cuGraphLaunch" if c["graph"] or c["captured"] else None,
             mechanism="watch", graph_node=c.get("graph_node"), graph_note=c.get("graph_note"),
+            graph_annotation=c.get("graph_annotation"),
             captured_at=c.get("captured_at"), replayed_at=c.get("replayed_at"))
         if c.get("captured_at") and fields["provenance"]:
             fields["captured_at"] += " (source line unknown: torch.compile generated the " \

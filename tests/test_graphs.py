@@ -494,3 +494,48 @@ def test_an_adopted_graph_is_forgotten_when_its_torch_object_goes(fake_child, tm
     assert r is not None, c
     assert r["token"] > 0, r                                 # its executable was known
     assert r["after"] == {"captures": 0, "execs": 0, "released": 1}, r
+
+
+def test_torch_graph_annotations_tags_are_in_the_report_when_present(fake_child):
+    """Issue 27 item 5: a node that torch.cuda.graph_annotations.mark_kernels
+    tagged (PyTorch 2.12+, keyed by the driver's node ids for tools, CUDA 13.1+)
+    carries its tag in the report; without the tags (or the driver's ids),
+    nothing is required and nothing changes."""
+    code = PRE + '''
+import types
+TOOLS = sys.argv[1] == "tools"
+fake.fake_tools_ids(1 if TOOLS else 0)
+table = {}
+mod = types.ModuleType("torch.cuda.graph_annotations")
+mod.get_kernel_annotations = lambda: table
+sys.modules["torch.cuda.graph_annotations"] = mod
+out = {}
+try:
+    with cuda_debug.watch():
+        fake.fake_begin_capture(s)
+        for i in range(4):
+            fake.fake_launch(b"bad_node" if i == 2 else b"ok_node", s, *L)
+        g = end_capture(s)
+        got = [_core.graph_node(n) for n in range(64)]
+        tid = next(x[3] for x in got if x and x[1] == 2)
+        out["tid"] = tid
+        if tid:    # remapped to the executable's id, as torch does at instantiation
+            table[((tid >> 32) + 1000) << 32 | (tid & 0xFFFFFFFF)] = [{"name": "attention",
+                                                                      "layer": 3}]
+        fake.fake_set_kernel(b"bad_node", 700, 0, None, 0, 0)
+        fake.fake_graph_launch(g, s)
+        cuda_debug.check()
+except cuda_debug.CudaError as e:
+    out.update(describe(e), tag=e.graph_annotation)
+report(out)
+'''
+    c = _memop(fake_child)(code, args=["tools"])
+    r = c.result
+    assert r is not None, c
+    assert r["node"] == 2 and r["tid"] > 0, r
+    assert r["tag"] == {"name": "attention", "layer": 3}, r
+    assert r["text"].startswith("illegal memory access in bad_node, node 2 of a CUDA graph "
+                                "(marked 'attention' {layer=3})"), r["text"]
+    plain = _memop(fake_child)(code, args=["none"]).result
+    assert plain["node"] == 2 and plain["tid"] == 0 and plain["tag"] is None, plain
+    assert plain["text"].startswith("illegal memory access in bad_node, node 2 of a CUDA graph\n")

@@ -63,7 +63,14 @@
  * API reads the nodes of a graph captured before watching (capture/graph_markers.c). */
 #define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback) X(cuStreamGetCaptureInfo) X(cuCtxGetId) \
     X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams) X(cuFuncGetName)    \
-    X(cuKernelGetName)
+    X(cuKernelGetName) X(cuGraphNodeGetToolsId) X(cuGraphExecGetId)
+
+/* CUDA 13.1's ids of graph nodes and executables for tools (what
+ * torch.cuda.graph_annotations keys its tags by): not in the 13.0 headers
+ * cuda_api.h is generated from, so declared here (the driver's documented
+ * signatures); NULL in the table where the driver lacks them. */
+CUresult cuGraphNodeGetToolsId(CUgraphNode hNode, unsigned long long *toolsNodeId);
+CUresult cuGraphExecGetId(CUgraphExec hGraphExec, unsigned int *graphId);
 
 #define CD_CUPTI_FUNCS(X)                                                       \
     X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback)               \

@@ -301,6 +301,9 @@ int cd_graph_unfinished(const cd_watch_record *replay, uint32_t *out, int max, i
                         int *capture);
 /* Node g's record (seq = g + 1), its number in the capture, done (1, 0, -1): 0 ok. */
 int cd_graph_node(uint32_t g, cd_watch_record *out, uint32_t *index, int *done);
+/* The driver's id of node g for tools (cuGraphNodeGetToolsId, CUDA 13.1: the
+ * key of torch.cuda.graph_annotations' tags), 0 unknown. */
+unsigned long long cd_graph_node_tools_id(uint32_t g);
 typedef struct {
     uint64_t id;                   /* the driver's capture id */
     uint32_t n_nodes, unmarked;    /* kernel nodes; of which without a record or marker */
@@ -309,6 +312,7 @@ typedef struct {
     uintptr_t origin;              /* the stream that began it */
     uint32_t every;                /* a marker every `every` nodes of a stream (0: none) */
     uint32_t token;
+    uint32_t exec_ids[4];          /* its executables' ids for tools (cuGraphExecGetId), 0 */
 } cd_graph_capture_info;
 int cd_graph_capture(int capture, cd_graph_capture_info *out);
 typedef struct {

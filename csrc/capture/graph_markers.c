@@ -100,12 +100,14 @@ typedef struct {
         uint32_t n;                /* its launches so far */
     } streams[CAP_STREAMS];
     int n_streams;
+    _Atomic uint32_t exec_ids[CAP_CLONES];  /* its executables' ids for tools (CUDA 13.1) */
 } capture_t;
 
 typedef struct {
     uint32_t index;                /* kernel node number in its capture (0, 1, ...) */
     uint32_t gen;                  /* the chunk's generation when written */
     uint8_t start;                 /* the start marker, not a kernel */
+    unsigned long long tools_id;   /* the driver's id of its node for tools (CUDA 13.1), 0 */
 } node_info;
 
 static capture_t caps[MAX_CAPTURES];
@@ -149,22 +151,29 @@ static int entry_of(uint32_t token)
 
 static uint16_t token_now(int c) { return token_of(c, atomic_load(&caps[c].gen)); }
 
-/* The capture's id of a stream capturing now: 0, or -1. */
-static int capture_id(CUstream s, uint64_t *id, CUgraph *graph)
+/* The capture's id of a stream capturing now: 0, or -1; with `deps`, the
+ * nodes the stream's next node would depend on (after a launch: its node). */
+static int capture_info(CUstream s, uint64_t *id, CUgraph *graph, const CUgraphNode **deps,
+                        size_t *n_deps)
 {
     if (!cd_drv.cuStreamGetCaptureInfo)
         return -1;
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t v = 0;
 #if CUDA_VERSION >= 12030
-    CUresult rc = cd_drv.cuStreamGetCaptureInfo(s, &st, &v, graph, NULL, NULL, NULL);
+    CUresult rc = cd_drv.cuStreamGetCaptureInfo(s, &st, &v, graph, deps, NULL, n_deps);
 #else
-    CUresult rc = cd_drv.cuStreamGetCaptureInfo(s, &st, &v, graph, NULL, NULL);
+    CUresult rc = cd_drv.cuStreamGetCaptureInfo(s, &st, &v, graph, deps, n_deps);
 #endif
     if (rc != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_ACTIVE)
         return -1;
     *id = v;
     return 0;
+}
+
+static int capture_id(CUstream s, uint64_t *id, CUgraph *graph)
+{
+    return capture_info(s, id, graph, NULL, NULL);
 }
 
 /* The open capture of a capture id, or -1. */
@@ -413,9 +422,13 @@ int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid
 {
     uint64_t id;
     int c;
+    const CUgraphNode *deps = NULL;
+    size_t n_deps = 0;
     if (tls_marking)
         return 1;                   /* a marker kernel of ours */
-    if (capture_id(s, &id, NULL) != 0 || (c = find_capture(id)) < 0)
+    if (capture_info(s, &id, NULL, cd_drv.cuGraphNodeGetToolsId ? &deps : NULL,
+                     cd_drv.cuGraphNodeGetToolsId ? &n_deps : NULL) != 0 ||
+        (c = find_capture(id)) < 0)
         return 0;                   /* begun before watching, or not tracked */
     capture_t *k = &caps[c];
     pthread_mutex_lock(&graph_lock);
@@ -440,6 +453,10 @@ int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid
     r->flags |= CD_WATCH_CAPTURED;
     info[g].index = index;
     info[g].start = 0;
+    info[g].tools_id = 0;
+    if (n_deps == 1 && deps && deps[0] &&      /* the kernel's node: its id for tools */
+        cd_drv.cuGraphNodeGetToolsId(deps[0], &info[g].tools_id) != CUDA_SUCCESS)
+        info[g].tools_id = 0;
     atomic_fetch_add(&n_nodes_recorded, 1);
     if (marked) {
         CUresult rc = write_marker(k, s, g);
@@ -556,6 +573,13 @@ void cd_graph_exec_created(CUgraph graph, CUgraphExec exec)
         int was = entry_of(old);   /* a destruction we did not see: that capture's hold goes */
         if (old && old != token_now(c) && was >= 0)
             unref_locked(was);
+        unsigned id;
+        if (cd_drv.cuGraphExecGetId && cd_drv.cuGraphExecGetId(exec, &id) == CUDA_SUCCESS)
+            for (int i = 0; i < CAP_CLONES; i++)
+                if (!atomic_load(&caps[c].exec_ids[i]) || i == CAP_CLONES - 1) {
+                    atomic_store(&caps[c].exec_ids[i], id);
+                    break;
+                }
     }
     pthread_mutex_unlock(&graph_lock);
 }
@@ -707,6 +731,10 @@ long cd_graph_adopt(CUstream s)
         r->ctx = 0xFFFF;
         info[g].index = index++;
         info[g].start = 0;
+        info[g].tools_id = 0;
+        if (cd_drv.cuGraphNodeGetToolsId &&
+            cd_drv.cuGraphNodeGetToolsId(list[i], &info[g].tools_id) != CUDA_SUCCESS)
+            info[g].tools_id = 0;
         publish(g, r);
     }
     free(list);
@@ -729,6 +757,13 @@ int cd_graph_adopt_exec(uint32_t token, CUgraphExec exec)
         int was = entry_of(old);
         if (old && old != token && was >= 0)
             unref_locked(was);
+        unsigned id;
+        if (cd_drv.cuGraphExecGetId && cd_drv.cuGraphExecGetId(exec, &id) == CUDA_SUCCESS)
+            for (int i = 0; i < CAP_CLONES; i++)
+                if (!atomic_load(&caps[c].exec_ids[i]) || i == CAP_CLONES - 1) {
+                    atomic_store(&caps[c].exec_ids[i], id);
+                    break;
+                }
         rc = 0;
     }
     pthread_mutex_unlock(&graph_lock);
@@ -909,6 +944,11 @@ int cd_graph_node(uint32_t g, cd_watch_record *out, uint32_t *index, int *done)
     return 0;
 }
 
+unsigned long long cd_graph_node_tools_id(uint32_t g)
+{
+    return g < CD_GRAPH_NODES ? info[g].tools_id : 0;
+}
+
 int cd_graph_capture(int c, cd_graph_capture_info *out)
 {
     if (c < 0 || c >= atomic_load_explicit(&caps_hw, memory_order_acquire))
@@ -922,6 +962,8 @@ int cd_graph_capture(int c, cd_graph_capture_info *out)
     out->origin = k->origin;
     out->every = k->every;
     out->token = token_now(c);
+    for (int i = 0; i < CAP_CLONES; i++)
+        out->exec_ids[i] = atomic_load(&k->exec_ids[i]);
     return out->state == CAP_FREE ? -1 : 0;
 }
 

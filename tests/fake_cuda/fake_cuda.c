@@ -100,6 +100,8 @@ typedef struct op {
     fake_event *ev;
     fake_graph *graph;
     unsigned grid[3], block[3];      /* kernels: their configuration */
+    unsigned serial;                 /* the node's local id (cuGraphNodeGetToolsId) */
+    unsigned graph_serial;           /* in a capture: its graph's id */
     struct op *next;
 } op;
 
@@ -113,6 +115,7 @@ typedef struct fake_stream {
     unsigned long long cap_id;       /* the capture's id (cuStreamGetCaptureInfo) */
     op *cap_head, *cap_tail;         /* the origin's: every joined stream appends here */
     fake_graph *cap_graph;           /* the origin's: the graph being captured */
+    struct op *cap_last;             /* the last node this stream captured (its dependency) */
     int has_worker;
     pthread_t worker;
     struct fake_stream *next_all;
@@ -120,6 +123,7 @@ typedef struct fake_stream {
 
 struct fake_graph {
     uint32_t magic;
+    unsigned serial;                 /* cuGraphGetId's; the executable's is 1000 more */
     op *ops;                         /* captured operations, in capture order */
     struct fake_stream *capturing;   /* while captured: the origin stream (its list) */
     int graph_destroyed, exec_destroyed;   /* both: its operations are freed */
@@ -159,6 +163,7 @@ static int primary_retained;
  * a new context behind the same CUcontext pointer, with the next id. */
 static atomic_uint ctx_uid = 1;
 static unsigned long long next_capture_id = 1;
+static unsigned next_graph_serial, next_op_serial;
 
 /* Pinned host memory the context knows: its own allocations (cuMemHostAlloc,
  * each its own mapping, made inaccessible at a reset and never reused, so a
@@ -476,6 +481,9 @@ static int capture_append(fake_stream *s, op *o)
         return 0;
     fake_stream *origin = s->cap_origin ? s->cap_origin : s;
     o->next = NULL;
+    o->serial = ++next_op_serial;
+    o->graph_serial = origin->cap_graph ? origin->cap_graph->serial : 0;
+    s->cap_last = o;
     if (origin->cap_tail)
         origin->cap_tail->next = o;
     else
@@ -1043,11 +1051,13 @@ static CUresult begin_capture_body(void *a)
     else {
         c->s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
         c->s->cap_origin = c->s;
+        c->s->cap_last = NULL;
         c->s->cap_id = next_capture_id++;
         c->s->cap_head = c->s->cap_tail = NULL;
         c->s->cap_graph = calloc(1, sizeof *c->s->cap_graph);
         c->s->cap_graph->magic = MAGIC_GRAPH;
         c->s->cap_graph->capturing = c->s;
+        c->s->cap_graph->serial = ++next_graph_serial;
     }
     pthread_mutex_unlock(&dev_lock);
     return rc;
@@ -1139,12 +1149,16 @@ CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *statu
         *graph = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && s->cap_origin ?
                      (CUgraph)(void *)s->cap_origin->cap_graph : NULL;
     pthread_mutex_unlock(&dev_lock);
+    static _Thread_local CUgraphNode dep;
+    pthread_mutex_lock(&dev_lock);
+    dep = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (CUgraphNode)(void *)s->cap_last : NULL;
+    pthread_mutex_unlock(&dev_lock);
     if (deps)
-        *deps = NULL;
+        *deps = dep ? &dep : NULL;
     if (edges)
         *edges = NULL;
     if (n_deps)
-        *n_deps = 0;
+        *n_deps = dep ? 1 : 0;
     return CUDA_SUCCESS;
 }
 
@@ -1256,6 +1270,36 @@ CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NO
     return CUDA_SUCCESS;
 }
 
+/* CUDA 13.1's ids for tools: a node's is its graph's id above its local id;
+ * an executable's id is its graph's plus 1000 (the driver mints both from one
+ * counter). fake_tools_ids(0) makes them refused (an older driver). */
+static int tools_ids = 1;
+FAKE_EXPORT void fake_tools_ids(int on) { tools_ids = on; }
+
+CUresult CUDAAPI cuGraphNodeGetToolsId(CUgraphNode hNode, unsigned long long *id);
+CUresult CUDAAPI cuGraphNodeGetToolsId(CUgraphNode hNode, unsigned long long *id)
+{
+    const op *o = (const op *)hNode;
+    if (!tools_ids)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (!o || !id)
+        RET("cuGraphNodeGetToolsId", CUDA_ERROR_INVALID_VALUE);
+    *id = (unsigned long long)o->graph_serial << 32 | o->serial;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphExecGetId(CUgraphExec hExec, unsigned int *id);
+CUresult CUDAAPI cuGraphExecGetId(CUgraphExec hExec, unsigned int *id)
+{
+    const fake_graph *g = (const fake_graph *)hExec;
+    if (!tools_ids)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (!g || g->magic != MAGIC_GRAPH || !id)
+        RET("cuGraphExecGetId", CUDA_ERROR_INVALID_VALUE);
+    *id = g->serial + 1000;
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
 {
     fake_func *f = (fake_func *)hfunc;
@@ -1284,6 +1328,7 @@ static CUresult wait_event_body(void *a)
         w->s->capture == CU_STREAM_CAPTURE_STATUS_NONE && w->s != &legacy_stream) {
         w->s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
         w->s->cap_origin = origin;
+        w->s->cap_last = NULL;
     }
     pthread_mutex_unlock(&dev_lock);
     return CUDA_SUCCESS;
