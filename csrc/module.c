@@ -746,8 +746,9 @@ static PyObject *py_graph_replay(PyObject *self, PyObject *arg)
 }
 
 /* graph_node(node) -> (record tuple, index in its capture, collective or None,
- * tools id) or None (the collective: an NCCL kernel's, inflight.c; the tools
- * id: the driver's id of the node, 0 unknown). */
+ * tools id, innermost frame ids) or None (the collective: an NCCL kernel's,
+ * inflight.c; the tools id: the driver's id of the node, 0 unknown; the frames:
+ * the capturing thread's innermost, of any kind, innermost first). */
 static PyObject *py_graph_node(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -761,10 +762,12 @@ static PyObject *py_graph_node(PyObject *self, PyObject *arg)
         Py_RETURN_NONE;
     char coll[96];
     size_t cl = cd_collective_name(&r, coll, sizeof coll);
-    return Py_BuildValue("(NINK)", record_tuple(g + 1, &r, done), index,
+    uint32_t deep[CD_NODE_FRAMES];
+    int n_deep = cd_graph_node_frames((uint32_t)g, deep, CD_NODE_FRAMES);
+    return Py_BuildValue("(NINKN)", record_tuple(g + 1, &r, done), index,
                          cl ? PyUnicode_DecodeUTF8(coll, (Py_ssize_t)cl, "replace")
                             : Py_NewRef(Py_None),
-                         cd_graph_node_tools_id((uint32_t)g));
+                         cd_graph_node_tools_id((uint32_t)g), ids_tuple(deep, n_deep));
 }
 
 /* graph_capture(c) -> (capture id, kernel nodes, multi_stream, unmarked, state,

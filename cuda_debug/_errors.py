@@ -34,7 +34,7 @@ REPORT_FIELDS = (
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
     "recent_launches", "surfaced_at", "provenance", "op_stack", "later_exception",
     "compiled_function", "graph_node", "captured_at", "replayed_at", "graph_note",
-    "graph_annotation",
+    "graph_annotation", "recorded_at",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -86,6 +86,7 @@ class CudaError(RuntimeError):
     replayed_at: Optional[str]
     graph_note: Optional[str]
     graph_annotation: Optional[Dict[str, Any]]   # torch.cuda.graph_annotations' tag of the node
+    recorded_at: Optional[str]     # a node torch.compile captured: the call that recorded it
 
     def __init__(self, message: Optional[str] = None, *, code: Optional[int] = None,
                  **fields):
@@ -347,6 +348,9 @@ def format_report(err: CudaError) -> str:
                                   "replayed at " if replay else "launched at ", 1)
             if graph and err.captured_at and "source line unknown" in err.captured_at:
                 where += "  (source line unknown: torch.compile generated the kernel)"
+            elif graph and err.recorded_at:
+                where += "  (Inductor fused this line into the kernel; torch.compile " \
+                         "recorded the graph in the call at %s)" % err.recorded_at
             if err.exact is False and err.candidates and graph and err.graph_note:
                 where += "  (%s: see .candidates)" % err.graph_note
             elif err.exact is False and err.candidates:

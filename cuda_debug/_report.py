@@ -129,6 +129,29 @@ def _inductor_source(path: str, lineno: Optional[int]):
         return None
 
 
+def inductor_source(kernel: Optional[str], stack, compiled=None):
+    """(module, source): the generated module of an Inductor kernel
+    (`_generated_module`), and the user's source line its line map gives for
+    the launch (a FrameSummary in the compiled function's own file), or None
+    for either."""
+    inductor = bool(kernel) and kernel.startswith(("triton_", "cpp_fused"))
+    module = _generated_module(kernel.split("(")[0].strip(), stack) if inductor else None
+    source = _inductor_source(module[0], module[2]) if module else None
+    if source is not None and compiled is not None and source.filename != compiled.filename:
+        # Inductor's caches reuse what was compiled for the same source elsewhere (another
+        # script, an earlier run): the line map then names that file. The line is this
+        # function's only where its own file has the same text there.
+        import linecache
+        here = linecache.getline(compiled.filename, source.lineno).strip()
+        if here and here == (source.line or "").strip():
+            name = source.name
+            source = traceback.FrameSummary(compiled.filename, source.lineno, name)
+            source.line
+        else:
+            source = None
+    return module, source
+
+
 def inductor_provenance(kernel: Optional[str], stack, compiled=None) -> Optional[str]:
     """For a kernel torch.compile generated (``triton_poi_fused_...``) or a
     launch from inside a torch.compile'd function (`compiled`, the frame
@@ -144,20 +167,7 @@ def inductor_provenance(kernel: Optional[str], stack, compiled=None) -> Optional
     if compiled is not None:
         out.append("inside torch.compile'd %s (%s:%s)" % (compiled.name, compiled.filename,
                                                          compiled.lineno))
-    module = _generated_module(kernel.split("(")[0].strip(), stack) if inductor else None
-    source = _inductor_source(module[0], module[2]) if module else None
-    if source is not None and compiled is not None and source.filename != compiled.filename:
-        # Inductor's caches reuse what was compiled for the same source elsewhere (another
-        # script, an earlier run): the line map then names that file. The line is this
-        # function's only where its own file has the same text there.
-        import linecache
-        here = linecache.getline(compiled.filename, source.lineno).strip()
-        if here and here == (source.line or "").strip():
-            name = source.name
-            source = traceback.FrameSummary(compiled.filename, source.lineno, name)
-            source.line
-        else:
-            source = None
+    module, source = inductor_source(kernel, stack, compiled)
     if source is not None:
         out.append("fused up to %s:%d in %s%s (Inductor's line map)" % (
             source.filename, source.lineno, source.name,
@@ -209,9 +219,13 @@ def _assert_function(text: str) -> Optional[str]:
     return asserts[0]["func"] if asserts else None
 
 
-def _launch_dict(rec: WatchRecord) -> dict:
+def _launch_dict(rec: WatchRecord, inner=()) -> dict:
+    """A watch record's launch, named. `inner`: more of the launching thread's
+    innermost frame ids (a graph node's), merged in before the record's own
+    outer ones (the torch.compile'd frame, the user's)."""
     kernel = _text(rec.kernel)
-    stack = stack_from_ids(rec.frames)
+    ids = tuple(inner) + tuple(i for i in rec.frames if i not in inner) if inner else rec.frames
+    stack = stack_from_ids(ids)
     fs = user_frame(stack, complete=False)
     compiled = compiled_frame(stack, complete=False)
     return {
@@ -223,6 +237,10 @@ def _launch_dict(rec: WatchRecord) -> dict:
         "thread_id": rec.thread_id, "device": rec.device if rec.device >= 0 else None,
         "filename": fs.filename if fs else None, "lineno": fs.lineno if fs else None,
         "function": fs.name if fs else None,
+        # "file:line in function" of the user frame, by the kinds C gave the frames (a
+        # frame TorchDynamo ran is not the user's, though its file is): what
+        # captured_at and replayed_at say
+        "where": _where_str(stack),
         "stack": [(f.filename, f.lineno, f.name, f.line) for f in stack],
         "compiled": (compiled.filename, compiled.lineno, compiled.name) if compiled else None,
         "op": rec.op,
@@ -288,15 +306,14 @@ def _graph_nodes(replay: dict, func: Optional[str] = None) -> tuple:
         return [], None, False, 1
     status, capture, node_ids = info
     cap = _core.graph_capture(capture) if capture >= 0 else None
-    replayed_at = _where_str(traceback.StackSummary.from_list(replay["stack"]))
+    replayed_at = replay["where"]
     nodes = []
     for g in node_ids:
         got = _core.graph_node(g)
         if got is None:
             continue
-        d = _launch_dict(WatchRecord(*got[0]))
-        d.update(graph_node=got[1], captured_at=_where_str(
-                     traceback.StackSummary.from_list(d["stack"])),
+        d = _launch_dict(WatchRecord(*got[0]), inner=got[4])
+        d.update(graph_node=got[1], captured_at=d["where"],
                  replayed_at=replayed_at, replay_seq=replay["seq"],
                  capture_id=cap[0] if cap else None, graph_nodes=cap[1] if cap else None,
                  graph_annotation=graph_annotation(got[3], cap[7] if cap else ()))
@@ -335,7 +352,7 @@ def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
             continue
         nodes, note, multi, every = _graph_nodes(c, func)
         c["graph_note"] = note
-        c["replayed_at"] = _where_str(traceback.StackSummary.from_list(c["stack"]))
+        c["replayed_at"] = c["where"]
         if nodes:
             one_stream_graph = not multi and note in (None, ADOPTED_NAMED)
             exact = exact and len(nodes) == 1 and one_stream_graph
@@ -514,15 +531,24 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             mechanism="watch", graph_node=c.get("graph_node"), graph_note=c.get("graph_note"),
             graph_annotation=c.get("graph_annotation"),
             captured_at=c.get("captured_at"), replayed_at=c.get("replayed_at"))
-        if c.get("captured_at") and fields["provenance"]:
-            fields["captured_at"] += " (source line unknown: torch.compile generated the " \
-                                     "kernel; this is the compiled function's frame)"
+        if c.get("captured_at") and compiled is not None:
+            # A node torch.compile captured (cudagraph trees record a graph while a call
+            # of the compiled function runs): its line is the one Inductor fused into the
+            # kernel, when its line map says; the recording call is recorded_at.
+            _, source = inductor_source(c["kernel"], fields["launch_stack"], compiled)
+            if source is not None:
+                fields.update(recorded_at=c["captured_at"], filename=source.filename,
+                              lineno=source.lineno, function=source.name,
+                              captured_at=_where_str([source]))
+            else:
+                fields["captured_at"] += " (source line unknown: torch.compile generated " \
+                                         "the kernel; this is the call that recorded it)"
         recorded = _torch_ops.recorded_op(c.get("op", 0))
         if recorded:
             fields.update(op=recorded[0], op_stack=[recorded[0]], inputs=recorded[1])
-        if c["filename"] and c["lineno"]:
+        if fields["filename"] and fields["lineno"]:
             import linecache
-            fields["line"] = linecache.getline(c["filename"], c["lineno"]).strip() or None
+            fields["line"] = linecache.getline(fields["filename"], fields["lineno"]).strip() or None
         if fields.get("device_message") is None:
             text = _text(_core.recent_asserts())
             fields["device_message"] = text or None

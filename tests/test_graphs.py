@@ -539,3 +539,94 @@ report(out)
     plain = _memop(fake_child)(code, args=["none"]).result
     assert plain["node"] == 2 and plain["tid"] == 0 and plain["tag"] is None, plain
     assert plain["text"].startswith("illegal memory access in bad_node, node 2 of a CUDA graph\n")
+
+
+# torch.compile(mode="reduce-overhead") on the fake driver: a stand-in for
+# TorchDynamo's frame (`f`, whose code calls __compiled_fn_1), Inductor's
+# generated module (in its cache folder: library code; its `call` launches the
+# kernel through library frames deeper than a ring record keeps) and Inductor's
+# line map (PyCodeCache.stack_frames_for_code), with cudagraph trees' way:
+# the graph is recorded during a call of the compiled function.
+COMPILED_GRAPH = PRE + '''
+import os, types
+CACHE = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+GEN = os.path.join(CACHE, "ab", "cabcdef.py")
+os.makedirs(os.path.dirname(GEN), exist_ok=True)
+with open(GEN, "w") as fh:
+    fh.write("triton_poi_fused_index_mul_0 = object()\\n"
+             "def call(launch):\\n"
+             "    return launch(b'triton_poi_fused_index_mul_0')\\n")
+gen = {}
+exec(compile(open(GEN).read(), GEN, "exec"), gen)
+LIB = """
+def launcher(name, depth=4):
+    if depth:
+        return launcher(name, depth - 1)
+    return fake.fake_launch(name, S, 1, 1, 1, 32, 1, 1)
+def compiled_fn():
+    return GEN["call"](launcher)
+def replay_fn(g):                              # cudagraph trees' run: the replay
+    return fake.fake_graph_launch(g, S)
+"""
+lib = {"fake": fake, "S": s, "GEN": gen}
+exec(compile(LIB, os.path.join(CACHE, "runtime_like.py"), "exec"), lib)
+globals()["__compiled_fn_1"] = lib["compiled_fn"]
+globals()["__compiled_fn_2"] = lib["replay_fn"]
+def f_again(g):                                # what Dynamo runs for f, once recorded
+    return __compiled_fn_2(g)                  # RUN
+def f():
+    return w_index_mul()  # SOURCE
+def w_index_mul():
+    pass
+def f():                                       # DEF: what Dynamo runs for f
+    return __compiled_fn_1()                   # GRAPH
+linemap = types.ModuleType("torch._inductor.codecache")
+class PyCodeCache:
+    @staticmethod
+    def stack_frames_for_code(path, lineno):
+        assert path == GEN and lineno == 3, (path, lineno)
+        return [{"filename": __file__, "line": SOURCE_LINE, "name": "f"}]
+linemap.PyCodeCache = PyCodeCache
+sys.modules["torch._inductor.codecache"] = linemap
+SOURCE_LINE = next(i for i, line in enumerate(open(__file__), 1) if "# SOURCE" in line)
+out = {}
+try:
+    with cuda_debug.watch():
+        fake.fake_begin_capture(s)
+        f()                                    # CALL: the recording
+        g = end_capture(s)
+        fake.fake_graph_launch(g, s)
+        fake.fake_stream_sync(s)
+        fake.fake_set_kernel(b"triton_poi_fused_index_mul_0", 710, 1,
+                             b"index out of bounds: 0 <= tmp4 < 100", -1, 0)
+        f_again(g)  # REPLAYED
+        cuda_debug.check()
+except cuda_debug.CudaError as e:
+    out.update(describe(e), recorded_at=e.recorded_at, provenance=e.provenance)
+report(out)
+'''
+
+
+def test_a_node_torch_compile_captured_names_the_source_line_inductor_fused(fake_child, tmp_path):
+    """Issue 27 item 1: a node of a graph that torch.compile's cudagraph trees
+    recorded was "captured at" the call that recorded it, with "Inductor's
+    generated code for this kernel was not found" (the ring record keeps 4
+    frames; the generated module's is deeper). The node keeps its innermost
+    frames: the generated code's line, Inductor's line map, the source line."""
+    cache = tmp_path / "torchinductor_test"
+    cache.mkdir()
+    c = _memop(fake_child)(COMPILED_GRAPH, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
+    src = c.line_of("# SOURCE")
+    r = c.result
+    assert r is not None, c
+    assert r["kernel"] == "triton_poi_fused_index_mul_0" and r["node"] == 0, r
+    assert r["filename"] == c.script and r["lineno"] == src, r
+    assert r["captured_at"] == "%s:%d in f" % (c.script, src), r
+    assert r["recorded_at"] == "%s:%d" % (c.script, c.line_of("# CALL")), r
+    assert r["replayed_at"] == "%s:%d" % (c.script, c.line_of("# REPLAYED")), r
+    assert "fused up to %s:%d in f" % (c.script, src) in r["provenance"], r
+    assert "Inductor fused this line into the kernel; torch.compile recorded the graph in " \
+           "the call at %s:%d" % (c.script, c.line_of("# CALL")) in r["text"], r["text"]
+    # never the line of the frame TorchDynamo ran (its file is the user's)
+    assert "%s:%d" % (c.script, c.line_of("# GRAPH")) not in r["recorded_at"] + r["replayed_at"]
+    assert "%s:%d" % (c.script, c.line_of("# RUN")) not in r["text"], r["text"]

@@ -152,6 +152,7 @@ size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t
 #define CD_WATCH_SLOTS 65536       /* completion slots per context */
 #define CD_MAX_CONTEXTS 64         /* contexts with slots at one time */
 #define CD_GRAPH_NODES 131072      /* captured graph nodes with markers, per process */
+#define CD_NODE_FRAMES 8           /* innermost frames kept with a node, besides its record's */
 
 typedef struct {
     _Atomic uint64_t seq;      /* written last (release); 0 while being written */
@@ -304,6 +305,9 @@ int cd_graph_node(uint32_t g, cd_watch_record *out, uint32_t *index, int *done);
 /* The driver's id of node g for tools (cuGraphNodeGetToolsId, CUDA 13.1: the
  * key of torch.cuda.graph_annotations' tags), 0 unknown. */
 unsigned long long cd_graph_node_tools_id(uint32_t g);
+/* Node g's innermost frames of any kind (CD_NODE_FRAMES at most; its record
+ * keeps the innermost few and the user's): the count. */
+int cd_graph_node_frames(uint32_t g, uint32_t *ids, int max);
 typedef struct {
     uint64_t id;                   /* the driver's capture id */
     uint32_t n_nodes, unmarked;    /* kernel nodes; of which without a record or marker */

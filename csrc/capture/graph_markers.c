@@ -107,6 +107,8 @@ typedef struct {
     uint32_t index;                /* kernel node number in its capture (0, 1, ...) */
     uint32_t gen;                  /* the chunk's generation when written */
     uint8_t start;                 /* the start marker, not a kernel */
+    uint8_t n_deep;
+    uint32_t deep[CD_NODE_FRAMES]; /* the capturing thread's innermost frames, all kinds */
     unsigned long long tools_id;   /* the driver's id of its node for tools (CUDA 13.1), 0 */
 } node_info;
 
@@ -453,6 +455,11 @@ int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid
     r->flags |= CD_WATCH_CAPTURED;
     info[g].index = index;
     info[g].start = 0;
+    /* The record keeps the innermost frames and the user's; the frames between
+     * (a torch.compile'd graph's generated code, whose line Inductor's line map
+     * turns into the source line the kernel fused) are kept here. */
+    int complete;
+    info[g].n_deep = (uint8_t)cd_frames_capture(info[g].deep, CD_NODE_FRAMES, 0, &complete);
     info[g].tools_id = 0;
     if (n_deps == 1 && deps && deps[0] &&      /* the kernel's node: its id for tools */
         cd_drv.cuGraphNodeGetToolsId(deps[0], &info[g].tools_id) != CUDA_SUCCESS)
@@ -731,6 +738,7 @@ long cd_graph_adopt(CUstream s)
         r->ctx = 0xFFFF;
         info[g].index = index++;
         info[g].start = 0;
+        info[g].n_deep = 0;
         info[g].tools_id = 0;
         if (cd_drv.cuGraphNodeGetToolsId &&
             cd_drv.cuGraphNodeGetToolsId(list[i], &info[g].tools_id) != CUDA_SUCCESS)
@@ -947,6 +955,15 @@ int cd_graph_node(uint32_t g, cd_watch_record *out, uint32_t *index, int *done)
 unsigned long long cd_graph_node_tools_id(uint32_t g)
 {
     return g < CD_GRAPH_NODES ? info[g].tools_id : 0;
+}
+
+int cd_graph_node_frames(uint32_t g, uint32_t *ids, int max)
+{
+    if (g >= CD_GRAPH_NODES)
+        return 0;
+    int n = info[g].n_deep < max ? info[g].n_deep : max;
+    memcpy(ids, info[g].deep, (size_t)n * sizeof *ids);
+    return n;
 }
 
 int cd_graph_capture(int c, cd_graph_capture_info *out)
