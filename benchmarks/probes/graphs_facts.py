@@ -475,6 +475,8 @@ class Markers:
 def dependents(nd):
     n = SZ(0)
     check(D["dependents"](nd, None, None, ctypes.byref(n)), "dependents")
+    if n.value == 0:
+        return []
     arr = (V * max(n.value, 1))()
     check(D["dependents"](nd, arr, None, ctypes.byref(n)), "dependents")
     return [arr[i] for i in range(n.value)]
@@ -483,6 +485,8 @@ def dependents(nd):
 def all_edges(g):
     n = SZ(0)
     check(D["edges"](g, None, None, None, ctypes.byref(n)), "edges")
+    if n.value == 0:
+        return []
     fr, to = (V * max(n.value, 1))(), (V * max(n.value, 1))()
     check(D["edges"](g, fr, to, None, ctypes.byref(n)), "edges")
     return [(fr[i], to[i]) for i in range(n.value)]
@@ -503,7 +507,7 @@ def build_variant(base, variant, mk, clear=True):
     slot += 1
     for r in roots:
         check(D["adddep"](g, (V * 1)(start), (V * 1)(r), None, 1), "add start edge")
-    every = 8 if variant.startswith("chain8") else 1
+    every = 8 if variant.startswith("chain8") else 4 if variant.startswith("chain4") else 1
     prev_leaf = None
     for i, k in enumerate(kernels):
         if variant.startswith("chain") and i % every == every - 1:
@@ -539,7 +543,7 @@ def time_exec(exe, stream, n):
     return (time.perf_counter() - t0) / n
 
 
-VARIANTS = ["none", "chain1", "chain8", "leaf", "leafchain", "chain8+leafchain"]
+VARIANTS = ["none", "chain1", "chain4", "chain8", "leaf", "leafchain", "chain8+leafchain"]
 
 
 @section("S4")
