@@ -65,7 +65,9 @@ def in_flight() -> List[InFlight]:
         stack = _locations.stack_from_ids(frames)
         fs = _locations.user_frame(stack, complete=False)
         nodes, note = _graph_candidates(graph_info) if graph else ((), None)
-        first = nodes[0] if nodes else None
+        # the running node, or with markers every K nodes one of the candidates: an
+        # NCCL kernel among them first (it waits for the other ranks), as C's report
+        first = next((n for n in nodes if n["collective"]), nodes[0] if nodes else None)
         if graph:
             kernel = first["kernel"] if first else None
             short = first["short"] if first else None

@@ -27,9 +27,10 @@ and handed to the C core before the first scope or watch opens.
                                    nodes unnamed
     CUDA_DEBUG_GRAPH_MARKER_EVERY=K
                                    a marker behind every K-th launch of each stream of
-                                   a capture (default 1: every launch; K > 1: a fault
-                                   or hang names one of at most K nodes, the device's
-                                   text picks the kernel); 1 to 1024
+                                   a capture, and behind every NCCL kernel (default 8:
+                                   a fault or hang names one of at most K nodes, the
+                                   device's text picks the kernel; 1: every node, exact,
+                                   at 1.05x a transformer step's replay); 1 to 1024
     CUDA_DEBUG_GRAPH_ADOPT=1|0     torch.cuda.CUDAGraph captures made while nothing
                                    watches are read at their end (their kernels, the
                                    capture line: no CUPTI, nothing at replay), so a
@@ -66,7 +67,7 @@ _CHOICES = {
 }
 _FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER")
 #: CUDA_DEBUG_GRAPH_MARKER_EVERY's default
-DEFAULT_MARKER_EVERY = 1
+DEFAULT_MARKER_EVERY = 8
 _OFF = ("", "0", "off", "no", "false")
 #: CUDA_DEBUG_DUMP_SIGNAL's values (and `dump --signal`'s): name -> number, 0 off
 DUMP_SIGNALS = {"sigusr1": _signal.SIGUSR1, "usr1": _signal.SIGUSR1,
@@ -84,7 +85,7 @@ class Options:
     def __init__(self, report: bool, capture: bool, wait: int, profile: bool,
                  capture_check: bool, watch_ops: bool, guard: bool = False,
                  hang_after: "float | None" = None, dump_signal: int = _signal.SIGUSR1,
-                 graph_markers: int = 2, graph_marker_every: int = 1,
+                 graph_markers: int = 2, graph_marker_every: int = 8,
                  graph_adopt: bool = True):
         self.report, self.capture, self.wait = report, capture, wait
         self.profile, self.capture_check, self.watch_ops = profile, capture_check, watch_ops
@@ -92,7 +93,7 @@ class Options:
         self.hang_after = hang_after        # seconds, None: off
         self.dump_signal = dump_signal      # signal number, 0: off
         self.graph_markers = graph_markers  # 0 off, 1 memop, 2 kernel
-        self.graph_marker_every = graph_marker_every   # a marker every K launches
+        self.graph_marker_every = graph_marker_every   # a marker every K launches (8)
         self.graph_adopt = graph_adopt      # torch's graphs captured before watch() adopted
 
     def __repr__(self):

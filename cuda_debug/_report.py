@@ -137,6 +137,14 @@ def inductor_source(kernel: Optional[str], stack, compiled=None):
     inductor = bool(kernel) and kernel.startswith(("triton_", "cpp_fused"))
     module = _generated_module(kernel.split("(")[0].strip(), stack) if inductor else None
     source = _inductor_source(module[0], module[2]) if module else None
+    if source is None and module is not None:
+        # The launch's line has no entry in the line map (a graph partition's function,
+        # under cudagraph trees): the module's other lines on the stack (its `call`)
+        for fs in reversed(stack or ()):
+            if fs.filename == module[0] and fs.lineno != module[2]:
+                source = _inductor_source(fs.filename, fs.lineno)
+                if source is not None:
+                    break
     if source is not None and compiled is not None and source.filename != compiled.filename:
         # Inductor's caches reuse what was compiled for the same source elsewhere (another
         # script, an earlier run): the line map then names that file. The line is this

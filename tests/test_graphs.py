@@ -38,11 +38,15 @@ s = fake.fake_stream_create()
 
 
 def _memop(fake_child):
-    """Most tests here count the graph's memory-op marker nodes, so they ask for
-    them (CUDA_DEBUG_GRAPH_MARKERS=memop); the default, one-thread kernel nodes,
-    is test_marker_kernels_instead_of_stream_writes's (and the GPU tests')."""
+    """Most tests here count the graph's memory-op marker nodes, one behind every
+    node, so they ask for them (CUDA_DEBUG_GRAPH_MARKERS=memop,
+    CUDA_DEBUG_GRAPH_MARKER_EVERY=1); the default, one-thread kernel nodes behind
+    every 8th node, is test_marker_kernels_instead_of_stream_writes's,
+    test_graph_lifetimes.py's sparse test's and the GPU tests'."""
     def run(code, env=None, **kw):
-        return fake_child(code, env=dict({"CUDA_DEBUG_GRAPH_MARKERS": "memop"}, **(env or {})), **kw)
+        return fake_child(code, env=dict({"CUDA_DEBUG_GRAPH_MARKERS": "memop",
+                                          "CUDA_DEBUG_GRAPH_MARKER_EVERY": "1"},
+                                         **(env or {})), **kw)
     return run
 
 
@@ -356,6 +360,29 @@ def test_a_hang_inside_a_replay_names_the_running_node_in_every_report(fake_chil
         assert lines[i + 1] == "    captured at %s:%d in <module>" % (c.script, cap), lines
         assert lines[i + 2] == "    replayed at %s:%d in <module>" % (c.script, rep), lines
     assert "a CUDA graph replay" not in c.stderr, c.stderr
+
+
+@pytest.mark.parametrize("slow", ["slow_node", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"])
+def test_a_hang_with_a_marker_every_8_nodes_names_the_candidates(fake_child, slow):
+    """The default markers (behind every 8th launch, and every NCCL kernel): the
+    hang report and in_flight() give the nodes after the last marker written
+    (node 6 among them); an NCCL kernel among them is named first."""
+    c = fake_child(HANG, args=[slow], env={"CUDA_DEBUG_GRAPH_MARKERS": "memop"})
+    r = c.result
+    assert r is not None, c
+    nccl = "nccl" in slow
+    nodes = [n[0] for n in r["nodes"]]
+    assert nodes == list(range(7 if nccl else 8)), r       # (node 7 carries a marker)
+    if nccl:
+        assert r["node"] == 6 and r["collective"] == "all_reduce", r
+        head = "  all_reduce (%s) (node 6 of a CUDA graph; one of 7 nodes after the last " \
+               "marker written, a marker every 8 nodes) on stream " % slow
+    else:
+        assert r["node"] == 0 and r["short"] == "ok_node", r
+        head = "  ok_node (node 0 of a CUDA graph; one of 8 nodes after the last marker " \
+               "written, a marker every 8 nodes) on stream "
+    assert c.stderr.count(head) == 2, c.stderr
+    assert "    or: " in c.stderr and "more nodes" in c.stderr, c.stderr
 
 
 # A stand-in for PyTorch's CUDA graphs on the fake driver (the real torch cannot

@@ -152,7 +152,7 @@ size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t
 #define CD_WATCH_SLOTS 65536       /* completion slots per context */
 #define CD_MAX_CONTEXTS 64         /* contexts with slots at one time */
 #define CD_GRAPH_NODES 131072      /* captured graph nodes with markers, per process */
-#define CD_NODE_FRAMES 8           /* innermost frames kept with a node, besides its record's */
+#define CD_NODE_FRAMES 16          /* innermost frames kept with a node, besides its record's */
 
 typedef struct {
     _Atomic uint64_t seq;      /* written last (release); 0 while being written */

@@ -78,7 +78,19 @@ int cd_graph_report_nodes(const cd_watch_record *r, uint32_t *nodes, int max, in
     int n = cd_graph_unfinished(r, all, 256, status, capture);
     if (*status == CD_GRAPH_ADOPTED)
         return from_signal ? 0 : named_by_asserts(all, n, nodes, max);
-    memcpy(nodes, all, (size_t)(n < max ? n : max) * sizeof *nodes);
+    int k = 0, o = 0, have = n < 256 ? n : 256;
+    uint32_t named[256];
+    if (n > 1 && !from_signal)         /* candidates the device's text names go first */
+        k = named_by_asserts(all, have, named, 256);
+    for (int i = 0; i < k && o < max; i++)
+        nodes[o++] = named[i];
+    for (int i = 0; i < have && o < max; i++) {
+        int dup = 0;
+        for (int j = 0; j < k && !dup; j++)
+            dup = named[j] == all[i];
+        if (!dup)
+            nodes[o++] = all[i];
+    }
     return n;                          /* all of them; nodes[] holds the first max */
 }
 
@@ -172,41 +184,68 @@ void cd_out_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq, cons
     cd_out_location_as(o, "replayed", r->frames, r->n_frames, 0);
 }
 
-/* A replay among a hang report's unfinished launches: the nodes still
- * running, then the in-flight details (the caller's `details`, written after
- * the first line's name). */
-void cd_out_graph_inflight(cd_out *o, const cd_watch_record *r, void (*details)(cd_out *, const void *),
-                           const void *arg)
+/* A replay among a hang report's unfinished launches: the node still running
+ * (with markers behind every K-th node, one of the candidates: an NCCL kernel
+ * among them first, the likeliest to wait), then the in-flight details (the
+ * caller's `details`, written after the first line's name), the others. */
+void cd_out_graph_inflight(cd_out *o, const cd_watch_record *r,
+                           void (*details)(cd_out *, const void *), const void *arg)
 {
-    uint32_t nodes[SHOWN + 1];
+    uint32_t nodes[64];
     int status, capture;
-    int k = cd_graph_report_nodes(r, nodes, SHOWN + 1, &status, &capture, 1);
-    cd_watch_record first;
-    uint32_t index;
+    int k = cd_graph_report_nodes(r, nodes, 64, &status, &capture, 1);
+    int have = k < 64 ? k : 64, first = -1;
+    cd_watch_record nr, best;
+    uint32_t index, best_index = 0;
     int done;
-    int have = k > 0 && cd_graph_node(nodes[0], &first, &index, &done) == 0;
+    for (int j = 0; j < have; j++) {
+        char coll[8];
+        if (cd_graph_node(nodes[j], &nr, &index, &done) != 0)
+            continue;
+        int nccl = cd_collective_name(&nr, coll, sizeof coll) > 0;
+        if (first < 0 || nccl) {
+            first = j;
+            best = nr;
+            best_index = index;
+        }
+        if (nccl)
+            break;
+    }
     cd_out_puts(o, "  ");
-    if (have) {
-        put_node_name(o, &first, index, ")");
+    if (first >= 0) {
+        put_node_name(o, &best, best_index, "");
+        if (k > 1) {
+            cd_graph_capture_info ci;
+            cd_out_puts(o, "; one of ");
+            cd_out_u(o, (unsigned)k);
+            cd_out_puts(o, " nodes after the last marker written");
+            if (cd_graph_capture(capture, &ci) == 0 && ci.every > 1) {
+                cd_out_puts(o, ", a marker every ");
+                cd_out_u(o, ci.every);
+                cd_out_puts(o, " nodes");
+            }
+        }
+        cd_out_puts(o, ")");
     } else {
         cd_out_puts(o, "a CUDA graph replay (");
         cd_out_graph_why(o, status, capture);
         cd_out_puts(o, ")");
     }
     details(o, arg);
-    if (have) {
-        cd_out_location_as(o, "  captured", first.frames, first.n_frames, 0);
-        for (int j = 1; j < k && j < SHOWN; j++) {
-            cd_watch_record nr;
-            if (cd_graph_node(nodes[j], &nr, &index, &done) != 0)
+    if (first >= 0) {
+        cd_out_location_as(o, "  captured", best.frames, best.n_frames, 0);
+        int shown = 1;
+        for (int j = 0; j < have && shown < SHOWN; j++) {
+            if (j == first || cd_graph_node(nodes[j], &nr, &index, &done) != 0)
                 continue;
             cd_out_puts(o, "    or: ");
             put_node_name(o, &nr, index, ")\n");
             cd_out_location_as(o, "    captured", nr.frames, nr.n_frames, 0);
+            shown++;
         }
-        if (k > SHOWN) {
+        if (k > shown) {
             cd_out_puts(o, "    and ");
-            cd_out_u(o, (unsigned)(k - SHOWN));
+            cd_out_u(o, (unsigned)(k - shown));
             cd_out_puts(o, " more nodes\n");
         }
     }
