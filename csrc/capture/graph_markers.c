@@ -48,7 +48,8 @@
  * report says it was matched so.
  *
  * Memory: slots are the graph part of the context's buffer (watch_ring.c:
- * mapped once, never freed); CD_GRAPH_NODES node records and slots in all,
+ * mapped once, never freed); CD_GRAPH_NODES node records (96 bytes, and 88
+ * bytes of node_info: the deeper frames) and slots in all, zero pages until used,
  * handed out in chunks of CHUNK to one capture each. A capture, its chunks and
  * its entry are freed when its graph, its clones and every executable made
  * from them are destroyed (CUPTI's resource callbacks while watching; Python,

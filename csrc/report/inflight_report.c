@@ -11,6 +11,9 @@
  *                device 0: unfinished for 7.1 s, 0 launches queued behind it (launch #311,
  *                thread 4242)                                       (one line each)
  *   [rank 0]     launched at /work/train.py:40 in main
+ *   [rank 0]   spin (node 4 of a CUDA graph) on stream 0x5, device 0: unfinished for ...
+ *   [rank 0]     captured at /work/train.py:33 in step    (a graph replay: its node
+ *   [rank 0]     replayed at /work/train.py:41 in main     still running, graph_report.c)
  *   [rank 0]   The process goes on (one report per stuck launch); `python -m cuda_debug
  *                dump 4242` (SIGUSR1) writes this again.
  *
