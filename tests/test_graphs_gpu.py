@@ -284,7 +284,7 @@ with cuda_debug.watch():
         outs.append(y.clone())
 report(dict(same=bool(torch.equal(outs[0], outs[1])), eager=bool(torch.equal(outs[0], eager)),
             marked=_core.graph_stats()["nodes_marked"], clear_rc=_core.graph_stats()["clear_rc"]))
-""")
+""", env={"CUDA_DEBUG_GRAPH_MARKER_EVERY": "1"})   # a marker behind every node
     r = c.result
     assert r is not None, c
     assert r["same"] is True, r
