@@ -941,6 +941,66 @@ static PyObject *py_install_dump_signal(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* dump_listen(rank, world_size): start the dump listener (once per process;
+ * rank -1 / world_size 0 unknown); OSError when it cannot listen. */
+static PyObject *py_dump_listen(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int rank, world;
+    if (!PyArg_ParseTuple(args, "ii", &rank, &world))
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cd_dump_server_start(rank, world);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+/* dump_listener() -> (state, name): 1 listening, 0 not started, -errno; the
+ * abstract socket name of `pid` (bytes, without the leading NUL). */
+static PyObject *py_dump_listener(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long pid = PyLong_AsLong(arg);
+    if (pid == -1 && PyErr_Occurred())
+        return NULL;
+    if (pid <= 0 || pid > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a pid is a positive int");
+        return NULL;
+    }
+    char name[108];
+    int k = cd_dump_server_name((int)pid, name, sizeof name);
+    return Py_BuildValue("(iy#)", cd_dump_server_state(), name, (Py_ssize_t)k);
+}
+
+/* dump_document(recent) -> bytes: the in-flight document (JSON) the dump
+ * listener sends, with the last `recent` launches; built without the GIL. */
+static PyObject *py_dump_document(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long recent = PyLong_AsLong(arg);
+    if (recent == -1 && PyErr_Occurred())
+        return NULL;
+    if (recent < 0 || recent > CD_WATCH_RING)
+        recent = recent < 0 ? 0 : CD_WATCH_RING;
+    cd_buf b = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cd_dump_document(&b, (int)recent);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        cd_buf_free(&b);
+        return PyErr_NoMemory();
+    }
+    PyObject *out = PyBytes_FromStringAndSize(b.p ? b.p : "", (Py_ssize_t)b.n);
+    cd_buf_free(&b);
+    return out;
+}
+
 /* --------------------------------------------------------------- stats -- */
 
 static PyObject *py_stats(PyObject *self, PyObject *noargs)
@@ -1059,6 +1119,9 @@ static PyMethodDef core_methods[] = {
     METH(in_flight, METH_NOARGS, "every stream's oldest unfinished launch -> ([record], (newest_age_ns, scanned))"),
     METH(set_hang_after, METH_O, "set_hang_after(seconds): the hang watcher's threshold, 0 off"),
     METH(hang_state, METH_NOARGS, "-> (hang_after_ns, reports, dump signal)"),
+    METH(dump_listen, METH_VARARGS, "dump_listen(rank, world_size): answer `cuda-debug dump PID`"),
+    METH(dump_listener, METH_O, "dump_listener(pid) -> (state, abstract socket name)"),
+    METH(dump_document, METH_O, "dump_document(recent) -> the in-flight document (JSON bytes)"),
     METH(install_dump_signal, METH_VARARGS,
          "install_dump_signal(signum, python_has_it, python_has_sigint): the in-flight report on a signal"),
     METH(stderr_references, METH_O, "stderr_references(path) -> libc stderr slots of a loaded library"),

@@ -26,11 +26,13 @@
     launches queued behind it, or nothing launched: the host waits) every
     stream's oldest unfinished launch is written to stderr; the script goes on.
 
-``dump [--signal SIGUSR1|SIGUSR2] PID...``
-    ask running processes that watch (``run``, ``watch()``) for the same report,
-    with their dump signal; the report goes to each process's own stderr. A
-    process that does not catch the signal is not sent it (its default action
-    would end it). Exit status 0 when every process was sent it, 1 otherwise.
+``dump [--json] [--children] [--trace OUT.json] PID...``, ``dump --job [HOST:PORT]``
+    print, here, the unfinished launches of running processes that watch
+    (``run``, ``watch()``): each answers from a thread of cuda_debug's (no
+    signal is sent; a process without cuda_debug is never reached). A torchrun
+    agent's PID (or ``--children``): every rank's report and one verdict line.
+    ``--job``: every rank of the job, through its c10d TCPStore. Exit status 0
+    when every process answered, 1 otherwise.
 
 ``doctor [--json]``
     driver, GPUs, where libcuda / CUPTI / cuBLAS were found, whether
@@ -72,8 +74,8 @@ commands:
                                   the same for a script read from stdin
   run --hang-after S script.py [args...]
                                   also report launches stuck S seconds
-  dump PID...                     a watching process writes its unfinished
-                                  launches to its stderr (SIGUSR1)
+  dump [--json] PID...            the unfinished launches of a watching process
+                                  (a torchrun agent: every rank, and a verdict)
   doctor [--json]                 driver, GPU, CUDA/CUPTI/cuBLAS, conflicts
   bench ...                       GEMM and launch-latency benchmarks
 
@@ -420,101 +422,153 @@ def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG) -> 
 
 # -- dump -----------------------------------------------------------------------------
 
-def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
+def _dump_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog + " dump", allow_abbrev=False,
-        description="Ask processes that watch (python -m cuda_debug run, cuda_debug.watch()) for "
-                    "every stream's oldest unfinished launch: kernel or NCCL collective, launching "
-                    "line, age, launches queued behind it. Each writes it to its own stderr. "
-                    "Exit status 0 when every process was sent the signal, 1 otherwise.")
-    p.add_argument("pid", type=int, nargs="+", help="the process (several: each rank)")
-    p.add_argument("--signal", metavar="SIG",
-                   help="SIGUSR1 or SIGUSR2: the target's CUDA_DEBUG_DUMP_SIGNAL (default: "
-                        "CUDA_DEBUG_DUMP_SIGNAL here, else SIGUSR1)")
+        description="Print, here, every stream's oldest unfinished launch of processes that "
+                    "watch (python -m cuda_debug run, cuda_debug.watch()): kernel or NCCL "
+                    "collective, launching line, age, launches queued behind it. The process "
+                    "answers from a thread of cuda_debug's, also while its Python threads are "
+                    "stuck in a CUDA call; no signal is sent, and its stderr gets nothing. "
+                    "A PID without cuda_debug whose child processes have it (a torchrun "
+                    "agent) is asked through them: each rank's report, then one verdict line. "
+                    "Exit status 0 when every process answered, 1 otherwise, 2 on a usage "
+                    "error.")
+    p.add_argument("pid", nargs="*", help="the process (several: each rank; a torchrun agent: "
+                                          "its ranks)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON instead: pid, rank, time, and one object per stream with "
+                        "the fields of cuda_debug.in_flight() (several processes: "
+                        "{\"ranks\": [...], \"verdict\": ...})")
+    p.add_argument("--children", action="store_true",
+                   help="ask the processes below each PID (its ranks), not the PID itself")
+    p.add_argument("--trace", metavar="OUT.json",
+                   help="also write the last launches as Chrome/Perfetto trace events (open in "
+                        "ui.perfetto.dev or chrome://tracing)")
+    p.add_argument("--last", metavar="N", type=int, default=None,
+                   help="launches per process in the trace (default %d)" % 2000)
+    p.add_argument("--job", metavar="HOST:PORT", nargs="?", const="",
+                   help="every rank of a torchrun job, on any node, through the job's c10d "
+                        "TCPStore (default: MASTER_ADDR:MASTER_PORT here); needs torch")
+    p.add_argument("--timeout", metavar="S", type=float, default=None,
+                   help="seconds to wait for each answer (default 5; --job: 10)")
+    return p
+
+
+def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
+    p = _dump_parser(prog)
     try:
         ns = p.parse_args(argv)
     except SystemExit as e:
         return _exit_status(e.code)
-    if ns.signal is None:
-        sig = _options.OPTIONS.dump_signal
-        if not sig:
+    from . import _dump
+    if ns.last is not None and not 1 <= ns.last <= 65536:
+        p.print_usage(sys.stderr)
+        sys.stderr.write("cuda_debug dump: --last takes 1 to 65536 launches\n")
+        return EXIT_USAGE
+    if ns.timeout is not None and not 0 < ns.timeout <= 3600:
+        p.print_usage(sys.stderr)
+        sys.stderr.write("cuda_debug dump: --timeout takes seconds, more than 0\n")
+        return EXIT_USAGE
+    if ns.job is not None:
+        if ns.pid or ns.children:
             p.print_usage(sys.stderr)
-            sys.stderr.write("cuda_debug dump: CUDA_DEBUG_DUMP_SIGNAL=off here: name the target's "
-                             "signal with --signal SIGUSR1|SIGUSR2\n")
+            sys.stderr.write("cuda_debug dump: --job asks the ranks through the job's store: "
+                             "no PID, no --children\n")
             return EXIT_USAGE
-    else:
-        sig = _options.DUMP_SIGNALS.get(ns.signal.strip().lower())
-        if not sig:
-            p.print_usage(sys.stderr)
-            sys.stderr.write("cuda_debug dump: --signal %s: SIGUSR1 or SIGUSR2\n" % ns.signal)
-            return EXIT_USAGE
-    import signal
-    name = signal.Signals(sig).name
-    status = 0
-    for pid in ns.pid:
-        if not _dump_one(pid, sig, name):
+        from . import _job
+        return _job.dump_job(ns.job, as_json=ns.json, trace=ns.trace, last=ns.last,
+                             timeout=ns.timeout)
+    if not ns.pid:
+        p.print_usage(sys.stderr)
+        sys.stderr.write("cuda_debug dump: a PID is required (or --job)\n")
+        return EXIT_USAGE
+    try:
+        pids = [_dump.parse_pid(t) for t in ns.pid]
+    except _dump.DumpError as e:
+        sys.stderr.write("cuda_debug dump: %s\n" % e)
+        return EXIT_ERROR
+    status, targets, ranked = 0, [], bool(ns.children) or len(pids) > 1
+    for pid in pids:
+        try:
+            found, agent = _dump_targets(pid, ns.children)
+        except _dump.DumpError as e:
+            sys.stderr.write("cuda_debug dump: %s\n" % e)
             status = EXIT_ERROR
+            continue
+        ranked = ranked or agent
+        targets += [t for t in found if t not in targets]
+    recent = (ns.last or _dump.RECENT_DEFAULT) if ns.trace else 1 if ranked else 0
+    docs = []
+    for pid in targets:
+        try:
+            docs.append(_dump.ask(pid, recent=recent, timeout=ns.timeout or _dump.TIMEOUT_S))
+        except _dump.DumpError as e:
+            sys.stderr.write("cuda_debug dump: %s\n" % e)
+            status = EXIT_ERROR
+    docs.sort(key=lambda d: (d.get("rank") is None, d.get("rank") or 0, d["pid"]))
+    _print_dump(docs, ranked, ns.json)
+    if ns.trace and docs:
+        _write_dump_trace(ns.trace, docs)
     return status
 
 
-def _dump_one(pid: int, sig: int, name: str) -> bool:
-    what = "process %d%s" % (pid, _command_of(pid))
+def _dump_targets(pid: int, children: bool):
+    """(the processes to ask for `pid`, whether they are its ranks)."""
+    from . import _dump
+    proc = _dump.process(pid)
+    _dump.check_askable(proc)
+    has = _dump.has_cuda_debug(pid)
+    if has is None:
+        raise _dump.DumpError("not allowed to read /proc/%d/maps (process %d%s is not "
+                              "dumpable): not asked" % (pid, pid, proc.command))
+    if has and not children:
+        return [pid], False
+    ranks = []
+    for c in _dump.descendants(pid):
+        try:
+            _dump.check_askable(_dump.process(c))
+        except _dump.DumpError:
+            continue
+        if _dump.has_cuda_debug(c):
+            ranks.append(c)
+    if ranks:
+        return ranks, True
+    raise _dump.DumpError(
+        "process %d%s has %s: nothing was sent to it" % (
+            pid, proc.command, "no process below it with cuda_debug loaded" if children else
+            "not loaded cuda_debug (no cuda_debug/_core in /proc/%d/maps), nor has any process "
+            "below it" % pid))
+
+
+def _print_dump(docs, ranked: bool, as_json: bool) -> None:
+    from . import _dump
+    if as_json:
+        if ranked:
+            out = {"ranks": [_dump.as_json(d) for d in docs],
+                   "verdict": _dump.verdict(docs) if docs else None}
+        else:
+            out = _dump.as_json(docs[0]) if docs else None
+        if out is not None:
+            print(json.dumps(out, indent=2))
+        return
+    for d in docs:
+        sys.stdout.write(_dump.prefixed(d) if ranked else d.get("text") or "")
+    if ranked and docs:
+        print(_dump.verdict(docs))
+
+
+def _write_dump_trace(path: str, docs) -> None:
+    from . import _dump
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        sys.stderr.write("cuda_debug dump: no process %d\n" % pid)
-        return False
-    except PermissionError:
-        sys.stderr.write("cuda_debug dump: not allowed to signal %s: it is another user's (run "
-                         "dump as that user, or as root)\n" % what)
-        return False
-    if _catches(pid, sig) is False:
-        children = [c for c in _children(pid) if _catches(c, sig)]
-        sys.stderr.write(
-            "cuda_debug dump: %s does not catch %s: it is not watching (python -m cuda_debug run, "
-            "cuda_debug.watch()), or its CUDA_DEBUG_DUMP_SIGNAL is another; not sent (the "
-            "signal's default action would end it)\n" % (what, name))
-        if children:
-            sys.stderr.write("  its child processes that catch it: %s (python -m cuda_debug dump "
-                             "%s)\n" % (" ".join(map(str, children)),
-                                         " ".join(map(str, children))))
-        return False
-    os.kill(pid, sig)
-    print("cuda_debug dump: sent %s to %s. The report goes to that process's stderr (fd 2), "
-          "not here: look there for \"cuda_debug (watch): %s (pid %d)\", then each stream's "
-          "oldest unfinished launch (kernel or collective, launching line, age, launches queued "
-          "behind it); under torchrun in that rank's output, each line prefixed [rank k]."
-          % (name, what, name, pid))
-    return True
-
-
-def _proc_read(path: str) -> Optional[str]:
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-
-
-def _catches(pid: int, sig: int) -> Optional[bool]:
-    """Does the process catch `sig` (Linux /proc/PID/status SigCgt)? None: unknown."""
-    status = _proc_read("/proc/%d/status" % pid)
-    for line in (status or "").splitlines():
-        if line.startswith("SigCgt:"):
-            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
-    return None
-
-
-def _children(pid: int) -> List[int]:
-    text = _proc_read("/proc/%d/task/%d/children" % (pid, pid)) or ""
-    return [int(c) for c in text.split() if c.isdigit()]
-
-
-def _command_of(pid: int) -> str:
-    cmd = (_proc_read("/proc/%d/cmdline" % pid) or "").replace("\0", " ").strip()
-    if not cmd:
-        return ""
-    return " (%s)" % (cmd if len(cmd) <= 80 else cmd[:77] + "...")
+        _dump.write_trace(path, docs)
+    except OSError as e:
+        sys.stderr.write("cuda_debug dump: --trace %s: %s\n" % (path, e))
+        return
+    n = sum(len(d.get("recent") or ()) for d in docs)
+    sys.stderr.write("cuda_debug dump: %d launches of %d process%s written to %s (open it in "
+                     "ui.perfetto.dev or chrome://tracing)\n"
+                     % (n, len(docs), "" if len(docs) == 1 else "es", path))
 
 
 # -- doctor ---------------------------------------------------------------------------

@@ -11,8 +11,11 @@ are stuck. Three ways to ask:
   launch has stayed unfinished for s seconds while later launches queue behind
   it on its stream or the host launches nothing at all (it waits), once per
   stuck launch, and the process goes on;
+- ``python -m cuda_debug dump PID`` (cuda_debug/_dump.py): the same report in
+  the caller's terminal, from a thread of ours that answers on a socket
+  (csrc/hooks/dump_server.c; ``--json`` the fields below; no signal sent);
 - the dump signal (``SIGUSR1``; ``CUDA_DEBUG_DUMP_SIGNAL=SIGUSR2|off``), sent by
-  ``python -m cuda_debug dump PID``: the same report, from the signal handler;
+  hand: the same report on the process's own stderr, from the signal handler;
 - :func:`in_flight`: the report's fields as records, for tools that print their own.
 """
 import threading
@@ -51,19 +54,26 @@ def in_flight() -> List[InFlight]:
     out = []
     for (seq, stream, kernel, short, collective, tid, device, frames, flags, age_ns, queued,
          _last, _cbid) in rows:
-        graph = bool(flags & _core.WATCH_GRAPH)
-        kernel = kernel.decode("utf-8", "replace")
-        stack = _locations.stack_from_ids(frames)
-        fs = _locations.user_frame(stack, complete=False)
-        out.append(InFlight(
-            kernel=None if graph or not kernel else (_core.demangle(kernel) or kernel),
-            short=None if graph else short or None, collective=collective, graph=graph,
-            stream=stream, device=device if device >= 0 else None, thread_id=tid,
-            thread_name=names.get(tid), filename=fs.filename if fs else None,
-            lineno=fs.lineno if fs else None, function=fs.name if fs else None,
-            age_s=age_ns / 1e9, queue_depth=queued, seq=seq,
-            stack=[(f.filename, f.lineno, f.name, f.line) for f in stack]))
+        out.append(record(seq=seq, stream=stream, kernel=kernel.decode("utf-8", "replace"),
+                          short=short, collective=collective, graph=bool(flags & _core.WATCH_GRAPH),
+                          thread_id=tid, thread_name=names.get(tid), device=device,
+                          stack=_locations.stack_from_ids(frames), age_ns=age_ns, queued=queued))
     return out
+
+
+def record(seq, stream, kernel, short, collective, graph, thread_id, thread_name, device, stack,
+           age_ns, queued) -> InFlight:
+    """One InFlight from a stream's raw fields (this process's ring, or the
+    document another process's dump listener sent: cuda_debug/_dump.py)."""
+    fs = _locations.user_frame(stack, complete=False)
+    return InFlight(
+        kernel=None if graph or not kernel else (_core.demangle(kernel) or kernel),
+        short=None if graph else short or None, collective=collective, graph=graph,
+        stream=stream, device=device if device is not None and device >= 0 else None,
+        thread_id=thread_id, thread_name=thread_name, filename=fs.filename if fs else None,
+        lineno=fs.lineno if fs else None, function=fs.name if fs else None,
+        age_s=age_ns / 1e9, queue_depth=queued, seq=seq,
+        stack=[(f.filename, f.lineno, f.name, f.line) for f in stack])
 
 
 # -- watch(hang_after=...) and the dump signal ---------------------------------------
@@ -87,9 +97,27 @@ def check_hang_after(value) -> Optional[float]:
     return float(value)
 
 
+def _env_int(name: str, default: int) -> int:
+    import os
+    try:
+        return int(os.environ.get(name, ""))
+    except ValueError:
+        return default
+
+
 def enter(hang_after: Optional[float]) -> None:
-    """A watch() opened: the dump signal (installed again if something replaced
-    it), and its hang_after, if any (the shortest of the open ones counts)."""
+    """A watch() opened: the dump listener (``cuda-debug dump PID``: once per
+    process), the dump signal (installed again if something replaced it), and
+    its hang_after, if any (the shortest of the open ones counts)."""
+    if _options.OPTIONS.dump and _core.dump_listener(1)[0] != 1:
+        try:
+            _core.dump_listen(_env_int("RANK", -1), max(_env_int("WORLD_SIZE", 0), 0))
+        except OSError as e:
+            if "listen" not in _warned:
+                _warned.append("listen")
+                warnings.warn("cuda_debug: `cuda-debug dump` cannot ask this process (the "
+                              "listener did not start: %s); SIGUSR1 still writes the report "
+                              "to its stderr" % e, RuntimeWarning, stacklevel=3)
     sig = _options.OPTIONS.dump_signal
     if sig:
         import signal
@@ -98,7 +126,7 @@ def enter(hang_after: Optional[float]) -> None:
             _core.install_dump_signal(sig, callable(signal.getsignal(sig)),
                                       callable(signal.getsignal(signal.SIGINT)))
         except OSError as e:
-            if not _warned:
+            if sig not in _warned:
                 _warned.append(sig)
                 warnings.warn("cuda_debug: the dump signal (%d) could not be installed: %s"
                               % (sig, e), RuntimeWarning, stacklevel=3)

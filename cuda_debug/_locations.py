@@ -171,6 +171,17 @@ def stack_from_ids(ids):
     return stack
 
 
+def stack_from_frames(frames):
+    """A StackSummary (outermost first) from (filename, lineno, function, kind)
+    entries, innermost first: the frames another process's C core resolved
+    and sent (cuda_debug/_dump.py), classified there, by that process's rule."""
+    entries = [Frame(f or "?", n, fn or "?", k) for f, n, fn, k in reversed(frames)]
+    stack = traceback.StackSummary.from_list(entries)
+    for fs in stack:
+        fs.line
+    return stack
+
+
 def user_frame(stack, complete=True):
     """The innermost frame of user code (else the outermost frame a
     torch.compile'd function ran in; else the last one)."""

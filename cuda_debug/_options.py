@@ -16,8 +16,10 @@ and handed to the C core before the first scope or watch opens.
                                    (a hang?), the process left alive, as
                                    watch(hang_after=S) (default off)
     CUDA_DEBUG_DUMP_SIGNAL=SIGUSR1|SIGUSR2|off
-                                   the signal that asks a watching process for the same
-                                   report (`python -m cuda_debug dump PID`; default SIGUSR1)
+                                   the signal that asks a watching process to write the
+                                   same report to its stderr (default SIGUSR1)
+    CUDA_DEBUG_DUMP=on|off         the first watch() starts the thread that answers
+                                   `python -m cuda_debug dump PID` (default on)
     CUDA_DEBUG_GRAPH_MARKERS=kernel|memop|0
                                    while watching, launches captured into a CUDA graph
                                    get completion markers captured with them: a one-thread
@@ -50,6 +52,7 @@ _CHOICES = {
     "CUDA_DEBUG_CAPTURE_CHECK": (_BOOL, True),
     "CUDA_DEBUG_WATCH_OPS": (_BOOL, False),
     "CUDA_DEBUG_GUARD": (_BOOL, False),
+    "CUDA_DEBUG_DUMP": (_BOOL, True),
     "CUDA_DEBUG_GRAPH_MARKERS": (dict({k: 2 * int(v) for k, v in _BOOL.items()}, memop=1, kernel=2),
                                  2),
 }
@@ -65,18 +68,19 @@ class Options:
     ``import typing``, several ms, at every ``import cuda_debug``)."""
 
     __slots__ = ("report", "capture", "wait", "profile", "capture_check", "watch_ops", "guard",
-                 "hang_after", "dump_signal", "graph_markers")
+                 "hang_after", "dump_signal", "graph_markers", "dump")
 
     def __init__(self, report: bool, capture: bool, wait: int, profile: bool,
                  capture_check: bool, watch_ops: bool, guard: bool = False,
                  hang_after: "float | None" = None, dump_signal: int = _signal.SIGUSR1,
-                 graph_markers: int = 2):
+                 graph_markers: int = 2, dump: bool = True):
         self.report, self.capture, self.wait = report, capture, wait
         self.profile, self.capture_check, self.watch_ops = profile, capture_check, watch_ops
         self.guard = guard
         self.hang_after = hang_after        # seconds, None: off
         self.dump_signal = dump_signal      # signal number, 0: off
         self.graph_markers = graph_markers  # 0 off, 1 memop, 2 kernel
+        self.dump = dump                    # the dump listener (cuda-debug dump PID)
 
     def __repr__(self):
         return "Options(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -143,7 +147,8 @@ def read(environ=os.environ) -> Options:
                    watch_ops=values["CUDA_DEBUG_WATCH_OPS"],
                    guard=values["CUDA_DEBUG_GUARD"],
                    hang_after=hang_after, dump_signal=int(dump_signal),
-                   graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"])
+                   graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"],
+                   dump=values["CUDA_DEBUG_DUMP"])
 
 
 def parse_seconds(text):

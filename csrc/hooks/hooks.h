@@ -9,6 +9,8 @@
  *                      watch() blocks: drain, take CUPTI, push the state
  *   hang_watcher.c     watch(hang_after=s): the thread that reports stuck
  *                      launches, the process left alive
+ *   dump_server.c      `cuda-debug dump PID`: the thread that answers with the
+ *                      in-flight report, on a socket (no signal)
  */
 #ifndef CD_HOOKS_H
 #define CD_HOOKS_H
@@ -57,5 +59,19 @@ void cd_scope_close(int kind, int all_threads, uint32_t token);
 int cd_hang_watch_set(uint64_t ns);
 uint64_t cd_hang_watch_get(void);
 uint64_t cd_hang_reports(void);    /* reports the watcher wrote */
+
+/* ------------------------------------------------------ dump_server.c -- */
+
+/* `cuda-debug dump PID`: a thread that answers on the abstract Unix socket
+ * "@cuda_debug-dump-<pid>" with the in-flight document (report/inflight_doc.c).
+ * Started once per process (again in a forked child); rank / world_size go
+ * into the document (-1 / 0 unknown). 0, or an errno. */
+int cd_dump_server_start(int rank, int world_size);
+/* 1 listening, 0 not started, -errno: the start failed. */
+int cd_dump_server_state(void);
+/* The abstract name's bytes after the NUL, for pid. */
+int cd_dump_server_name(int pid, char *out, size_t cap);
+/* The document, in-process (the same as the listener sends); 0 or -1. */
+int cd_dump_document(cd_buf *b, int recent);
 
 #endif
