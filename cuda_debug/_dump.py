@@ -86,7 +86,9 @@ def _read(path: str) -> Optional[str]:
 
 
 def command_of(pid: int) -> str:
-    cmd = (_read("/proc/%d/cmdline" % pid) or "").replace("\0", " ").strip()
+    # one line, whatever the command line holds (python -c with newlines in it)
+    cmd = " ".join((_read("/proc/%d/cmdline" % pid) or "").replace("\0", " ").split())
+    cmd = "".join(c if c.isprintable() else "?" for c in cmd)
     if not cmd:
         return ""
     return " (%s)" % (cmd if len(cmd) <= 80 else cmd[:77] + "...")

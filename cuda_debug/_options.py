@@ -20,6 +20,9 @@ and handed to the C core before the first scope or watch opens.
                                    same report to its stderr (default SIGUSR1)
     CUDA_DEBUG_DUMP=on|off         the first watch() starts the thread that answers
                                    `python -m cuda_debug dump PID` (default on)
+    CUDA_DEBUG_TRACE=out.json      at the first sticky fault reported while watching,
+                                   write the last launches as Chrome/Perfetto trace
+                                   events there (as `dump --trace`; default: none)
     CUDA_DEBUG_GRAPH_MARKERS=kernel|memop|0
                                    while watching, launches captured into a CUDA graph
                                    get completion markers captured with them: a one-thread
@@ -56,7 +59,7 @@ _CHOICES = {
     "CUDA_DEBUG_GRAPH_MARKERS": (dict({k: 2 * int(v) for k, v in _BOOL.items()}, memop=1, kernel=2),
                                  2),
 }
-_FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER")
+_FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER", "CUDA_DEBUG_TRACE")
 _OFF = ("", "0", "off", "no", "false")
 #: CUDA_DEBUG_DUMP_SIGNAL's values (and `dump --signal`'s): name -> number, 0 off
 DUMP_SIGNALS = {"sigusr1": _signal.SIGUSR1, "usr1": _signal.SIGUSR1,
@@ -68,12 +71,12 @@ class Options:
     ``import typing``, several ms, at every ``import cuda_debug``)."""
 
     __slots__ = ("report", "capture", "wait", "profile", "capture_check", "watch_ops", "guard",
-                 "hang_after", "dump_signal", "graph_markers", "dump")
+                 "hang_after", "dump_signal", "graph_markers", "dump", "trace")
 
     def __init__(self, report: bool, capture: bool, wait: int, profile: bool,
                  capture_check: bool, watch_ops: bool, guard: bool = False,
                  hang_after: "float | None" = None, dump_signal: int = _signal.SIGUSR1,
-                 graph_markers: int = 2, dump: bool = True):
+                 graph_markers: int = 2, dump: bool = True, trace: "str | None" = None):
         self.report, self.capture, self.wait = report, capture, wait
         self.profile, self.capture_check, self.watch_ops = profile, capture_check, watch_ops
         self.guard = guard
@@ -81,6 +84,7 @@ class Options:
         self.dump_signal = dump_signal      # signal number, 0: off
         self.graph_markers = graph_markers  # 0 off, 1 memop, 2 kernel
         self.dump = dump                    # the dump listener (cuda-debug dump PID)
+        self.trace = trace                  # CUDA_DEBUG_TRACE: a path, None: off
 
     def __repr__(self):
         return "Options(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -148,7 +152,8 @@ def read(environ=os.environ) -> Options:
                    guard=values["CUDA_DEBUG_GUARD"],
                    hang_after=hang_after, dump_signal=int(dump_signal),
                    graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"],
-                   dump=values["CUDA_DEBUG_DUMP"])
+                   dump=values["CUDA_DEBUG_DUMP"],
+                   trace=environ.get("CUDA_DEBUG_TRACE") or None)
 
 
 def parse_seconds(text):

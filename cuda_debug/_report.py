@@ -16,7 +16,7 @@ import threading
 import traceback
 from typing import List, NamedTuple, Optional, Sequence
 
-from . import _core, _cuda_errors, _dispatch_fallback, _torch_ops
+from . import _core, _cuda_errors, _dispatch_fallback, _options, _torch_ops
 from . import _locations
 from ._locations import compiled_frame, is_user_file, stack_from, stack_from_ids, user_frame
 from ._errors import CudaError, class_for
@@ -476,7 +476,12 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             fields["device_message"] = text or None
         fields["surfaced_at"] = _where_str(surfaced) if surfaced else None
     cls = class_for(code, at_launch=bool(raw.at_launch) if raw is not None else False)
-    return cls(code=code, **fields)
+    err = cls(code=code, **fields)
+    if _options.OPTIONS.trace and err.sticky and (watch is not None or (raw and raw.launch_seq)):
+        from . import _dump
+        c = watch["culprit"] if watch is not None else None
+        _dump.trace_at_fault(c.get("replay_seq", c["seq"]) if c else raw.launch_seq)
+    return err
 
 
 def build_dispatch(rec: dict, *, tb=None, frame=None, found_at: str = "launch") -> CudaError:

@@ -1,15 +1,12 @@
 """Hangs on the fake driver (CPU, CI): watch(hang_after=s) reports a stuck
-launch once and the process lives on; the dump signal (SIGUSR1) and
-``python -m cuda_debug dump PID`` ask for the same report, also while the main
-thread is blocked in a synchronize; NCCL launches are named by their
-collective; ``cuda_debug.in_flight()`` returns the report's fields.
+launch once and the process lives on; the dump signal (SIGUSR1) asks for the
+same report, also while the main thread is blocked in a synchronize
+(``python -m cuda_debug dump PID``: tests/test_dump_cpu.py); NCCL launches are
+named by their collective; ``cuda_debug.in_flight()`` returns the report's fields.
 
 The fake's ``fake_set_async(1)`` runs each stream's kernels on a thread of
 their own, and ``cuda_debug.testing.spin(s)`` keeps one busy for s seconds."""
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -168,46 +165,6 @@ def test_the_dump_signal_is_configurable(fake_child, setting, caught):
     assert c.result == {"caught": caught, "installed": installed}, c
     assert ("cuda_debug (watch): SIG%s (pid" % caught[0] in c.stderr) if caught else \
         "cuda_debug (watch)" not in c.stderr, c.stderr
-
-
-def test_dump_pid_asks_a_watching_process_for_its_report(fake_live):
-    with fake_live('''
-        import cuda_debug, cuda_debug.testing as t
-        fake.fake_set_async(1)
-        with cuda_debug.watch():
-            t.spin(60)                          # SPIN
-            print("READY", flush=True)
-            cuda_debug.check()
-    ''') as live:
-        live.wait_for("READY", name="stdout")
-        p = cli("dump", str(live.pid))
-        assert p.returncode == 0, p
-        assert "sent SIGUSR1 to process %d (" % live.pid in p.stdout, p.stdout
-        assert "goes to that process's stderr" in p.stdout, p.stdout
-        assert 'look there for "cuda_debug (watch): SIGUSR1 (pid %d)"' % live.pid in p.stdout
-        live.wait_for("cuda_debug (watch): SIGUSR1 (pid %d)" % live.pid, timeout=10)
-        live.wait_for("launched at %s:%d in <module>" % (live.script, live.line_of("# SPIN")),
-                      timeout=10)
-        assert "  spin on stream 0x0, device 0: unfinished for " in live.text(), live
-        assert live.proc.poll() is None, live      # alive
-
-
-def test_dump_refuses_a_process_that_does_not_catch_the_signal():
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        p = cli("dump", str(bystander.pid))
-        assert p.returncode == 1, p
-        assert "process %d (" % bystander.pid in p.stderr, p.stderr
-        assert "does not catch SIGUSR1" in p.stderr and "not sent" in p.stderr, p.stderr
-        time.sleep(0.2)
-        assert bystander.poll() is None            # not killed by the default action
-    finally:
-        bystander.kill()
-        bystander.wait()
-    p = cli("dump", "999999999")
-    assert p.returncode == 1 and "no process 999999999" in p.stderr, p
-    p = cli("dump", "--signal", "SIGKILL", "1")
-    assert p.returncode == 2 and "SIGUSR1 or SIGUSR2" in p.stderr, p
 
 
 NCCL = {

@@ -67,6 +67,8 @@ _SIGNATURES = {
     "fake_launch_loop": (c_long, [c_char_p, c_long]),
     "fake_launch_on_fiber": (c_int, [c_char_p]),
     "fake_call_below_stale_frame": (c_int, [ctypes.c_void_p]),
+    "fake_count_signal": (c_int, [c_int, c_long]),
+    "fake_signal_calls": (c_int, []),
 }
 
 

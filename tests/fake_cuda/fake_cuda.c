@@ -2263,3 +2263,34 @@ FAKE_EXPORT int fake_stats(long long *out, int n)
         out[i] = v[i];
     return m;
 }
+
+/* ------------------------------------------------ signal chaining tests -- */
+
+#include <signal.h>
+
+/* fake_count_signal(sig, sleep_us): a C handler for `sig` (installed before
+ * cuda_debug's, which then chains to it) that counts its calls and sleeps
+ * sleep_us in each: a window in which another thread's signal arrives. */
+static atomic_int sig_calls;
+static long sig_sleep_us;
+
+static void counting_handler(int sig)
+{
+    (void)sig;
+    atomic_fetch_add(&sig_calls, 1);
+    struct timespec ts = {sig_sleep_us / 1000000, (sig_sleep_us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+FAKE_EXPORT int fake_count_signal(int sig, long sleep_us)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = counting_handler;
+    sigemptyset(&sa.sa_mask);
+    sig_sleep_us = sleep_us;
+    return sigaction(sig, &sa, NULL);
+}
+
+FAKE_EXPORT int fake_signal_calls(void) { return atomic_load(&sig_calls); }
