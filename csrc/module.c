@@ -1001,6 +1001,24 @@ static PyObject *py_dump_document(PyObject *self, PyObject *arg)
     return out;
 }
 
+/* dump_set_extra(bytes): the flight recorder's last collectives (JSON made by
+ * json.dumps) that every dump document carries from now on. */
+static PyObject *py_dump_set_extra(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    char *p;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(arg, &p, &n) != 0)
+        return NULL;
+    if (n > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "dump_set_extra: at most 1 MiB");
+        return NULL;
+    }
+    if (cd_report_set_extra(p, (size_t)n) != 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 /* --------------------------------------------------------------- stats -- */
 
 static PyObject *py_stats(PyObject *self, PyObject *noargs)
@@ -1121,6 +1139,7 @@ static PyMethodDef core_methods[] = {
     METH(hang_state, METH_NOARGS, "-> (hang_after_ns, reports, dump signal)"),
     METH(dump_listen, METH_VARARGS, "dump_listen(rank, world_size): answer `cuda-debug dump PID`"),
     METH(dump_listener, METH_O, "dump_listener(pid) -> (state, abstract socket name)"),
+    METH(dump_set_extra, METH_O, "dump_set_extra(json bytes): the flight recorder, in every dump"),
     METH(dump_document, METH_O, "dump_document(recent) -> the in-flight document (JSON bytes)"),
     METH(install_dump_signal, METH_VARARGS,
          "install_dump_signal(signum, python_has_it, python_has_sigint): the in-flight report on a signal"),

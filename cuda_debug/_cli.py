@@ -546,7 +546,8 @@ def _print_dump(docs, ranked: bool, as_json: bool) -> None:
     if as_json:
         if ranked:
             out = {"ranks": [_dump.as_json(d) for d in docs],
-                   "verdict": _dump.verdict(docs) if docs else None}
+                   "verdict": _dump.verdict(docs) if docs else None,
+                   "flight_recorder": _dump.flight_recorder_lines(docs)}
         else:
             out = _dump.as_json(docs[0]) if docs else None
         if out is not None:
@@ -555,7 +556,8 @@ def _print_dump(docs, ranked: bool, as_json: bool) -> None:
     for d in docs:
         sys.stdout.write(_dump.prefixed(d) if ranked else d.get("text") or "")
     if ranked and docs:
-        print(_dump.verdict(docs))
+        for line in _dump.verdict_lines(docs):
+            print(line)
 
 
 def _write_dump_trace(path: str, docs) -> None:

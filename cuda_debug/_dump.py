@@ -243,8 +243,11 @@ def as_json(doc: dict) -> dict:
         d = r._asdict()
         d["stack"] = [list(f) for f in d["stack"]]
         streams.append(d)
-    return {"pid": doc["pid"], "rank": doc.get("rank"), "time": doc["time"],
-            "watching": doc.get("watching"), "streams": streams}
+    out = {"pid": doc["pid"], "rank": doc.get("rank"), "time": doc["time"],
+           "watching": doc.get("watching"), "streams": streams}
+    if doc.get("flight_recorder"):
+        out["flight_recorder"] = doc["flight_recorder"]
+    return out
 
 
 def label(doc: dict) -> str:
@@ -346,6 +349,27 @@ def verdict(docs: Sequence[dict]) -> str:
             "a compute kernel does not finish", busy, _names([n for n, _ in idle]),
             "has" if len(idle) == 1 else "have")
     return "verdict: no collective is waited for: %s" % busy
+
+
+def flight_recorder_lines(docs: Sequence[dict]) -> List[str]:
+    """Per rank whose NCCL flight recorder is on (TORCH_NCCL_TRACE_BUFFER_SIZE):
+    its last collectives, sequence number, op and state."""
+    out = []
+    for doc in docs:
+        fr = doc.get("flight_recorder") or {}
+        entries = fr.get("entries") or []
+        if not entries:
+            continue
+        out.append("  flight recorder, %s (%.0f s ago): %s" % (
+            label(doc), max(0.0, float(doc["time"]) - float(fr.get("time") or doc["time"])),
+            ", ".join("#%s %s %s" % (e.get("seq"), e.get("op"), e.get("state"))
+                      for e in entries)))
+    return out
+
+
+def verdict_lines(docs: Sequence[dict]) -> List[str]:
+    """The verdict, then the flight recorders' last collectives where they are on."""
+    return [verdict(docs)] + flight_recorder_lines(docs)
 
 
 # -- a timeline ------------------------------------------------------------------------

@@ -118,6 +118,10 @@ def enter(hang_after: Optional[float]) -> None:
                 warnings.warn("cuda_debug: `cuda-debug dump` cannot ask this process (the "
                               "listener did not start: %s); SIGUSR1 still writes the report "
                               "to its stderr" % e, RuntimeWarning, stacklevel=3)
+    if _options.OPTIONS.dump:
+        from . import _job
+        if _job.wanted():          # under torchrun: `dump --job` through the job's store
+            _job.start()
     sig = _options.OPTIONS.dump_signal
     if sig:
         import signal

@@ -489,3 +489,143 @@ def test_two_dump_signals_on_two_threads_at_once_both_chain(fake_child):
     ''')
     assert c.result == {"calls": 2}, c
     assert c.stderr.count("cuda_debug (watch): SIGUSR1 (pid ") == 2, c.stderr
+
+
+# -- a job of two nodes: two agent-like parents sharing one TCPStore ---------------------
+
+JOB_RANK = PRELUDE + '''
+import json, os, time, cuda_debug, cuda_debug.testing as t
+from cuda_debug import _job
+fake.fake_set_async(1)
+rank = int(os.environ["RANK"])
+# NCCL's flight recorder, as torch's _dump_nccl_trace_json() writes it (no NCCL here)
+_job._flight_recorder_ready = lambda: True
+_job._flight_recorder_json = lambda: json.dumps({"version": "2.10", "entries": [
+    {"collective_seq_id": 41, "profiling_name": "nccl:all_reduce", "state": "completed",
+     "pg_id": 0, "is_p2p": False},
+    {"collective_seq_id": 42, "profiling_name": "nccl:all_reduce",
+     "state": "scheduled" if rank == 2 else "started", "pg_id": 0, "is_p2p": False}]})
+AR = b"ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+fake.fake_set_kernel(AR, 0, 0, b"", -1, 60000000)
+with cuda_debug.watch():
+    t.empty()
+    if rank == 2:
+        t.spin(60)                                     # COMPUTE
+    fake.fake_launch(AR, 0, 1, 1, 1, 64, 1, 1)         # ALLREDUCE
+    print("READY", rank, flush=True)
+    time.sleep(60)
+'''
+
+NODE = '''
+import os, subprocess, sys
+node = int(sys.argv[1])
+procs = [subprocess.Popen([sys.executable, %r], env=dict(
+    os.environ, RANK=str(2 * node + r), LOCAL_RANK=str(r), WORLD_SIZE="4", GROUP_RANK=str(node)))
+    for r in range(2)]
+for p in procs:
+    p.wait()
+'''
+
+
+def test_dump_job_reads_every_rank_of_two_nodes_through_the_jobs_store(fake_cuda_dir, tmp_path):
+    pytest.importorskip("torch")
+    from datetime import timedelta
+    from torch.distributed import TCPStore
+    store = TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=30),
+                     wait_for_workers=False)            # what torchrun's agent hosts
+    rank = tmp_path / "rank.py"
+    rank.write_text(JOB_RANK)
+    env = dict(child_env(fake_cuda_dir), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port),
+               TORCH_NCCL_TRACE_BUFFER_SIZE="2000")
+    nodes = [Live(NODE % str(rank), env=env, args=[str(n)]) for n in range(2)]
+    try:
+        for r in range(4):
+            nodes[r // 2].wait_for("READY %d" % r, name="stdout", timeout=60)
+        deadline = time.monotonic() + 30
+        while not store.check(["cuda_debug/dump/rank/%d" % r for r in range(4)]):
+            assert time.monotonic() < deadline, "the ranks did not register"
+            time.sleep(0.2)
+        p = cli("dump", "--job", "127.0.0.1:%d" % store.port, env={"MASTER_ADDR": "",
+                                                                     "MASTER_PORT": ""},
+                timeout=60)
+        assert p.returncode == 0, p
+        lines = p.stdout.splitlines()
+        heads = [l for l in lines if "cuda_debug (watch): unfinished launches of pid" in l]
+        assert [h.split("]")[0] for h in heads] == ["[rank %d" % r for r in range(4)], lines
+        from conftest import line_of
+        src = rank.read_text()
+        compute = "%s:%d" % (rank, line_of(src, "# COMPUTE"))
+        ar = "%s:%d" % (rank, line_of(src, "# ALLREDUCE"))
+        assert "[rank 2]     launched at %s in <module>" % compute in lines, lines
+        v = [l for l in lines if l.startswith("verdict: ")]
+        assert len(v) == 1 and lines.index(v[0]) == len(lines) - 5, lines
+        v = v[0]
+        fr = lines[-4:]
+        for r in range(4):
+            assert re.fullmatch(r"  flight recorder, rank %d \([0-9]+ s ago\): #41 all_reduce "
+                                r"completed, #42 all_reduce %s" % (
+                                    r, "scheduled" if r == 2 else "started"), fr[r]), fr
+        assert v.startswith("verdict: rank 2 stalls the job: rank 2 in spin at %s" % compute), v
+        assert v.endswith("while ranks 0, 1, 3 wait in all_reduce (rank 0 at %s; rank 1 at %s; "
+                          "rank 3 at %s)" % (ar, ar, ar)), v
+        # MASTER_ADDR/MASTER_PORT from the environment, --json
+        q = cli("dump", "--job", "--json", env={"MASTER_ADDR": "127.0.0.1",
+                                                "MASTER_PORT": str(store.port)}, timeout=60)
+        assert q.returncode == 0, q
+        doc = json.loads(q.stdout)
+        assert [d["rank"] for d in doc["ranks"]] == [0, 1, 2, 3] and doc["missing"] == {}, doc
+        assert doc["ranks"][2]["flight_recorder"]["entries"][-1] == {
+            "seq": 42, "op": "all_reduce", "state": "scheduled", "pg": 0}, doc
+    finally:
+        for n in nodes:
+            n.__exit__(None, None, None)
+
+
+def test_dump_job_without_an_address_is_a_usage_error():
+    p = cli("dump", "--job", env={"MASTER_ADDR": "", "MASTER_PORT": ""})
+    assert p.returncode == 2, p
+    assert "--job: no store address: give HOST:PORT" in p.stderr, p
+    p = cli("dump", "--job", "nowhere")
+    assert p.returncode == 2 and "HOST:PORT" in p.stderr, p
+
+
+HANG_RANK = PRELUDE + '''
+import ctypes, os, time, cuda_debug, cuda_debug.testing as t
+fake.fake_set_async(1)
+rank = int(os.environ["RANK"])
+with cuda_debug.watch(hang_after=0.5):
+    t.spin(60)                                         # SPIN
+    time.sleep(2 * 2.0 + 1.5)                          # a hang report, published
+    print("READY", rank, flush=True)
+    if rank == 1:                                      # its Python can answer no more
+        ctypes.PyDLL(os.path.join(FAKE_DIR, "libcuda.so.1")).fake_ctx_sync()
+    time.sleep(60)
+'''
+
+
+def test_dump_job_shows_the_last_hang_report_of_a_rank_that_cannot_answer(fake_cuda_dir,
+                                                                           tmp_path):
+    pytest.importorskip("torch")
+    from datetime import timedelta
+    from torch.distributed import TCPStore
+    store = TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=30),
+                     wait_for_workers=False)
+    rank = tmp_path / "rank.py"
+    rank.write_text(HANG_RANK)
+    env = dict(child_env(fake_cuda_dir), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port))
+    with Live(NODE % str(rank), env=env, args=["0"]) as node:
+        for r in range(2):
+            node.wait_for("READY %d" % r, name="stdout", timeout=60)
+        assert store.check(["cuda_debug/dump/hang/1"]), "rank 1 published no hang report"
+        p = cli("dump", "--job", "127.0.0.1:%d" % store.port, "--timeout", "2", timeout=60)
+        assert p.returncode == 1, p
+        assert "cuda_debug dump: rank 1 did not answer within 4 s (pid " in p.stderr, p
+        assert "; its last hang report follows" in p.stderr, p
+        assert "cuda_debug dump: rank 2" in p.stderr and "not registered" in p.stderr, p
+        out = p.stdout.splitlines()
+        assert out[0].startswith("[rank 0] cuda_debug (watch): unfinished launches of pid "), out
+        i = out.index([l for l in out if l.startswith("[rank 1] (its last hang report, ")][0])
+        assert out[i + 1].startswith("[rank 1] cuda_debug (watch): unfinished launches of pid "), out
+        from conftest import line_of
+        assert "[rank 1]     launched at %s:%d in <module>" % (
+            rank, line_of(rank.read_text(), "# SPIN")) in out, out

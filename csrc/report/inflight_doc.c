@@ -14,7 +14,8 @@
  *   {"format": "cuda_debug.dump", "version": 1, "pid", "rank", "world_size",
  *    "time" (CLOCK_REALTIME s), "watching", "hang_after_ns", "dump_signal",
  *    "scanned", "newest_age_ns", "streams_cut", "culprit" (seq or null),
- *    "text" (the block, without the rank prefix),
+ *    "text" (the block, without the rank prefix), "flight_recorder" (what
+ *    Python handed down with cd_report_set_extra, or null),
  *    "streams": [{"seq", "stream", "device", "kernel", "short", "collective",
  *                 "graph", "thread_id", "thread_name", "age_ns", "queued",
  *                 "last_seq", "cbid", "frames": [[file, line, func, kind]...]}],
@@ -33,6 +34,7 @@
 #include "report/report.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,27 @@ void cd_buf_free(cd_buf *b)
 {
     free(b->p);
     memset(b, 0, sizeof *b);
+}
+
+/* What Python hands down to go with every document (NCCL's flight
+ * recorder: Python made it with json.dumps, so it is JSON), under extra_mu. */
+static pthread_mutex_t extra_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *extra;
+static size_t extra_n;
+
+int cd_report_set_extra(const char *json, size_t n)
+{
+    char *copy = n ? malloc(n) : NULL;
+    if (n && !copy)
+        return -1;
+    if (n)
+        memcpy(copy, json, n);
+    pthread_mutex_lock(&extra_mu);
+    free(extra);
+    extra = copy;
+    extra_n = n;
+    pthread_mutex_unlock(&extra_mu);
+    return 0;
 }
 
 /* ------------------------------------------------------------- JSON -- */
@@ -327,6 +350,15 @@ int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p)
         lit(o, "null");
     key(o, "text", 0);
     put_text(o, t, n, &sum, &text);
+    key(o, "flight_recorder", 0);
+    pthread_mutex_lock(&extra_mu);
+    if (extra_n) {
+        for (size_t i = 0; i < extra_n; i += 1024)
+            raw(o, extra + i, extra_n - i < 1024 ? extra_n - i : 1024);
+    } else {
+        lit(o, "null");
+    }
+    pthread_mutex_unlock(&extra_mu);
     key(o, "streams", 0);
     lit(o, "[");
     for (int i = 0; i < n; i++) {

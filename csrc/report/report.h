@@ -177,5 +177,8 @@ typedef struct {
 /* The in-flight report as JSON (inflight_doc.c says what it holds), appended
  * to b. 0, or -1 (out of memory). */
 int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p);
+/* JSON (made by Python's json.dumps) that every document carries as
+ * "flight_recorder" from now on (n 0: null again). 0, or -1 out of memory. */
+int cd_report_set_extra(const char *json, size_t n);
 
 #endif
