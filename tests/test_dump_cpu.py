@@ -629,3 +629,28 @@ def test_dump_job_shows_the_last_hang_report_of_a_rank_that_cannot_answer(fake_c
         from conftest import line_of
         assert "[rank 1]     launched at %s:%d in <module>" % (
             rank, line_of(rank.read_text(), "# SPIN")) in out, out
+
+
+def test_a_forked_child_answers_for_itself_and_the_parent_still_answers(fake_live):
+    with fake_live('''
+        import os, time, cuda_debug, cuda_debug.testing as t
+        fake.fake_set_async(1)
+        with cuda_debug.watch():
+            t.spin(60)                                  # PARENT
+            pid = os.fork()
+            if pid == 0:
+                with cuda_debug.watch():                # its own listener, under its pid
+                    print("CHILD", os.getpid(), flush=True)
+                    time.sleep(60)
+                os._exit(0)
+            print("PARENT", os.getpid(), flush=True)
+            time.sleep(60)
+    ''') as live:
+        _, child = live.wait_for("CHILD", name="stdout")
+        live.wait_for("PARENT", name="stdout")
+        child = int(child.split()[1])
+        p = cli("dump", "--json", str(live.pid))
+        c = cli("dump", "--json", str(child))
+        assert p.returncode == 0 and c.returncode == 0, (p, c)
+        assert json.loads(p.stdout)["pid"] == live.pid, p
+        assert json.loads(c.stdout)["pid"] == child, c
