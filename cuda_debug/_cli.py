@@ -476,9 +476,8 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
             sys.stderr.write("cuda_debug dump: --job asks the ranks through the job's store: "
                              "no PID, no --children\n")
             return EXIT_USAGE
-        from . import _job
-        return _job.dump_job(ns.job, as_json=ns.json, trace=ns.trace, last=ns.last,
-                             timeout=ns.timeout)
+        return _dump_job(ns.job, as_json=ns.json, trace=ns.trace, last=ns.last,
+                         timeout=ns.timeout)
     if not ns.pid:
         p.print_usage(sys.stderr)
         sys.stderr.write("cuda_debug dump: a PID is required (or --job)\n")
@@ -507,10 +506,54 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
             sys.stderr.write("cuda_debug dump: %s\n" % e)
             status = EXIT_ERROR
     docs.sort(key=lambda d: (d.get("rank") is None, d.get("rank") or 0, d["pid"]))
-    _print_dump(docs, ranked, ns.json)
+    try:
+        _print_dump(docs, ranked, ns.json)
+        sys.stdout.flush()
+    except BrokenPipeError:        # `dump PID | head`: the reader had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return status
     if ns.trace and docs:
         _write_dump_trace(ns.trace, docs)
     return status
+
+
+def _dump_job(given: str, as_json: bool = False, trace: Optional[str] = None,
+             last: Optional[int] = None, timeout: Optional[float] = None) -> int:
+    from . import _dump, _job
+    try:
+        host, port = _job.address(given)
+    except ValueError as e:
+        sys.stderr.write("cuda_debug dump: %s\n" % e)
+        return EXIT_USAGE
+    recent = (last or _dump.RECENT_DEFAULT) if trace else 1
+    import time
+    try:
+        docs, missing = _job.ask_job(host, port, recent, timeout or _job.TIMEOUT_S)
+    except (LookupError, OSError, ValueError) as e:
+        sys.stderr.write("cuda_debug dump: --job %s:%d: %s\n" % (host, port, e))
+        return EXIT_ERROR
+    for r, (why, hang) in sorted(missing.items()):
+        sys.stderr.write("cuda_debug dump: rank %d %s%s\n" % (
+            r, why, "; its last hang report follows" if hang else ""))
+    hangs = [hang for _, (_, hang) in sorted(missing.items()) if hang]
+    if as_json:
+        out = {"ranks": [_dump.as_json(d) for d in docs],
+               "missing": {str(r): why for r, (why, _) in missing.items()},
+               "last_hang_reports": [_dump.as_json(h) for h in hangs],
+               "verdict": _dump.verdict(docs + hangs) if docs or hangs else None}
+        print(json.dumps(out, indent=2))
+    else:
+        for d in docs:
+            sys.stdout.write(_dump.prefixed(d))
+        for h in hangs:
+            sys.stdout.write(_dump.prefixed(h, "(its last hang report, %.0f s ago)\n" % (
+                time.time() - float(h["time"])) + (h.get("text") or "")))
+        if docs or hangs:
+            for line in _dump.verdict_lines(docs + hangs):
+                print(line)
+    if trace and docs:
+        _dump.write_trace(trace, docs)
+    return EXIT_ERROR if missing else 0
 
 
 def _dump_targets(pid: int, children: bool):

@@ -14,10 +14,10 @@ csrc/report/inflight_doc.c, built without the GIL); a new hang report is
 published as ``cuda_debug/dump/hang/<r>``, so a rank whose Python cannot answer
 later (its GIL held forever) still has its last hang report in the store.
 
-``dump --job`` (:func:`dump_job`) adds 1 to the counter, waits for each
-registered rank's answer, and prints what ``dump`` of an agent prints: each
-rank's report prefixed ``[rank k]``, then the verdict; for a rank that did not
-answer, its last hang report when there is one.
+``dump --job`` (:func:`ask_job`; cuda_debug/_cli.py prints) adds 1 to the
+counter, waits for each registered rank's answer, and prints what ``dump`` of
+an agent prints: each rank's report prefixed ``[rank k]``, then the verdict;
+for a rank that did not answer, its last hang report when there is one.
 """
 import json
 import os
@@ -25,7 +25,7 @@ import socket
 import sys
 import threading
 import time
-from typing import List, Optional
+from typing import List
 
 PREFIX = "cuda_debug/dump/"
 POLL_S = 2.0
@@ -147,7 +147,7 @@ def _snapshot_flight_recorder() -> None:
     _core.dump_set_extra(json.dumps({"time": time.time(), "entries": entries}).encode())
 
 
-def _address(given: str):
+def address(given: str):
     if given:
         host, _, port = given.rpartition(":")
         if not host or not port.isdigit():
@@ -204,41 +204,3 @@ def _ask(store, host, port, recent, timeout):
         missing[r] = ("did not answer within %.0f s (pid %s on %s)" % (
             timeout + POLL_S, info.get("pid"), info.get("host")), hang)
     return [docs[r] for r in sorted(docs)], missing
-
-
-def dump_job(given: str, as_json: bool = False, trace: Optional[str] = None,
-             last: Optional[int] = None, timeout: Optional[float] = None) -> int:
-    from . import _dump
-    try:
-        host, port = _address(given)
-    except ValueError as e:
-        sys.stderr.write("cuda_debug dump: %s\n" % e)
-        return 2
-    recent = (last or _dump.RECENT_DEFAULT) if trace else 1
-    try:
-        docs, missing = ask_job(host, port, recent, timeout or TIMEOUT_S)
-    except (LookupError, OSError, ValueError) as e:
-        sys.stderr.write("cuda_debug dump: --job %s:%d: %s\n" % (host, port, e))
-        return 1
-    for r, (why, hang) in sorted(missing.items()):
-        sys.stderr.write("cuda_debug dump: rank %d %s%s\n" % (
-            r, why, "; its last hang report follows" if hang else ""))
-    hangs = [hang for _, (_, hang) in sorted(missing.items()) if hang]
-    if as_json:
-        out = {"ranks": [_dump.as_json(d) for d in docs],
-               "missing": {str(r): why for r, (why, _) in missing.items()},
-               "last_hang_reports": [_dump.as_json(h) for h in hangs],
-               "verdict": _dump.verdict(docs + hangs) if docs or hangs else None}
-        print(json.dumps(out, indent=2))
-    else:
-        for d in docs:
-            sys.stdout.write(_dump.prefixed(d))
-        for h in hangs:
-            sys.stdout.write(_dump.prefixed(h, "(its last hang report, %.0f s ago)\n" % (
-                time.time() - float(h["time"])) + (h.get("text") or "")))
-        if docs or hangs:
-            for line in _dump.verdict_lines(docs + hangs):
-                print(line)
-    if trace and docs:
-        _dump.write_trace(trace, docs)
-    return 1 if missing else 0
