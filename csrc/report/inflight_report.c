@@ -12,7 +12,11 @@
  *                thread 4242)                                       (one line each)
  *   [rank 0]     launched at /work/train.py:40 in main
  *   [rank 0]   The process goes on (one report per stuck launch); `python -m cuda_debug
- *                dump 4242` (SIGUSR1) writes this again.
+ *                dump 4242` prints this again in the terminal it runs in.
+ *
+ * `cuda-debug dump PID` gets the same block (headline "unfinished launches of
+ * pid N") inside the document of inflight_doc.c, from the listener thread
+ * (hooks/dump_server.c): no signal, nothing on fd 2.
  *
  * Async-signal-safe, as faulthandler: the watch ring and the completion slots
  * are read from host memory (capture/inflight.c), the text is built in a
