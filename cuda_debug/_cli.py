@@ -567,14 +567,18 @@ def _dump_targets(pid: int, children: bool):
                               "dumpable): not asked" % (pid, pid, proc.command))
     if has and not children:
         return [pid], False
-    ranks = []
+    # The topmost processes with cuda_debug below it (its ranks), not their own
+    # children (DataLoader workers forked by a rank have its extension mapped too).
+    procs = {}
     for c in _dump.descendants(pid):
         try:
-            _dump.check_askable(_dump.process(c))
+            p = _dump.process(c)
+            _dump.check_askable(p)
         except _dump.DumpError:
             continue
         if _dump.has_cuda_debug(c):
-            ranks.append(c)
+            procs[c] = p
+    ranks = [c for c, p in procs.items() if p.ppid not in procs]
     if ranks:
         return ranks, True
     raise _dump.DumpError(
