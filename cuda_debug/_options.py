@@ -61,7 +61,7 @@ _CHOICES = {
 }
 _FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER", "CUDA_DEBUG_TRACE")
 _OFF = ("", "0", "off", "no", "false")
-#: CUDA_DEBUG_DUMP_SIGNAL's values (and `dump --signal`'s): name -> number, 0 off
+#: CUDA_DEBUG_DUMP_SIGNAL's values: name -> number, 0 off
 DUMP_SIGNALS = {"sigusr1": _signal.SIGUSR1, "usr1": _signal.SIGUSR1,
                 "sigusr2": _signal.SIGUSR2, "usr2": _signal.SIGUSR2, "off": 0}
 

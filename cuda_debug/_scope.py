@@ -294,9 +294,10 @@ class watch(_Region):
     behind it on its stream, or while the program launches nothing (it waits),
     every stream's oldest unfinished launch (kernel or NCCL collective,
     launching line, age, queue depth) is written to stderr, once per stuck
-    launch, and the program goes on. ``SIGUSR1`` (``python -m cuda_debug dump
-    PID``) asks for the same report at any time; ``cuda_debug.in_flight()``
-    returns it as records.
+    launch, and the program goes on. ``python -m cuda_debug dump PID`` prints
+    the same report in the terminal it runs in, at any time (``SIGUSR1`` writes
+    it to this process's stderr); ``cuda_debug.in_flight()`` returns it as
+    records.
     """
 
     _what = "watch()"
