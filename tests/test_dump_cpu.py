@@ -8,6 +8,7 @@ threads at once both chain (issue 25, item 9b)."""
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -159,6 +160,18 @@ def test_a_process_with_cuda_debug_that_never_watched_does_not_answer(fake_live)
         assert p.returncode == 1 and len(p.stderr.splitlines()) == 1, p
         assert "has cuda_debug loaded but does not answer: it has not opened watch()" in p.stderr
         assert live.proc.poll() is None
+        # another process that took the name cannot answer for it
+        from cuda_debug import _core
+        squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            squatter.bind(b"\0" + _core.dump_listener(live.pid)[1])
+            squatter.listen(1)
+            p = cli("dump", str(live.pid))
+            assert p.returncode == 1 and len(p.stderr.splitlines()) == 1, p
+            assert "the listener named for process %d (" % live.pid in p.stderr, p
+            assert "is another process (pid %d): not asked" % os.getpid() in p.stderr, p
+        finally:
+            squatter.close()
 
 
 def test_no_such_process_and_a_zombie_are_refused():
