@@ -1003,6 +1003,25 @@ static PyObject *py_stderr_references(PyObject *self, PyObject *arg)
     return PyLong_FromLong(n);
 }
 
+/* _test_fork_hold(hold): tests: a thread of ours takes every lock a forked
+ * child's handler resets and holds them (True) until given back (False). */
+static PyObject *py__test_fork_hold(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int hold = PyObject_IsTrue(arg);
+    if (hold < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cd_fork_test_hold(hold);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_install_tee(PyObject *self, PyObject *noargs)
 {
     (void)self;
@@ -1063,6 +1082,8 @@ static PyMethodDef core_methods[] = {
          "install_dump_signal(signum, python_has_it, python_has_sigint): the in-flight report on a signal"),
     METH(stderr_references, METH_O, "stderr_references(path) -> libc stderr slots of a loaded library"),
     METH(frames_stop, METH_NOARGS, "stop reading Python frames (atexit, before thread states go)"),
+    METH(_test_fork_hold, METH_O, "tests: hold (True) or give back (False) every lock a forked "
+                                  "child resets, from a thread of ours"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,
      METH_VARARGS | METH_KEYWORDS, "launch an embedded test kernel -> CUresult"},
     {"gemm", (PyCFunction)(void (*)(void))cd_py_gemm, METH_VARARGS | METH_KEYWORDS,
@@ -1175,6 +1196,13 @@ static int core_exec(PyObject *m)
     if (add_callback_ids(m) < 0)
         return -1;
     cd_frames_watch_code();
+    /* A forked child starts clean (hooks/after_fork.c). */
+    int frc = cd_fork_init(cd_bench_fork);
+    if (frc) {
+        errno = frc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
     /* Frame reads stop before the finalizer frees thread states: an atexit
      * hook, registered now, runs before that (and after those registered
      * later). */

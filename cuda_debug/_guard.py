@@ -26,6 +26,7 @@ while torch.compile traces or a CUDA graph is being captured (a host read would
 break the capture).
 """
 import functools
+import os
 import sys
 import threading
 
@@ -35,6 +36,14 @@ from ._scope import _Region, _check_bool
 # -- who is guarded, now ------------------------------------------------------------
 
 _lock = threading.Lock()
+
+
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()       # another thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _open = 0             # enabled guard()s open in the process (every thread): the wrappers' gate
 _all_threads = 0      # of which all_threads=True
 _installed = False

@@ -324,6 +324,17 @@ _last_error: Optional[CudaError] = None
 _log_marks = {}                  # fault seq -> log_end, to cut the driver log between faults
 
 
+def _after_fork_in_child():
+    """A forked child reports nothing of the parent's (csrc/hooks/after_fork.c:
+    the parent's fault records are not read there): no last error, a free lock."""
+    global _state_lock, _last_error
+    _state_lock = threading.Lock()
+    _last_error = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def claim(seq: int, thread_id: Optional[int] = None) -> bool:
     """True the first time a fault record is claimed for reporting to a thread
     (each thread that met the fault gets its report once)."""

@@ -77,6 +77,8 @@ int cd_frames_code_watched(void);
 /* Frames are read no more (the interpreter's atexit hooks run, before it
  * frees thread states); waits, briefly, for the reads under way. */
 void cd_frames_stop(void);
+/* The child: loc_lock free, no reader of the parent's counted (base.h). */
+void cd_frames_fork(int op);
 
 /* ---------------------------------------------------- frame_readers.c -- */
 
@@ -130,6 +132,8 @@ typedef struct {
     size_t cut;            /* bytes that did not fit */
 } cd_window;
 int cd_tee_install(void);              /* once; 0 ok, -1 nothing can be captured */
+/* The child: the locks free, no window open, none of the parent's assert lines. */
+void cd_tee_fork(int op);
 /* 1 installed, 0 not yet, -1 not possible (libcuda has no `stderr` slot). */
 int cd_tee_installed(void);
 /* How many slots of the loaded object `handle` (a dlopen handle) hold the
@@ -206,6 +210,10 @@ int cd_watch_get(uint64_t seq, cd_watch_record *out);
  * out[] sorted by seq; returns the count (-1: one guess in out[0]). */
 int cd_watch_incomplete(uint64_t since, uint64_t *out, int max);
 int cd_watch_context_device(int ctx_index);
+/* The child: ctx_lock free; the parent's launches are never read again
+ * (cd_watch_get refuses them: their markers would never come, the device
+ * writes the parent's memory, not the child's copy); its contexts retired. */
+void cd_watch_fork(int op);
 /* CLOCK_MONOTONIC in ns (vDSO: ~25 ns; async-signal-safe). */
 static inline uint64_t cd_clock_ns(void)
 {
@@ -296,6 +304,8 @@ typedef struct {
     int kernel_rc;                 /* the last failed marker-kernel load or launch */
 } cd_graph_counters;
 void cd_graph_stats(cd_graph_counters *out);
+/* The child: graph_lock free, this thread in no capture (base.h). */
+void cd_graph_markers_fork(int op);
 
 /* ----------------------------------------------------- graph_execs.c -- */
 
@@ -303,6 +313,8 @@ void cd_graph_stats(cd_graph_counters *out);
 void cd_graph_exec_set(CUgraphExec exec, uint32_t capture1);
 /* For a cuGraphLaunch's ring record: 1 + the capture its executable runs, 0 unknown. */
 uint16_t cd_graph_replayed(const void *launch_params);
+/* The child: exec_lock free (base.h). */
+void cd_graph_execs_fork(int op);
 
 /* ------------------------------------------------------ native_ops.c -- */
 
@@ -326,5 +338,6 @@ uint64_t cd_driver_log_count(void);
 /* Line i (0-based, of all ever logged) into out: its length, or -1 when it
  * is gone from the ring (or not logged yet). */
 long cd_driver_log_line(uint64_t i, char *out, size_t cap);
+void cd_driver_log_fork(int op);      /* the child: log_lock free */
 
 #endif

@@ -568,3 +568,23 @@ int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
     atomic_fetch_sub(&frames_readers, 1);
     return n;
 }
+
+void cd_frames_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        /* A parent's thread mid-insert: its entry is published last (key,
+         * n_locs), so what it left half-written is never read. */
+        atomic_flag_clear(&loc_lock);
+        atomic_store(&frames_readers, 0);      /* the parent's readers are not here */
+        break;
+    case CD_FORK_TEST_TAKE:
+        loc_lock_take();
+        atomic_fetch_add(&frames_readers, 1);
+        break;
+    case CD_FORK_TEST_GIVE:
+        atomic_fetch_sub(&frames_readers, 1);
+        loc_lock_give();
+        break;
+    }
+}

@@ -19,6 +19,8 @@
  *     come out at whichever call finds the fault. A fault takes, from the
  *     ring, the assert lines written since its wait began that name its own
  *     kernel (cd_tee_asserts_since).
+ * A forked child starts with no window and none of the parent's lines
+ * (cd_tee_fork).
  * libc's own `stderr` stays what it was, for everyone else: freopen, fileno,
  * isatty, dup2 and Py_FatalError behave as without us. (Replacing libc's
  * `stderr` itself broke all of those.) When libcuda has no such relocation
@@ -142,11 +144,28 @@ static ssize_t tee_write(void *cookie, const char *buf, size_t n)
     return (ssize_t)n;             /* never stall stdio on an fd-2 error */
 }
 
-static void atfork_child(void)
+static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void cd_tee_fork(int op)
 {
-    tls_window = NULL;
-    tls_line_len = 0;
-    atomic_flag_clear(&recent_lock);
+    switch (op) {
+    case CD_FORK_CHILD:
+        tls_window = NULL;         /* the forking thread's window is the parent's */
+        tls_line_len = 0;
+        recent_len = 0;            /* the parent's assert lines are not the child's */
+        atomic_flag_clear(&recent_lock);
+        install_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&install_lock);
+        while (atomic_flag_test_and_set_explicit(&recent_lock, memory_order_acquire))
+            ;
+        break;
+    case CD_FORK_TEST_GIVE:
+        atomic_flag_clear_explicit(&recent_lock, memory_order_release);
+        pthread_mutex_unlock(&install_lock);
+        break;
+    }
 }
 
 /* ------------------------------------------ libcuda's `stderr` slot -- */
@@ -288,13 +307,11 @@ static int install(void)
     setvbuf(fp, NULL, _IONBF, 0);
     driver_stderr = fp;            /* before the slot points here */
     fflush(stderr);                /* what libcuda wrote into libc's stderr before */
-    pthread_atfork(NULL, NULL, atfork_child);
     return patch_driver_stderr();
 }
 
 int cd_tee_install(void)
 {
-    static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&install_lock);
     if (!atomic_load(&installed))
         atomic_store(&installed, install());

@@ -29,6 +29,7 @@
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 static cd_fault ring[CD_FAULT_RING];
 static atomic_uint_fast64_t fault_seq;
+static uint64_t fork_floor;        /* a forked child: the records up to it are the parent's */
 
 #define MAX_DEAD 64
 /* Contexts known dead, by CUPTI's contextUid: a reset hands back the same
@@ -119,7 +120,7 @@ int cd_faults_since(uint64_t since, cd_fault *out, int n)
     int k = 0;
     pthread_mutex_lock(&fault_lock);
     uint64_t last = atomic_load(&fault_seq);
-    uint64_t first = since + 1;
+    uint64_t first = (since > fork_floor ? since : fork_floor) + 1;
     if (last >= CD_FAULT_RING && first <= last - CD_FAULT_RING)
         first = last - CD_FAULT_RING + 1;
     for (uint64_t s = first; s <= last && k < n; s++)
@@ -127,4 +128,21 @@ int cd_faults_since(uint64_t since, cd_fault *out, int n)
             out[k++] = ring[s % CD_FAULT_RING];
     pthread_mutex_unlock(&fault_lock);
     return k;
+}
+
+void cd_faults_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        fault_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        fork_floor = atomic_load(&fault_seq);
+        n_dead = 0;                /* the child's contexts are its own */
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&fault_lock);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&fault_lock);
+        break;
+    }
 }

@@ -528,3 +528,22 @@ int cd_install_signal_handlers(void)
         return -1;
     return 0;
 }
+
+void cd_report_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        atomic_store(&report_busy, 0);
+        atomic_store(&cd_report_written, 0);
+        atomic_store(&signal_written, 0);
+        atomic_store(&elastic_written, 0);
+        atomic_store(&consequences, 0);
+        break;
+    case CD_FORK_TEST_TAKE:
+        atomic_store(&report_busy, 1);      /* a report being written by another thread */
+        break;
+    case CD_FORK_TEST_GIVE:
+        atomic_store(&report_busy, 0);
+        break;
+    }
+}

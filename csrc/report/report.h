@@ -88,6 +88,8 @@ uint64_t cd_fault_seq(void);
 int cd_fault_add_ops(cd_fault *f);
 /* Copy the records with seq > since, oldest first, into out (at most n). */
 int cd_faults_since(uint64_t since, cd_fault *out, int n);
+/* The child: fault_lock free; the parent's records are never read there. */
+void cd_faults_fork(int op);
 
 /* ---------------------------------------------------- fault_report.c -- */
 
@@ -125,6 +127,8 @@ void cd_report_unlock(int taken);
 /* Call the handler `old` was (1), or 0 when it is SIG_DFL or SIG_IGN. */
 int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx);
 extern atomic_int cd_report_written;
+/* The child: nothing written yet, no report being written, no handler running. */
+void cd_report_fork(int op);
 
 /* -------------------------------------------------- inflight_report.c -- */
 
@@ -139,5 +143,6 @@ void cd_report_hang(uint64_t hang_after_ns);
  * recognised). 0, or -1 with errno (EBUSY: another dump signal is installed). */
 int cd_install_dump_signal(int sig, int sig_is_python, int sigint_is_python);
 int cd_dump_signal(void);          /* the one installed, 0 none */
+void cd_inflight_report_fork(int op);   /* the child: no dump handler running */
 
 #endif
