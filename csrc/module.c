@@ -1003,6 +1003,18 @@ static PyObject *py_stderr_references(PyObject *self, PyObject *arg)
     return PyLong_FromLong(n);
 }
 
+/* _test_report_pause(seconds): tests: the watch block written from a call
+ * pauses that long after claiming the report, before writing it. */
+static PyObject *py__test_report_pause(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    double s = PyFloat_AsDouble(arg);
+    if (s == -1.0 && PyErr_Occurred())
+        return NULL;
+    cd_report_test_pause(s > 0 ? (uint64_t)(s * 1e9) : 0);
+    Py_RETURN_NONE;
+}
+
 /* _test_fork_hold(hold): tests: a thread of ours takes every lock a forked
  * child's handler resets and holds them (True) until given back (False). */
 static PyObject *py__test_fork_hold(PyObject *self, PyObject *arg)
@@ -1082,6 +1094,8 @@ static PyMethodDef core_methods[] = {
          "install_dump_signal(signum, python_has_it, python_has_sigint): the in-flight report on a signal"),
     METH(stderr_references, METH_O, "stderr_references(path) -> libc stderr slots of a loaded library"),
     METH(frames_stop, METH_NOARGS, "stop reading Python frames (atexit, before thread states go)"),
+    METH(_test_report_pause, METH_O, "tests: the watch block from a call pauses this long "
+                                     "before it is written"),
     METH(_test_fork_hold, METH_O, "tests: hold (True) or give back (False) every lock a forked "
                                   "child resets, from a thread of ours"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,

@@ -44,6 +44,9 @@ static atomic_int elastic_written;      /* 0, ELASTIC_BY_SIGNAL or ELASTIC_FINAL
 atomic_int cd_report_written;          /* the culprit block of watch mode: once */
 static atomic_int signal_written;      /* the block of a SIGABRT/SIGTERM: once, apart */
 static atomic_int consequences;        /* one-line notes for refusals, a few at most */
+static atomic_uint_fast64_t test_pause_ns;  /* tests: a pause inside the watch block's writing */
+
+void cd_report_test_pause(uint64_t ns) { atomic_store(&test_pause_ns, ns); }
 
 /* Called before the first scope (Python: _report.configure_core), while no
  * fault path can run: plain stores. */
@@ -360,10 +363,8 @@ static void put_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq,
     cd_out_location_as(o, "replayed", r->frames, r->n_frames, 0);
 }
 
-void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
+static void write_watch_culprit(int code, const char *found_at, int from_signal)
 {
-    if (!enabled)
-        return;
     uint64_t seqs[8];
     int n = cd_watch_incomplete(0, seqs, 8), guess = n < 0;
     if (guess)
@@ -382,6 +383,11 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
             return;
     } else if (atomic_exchange(&cd_report_written, 1)) {
         return;
+    }
+    uint64_t pause = from_signal ? 0 : atomic_load(&test_pause_ns);
+    if (pause) {
+        struct timespec ts = {(time_t)(pause / 1000000000u), (long)(pause % 1000000000u)};
+        nanosleep(&ts, NULL);
     }
     cd_out o = {.n = 0, .line_start = 1};
     cd_out_puts(&o, "cuda_debug (watch): ");
@@ -432,6 +438,31 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         flush_report_to(&o, from_signal == CD_FROM_DYING_SIGNAL ? 2 : 0, to_fd);
     else
         flush_report(&o);
+}
+
+/* From a call (a refused launch, the driver log, Python): the block is
+ * claimed, built and written under the report lock, with this thread's
+ * sibling signals held back. A SIGABRT or SIGTERM on another thread meanwhile
+ * (NCCL's watchdog, torchrun) waits in its handler for the lock, finds the
+ * block written and lets the process die only after it; one on this thread
+ * waits until the block is out. (Claimed first and written unlocked, a signal
+ * in between found the report claimed, wrote nothing, and the process died
+ * with no report.) From a signal handler: the handler holds the lock. */
+void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
+{
+    if (!enabled)
+        return;
+    if (from_signal) {
+        write_watch_culprit(code, found_at, from_signal);
+        return;
+    }
+    sigset_t block, old;
+    cd_signal_mask(&block);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int taken = cd_report_lock();
+    write_watch_culprit(code, found_at, 0);
+    cd_report_unlock(taken);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /* ------------------------------------------------ dying of a signal --- */

@@ -104,7 +104,9 @@ void cd_report_fault_ops(const cd_fault *f);
  * any wait of ours (a launch refused, the driver log, a signal). Async-signal-
  * safe when `from_signal` (CD_FROM_*). Writes at most once per process for a
  * fault, and once for a signal (code 0); torchrun's error file from a signal
- * only when it is CD_FROM_DYING_SIGNAL. */
+ * only when it is CD_FROM_DYING_SIGNAL. From a call it holds cd_report_lock
+ * (and this thread's sibling signals) until the block is out: a dying signal
+ * on another thread meanwhile waits for it. */
 enum { CD_FROM_CALL = 0, CD_FROM_SIGNAL = 1, CD_FROM_DYING_SIGNAL = 2 };
 void cd_report_watch_culprit(int code, const char *found_at, int from_signal);
 /* The texts and switches Python owns, handed down once: the block on or off,
@@ -127,6 +129,9 @@ void cd_report_unlock(int taken);
 /* Call the handler `old` was (1), or 0 when it is SIG_DFL or SIG_IGN. */
 int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx);
 extern atomic_int cd_report_written;
+/* Tests: the watch block written from a call (not a signal) pauses this long
+ * once it has claimed the report, before it is built and written (0: never). */
+void cd_report_test_pause(uint64_t ns);
 /* The child: nothing written yet, no report being written, no handler running. */
 void cd_report_fork(int op);
 
