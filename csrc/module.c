@@ -574,7 +574,7 @@ static PyObject *py_faults(PyObject *self, PyObject *arg)
     for (int i = 0; out && i < n; i++) {
         const cd_fault *f = &fs[i];
         PyObject *r = Py_BuildValue(
-            "(KiiiiNn(III)(III)IKKil" "NdKNiNnKN)",
+            "(KiiiiNn(III)(III)IKKil" "NdKNiNnKN" "iKl)",
             (unsigned long long)f->seq, f->code, f->at_launch, f->consequence, f->cbid,
             PyBytes_FromString(f->kernel), (Py_ssize_t)f->kernel_len, f->grid[0], f->grid[1],
             f->grid[2], f->block[0], f->block[1], f->block[2], f->shared_mem,
@@ -585,7 +585,7 @@ static PyObject *py_faults(PyObject *self, PyObject *arg)
             ids_tuple(f->frames, f->n_frames), f->frames_complete,
             PyBytes_FromStringAndSize(f->device_message, (Py_ssize_t)f->device_message_len),
             (Py_ssize_t)f->device_message_cut, (unsigned long long)f->log_end,
-            ops_tuple(f));
+            ops_tuple(f), f->assert_level, (unsigned long long)f->cause_seq, f->cause_thread);
         if (!r || PyList_Append(out, r) < 0)
             Py_CLEAR(out);
         Py_XDECREF(r);
@@ -829,7 +829,9 @@ static PyObject *py_recent_asserts(PyObject *self, PyObject *noargs)
     return PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
 }
 
-/* asserts_for(kernel) -> bytes: the device-assert lines kept that name `kernel`. */
+/* asserts_for(kernel) -> (bytes, level): the device-assert lines kept that
+ * belong best to `kernel`, and how (ASSERT_NONE: none; ASSERT_GENERIC, _FITS,
+ * _NAMES: capture/capture.h). */
 static PyObject *py_asserts_for(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -837,8 +839,9 @@ static PyObject *py_asserts_for(PyObject *self, PyObject *arg)
     if (!k)
         return NULL;
     char buf[8192];
-    size_t cut = 0, n = cd_tee_asserts_since(0, k, buf, sizeof buf, &cut);
-    return PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
+    int level = CD_ASSERT_NONE;
+    size_t cut = 0, n = cd_tee_asserts_since(0, k, buf, sizeof buf, &cut, &level);
+    return Py_BuildValue("(y#i)", buf, (Py_ssize_t)n, level);
 }
 
 static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
@@ -1081,7 +1084,8 @@ static PyMethodDef core_methods[] = {
     METH(graph_capture, METH_O, "graph_capture(c) -> (id, nodes, multi_stream, unmarked, state)"),
     METH(graph_stats, METH_NOARGS, "graph-marker and context-table counters"),
     METH(recent_asserts, METH_NOARGS, "the latest device-assert lines written to stderr"),
-    METH(asserts_for, METH_O, "the device-assert lines kept that name a kernel"),
+    METH(asserts_for, METH_O, "asserts_for(kernel) -> (the assert lines kept that belong best "
+                              "to it, ASSERT_* level)"),
     METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
     METH(stats, METH_NOARGS, "launch-hook counters"),
     METH(set_op, METH_O, "set_op(token): this thread's current op for watch(ops=True)"),
@@ -1185,6 +1189,8 @@ static int core_exec(PyObject *m)
         {"GRAPH_NOT_STARTED", CD_GRAPH_NOT_STARTED}, {"GRAPH_ALL_DONE", CD_GRAPH_ALL_DONE},
         {"GRAPH_BROKEN", CD_GRAPH_BROKEN},
         {"GRAPH_NODES", CD_GRAPH_NODES}, {"FRAMES_SUPPORTED", 0},
+        {"ASSERT_NONE", CD_ASSERT_NONE}, {"ASSERT_GENERIC", CD_ASSERT_GENERIC},
+        {"ASSERT_FITS", CD_ASSERT_FITS}, {"ASSERT_NAMES", CD_ASSERT_NAMES},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         long v = ints[i].value;

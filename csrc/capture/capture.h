@@ -144,11 +144,22 @@ void cd_tee_close(void);
 /* The most recent device-assert lines written by any thread (watch mode,
  * where the text comes out at whichever call finds the fault). */
 size_t cd_tee_recent_asserts(char *out, size_t cap);
-/* The ring's byte count now; then the assert lines kept since that naming
- * `kernel` (any when kernel is NULL or ""), up to cap, the rest counted in *cut. */
+/* How an assert line belongs to a kernel: it names another one (or none of
+ * the lines is an assert); its function names no kernel (a lambda's
+ * "operator()", Triton's "unknown") and this kernel's name does not fit it;
+ * it names none but fits (a kernel holding a closure type, resp. a kernel
+ * that is not C++); it names this kernel. */
+enum { CD_ASSERT_NONE = 0, CD_ASSERT_GENERIC = 1, CD_ASSERT_FITS = 2, CD_ASSERT_NAMES = 3 };
+/* The ring's byte count now; then the assert lines kept since that belong
+ * best to `kernel` (every line when kernel is NULL or ""): those of the best
+ * CD_ASSERT_* level any line has for it, none at CD_ASSERT_NONE; up to cap,
+ * the rest counted in *cut; the level in *level (when not NULL). */
 uint64_t cd_tee_assert_mark(void);
 size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t cap,
-                            size_t *cut);
+                            size_t *cut, int *level);
+/* The best CD_ASSERT_* level of the assert lines of `text` for `kernel`, and
+ * how many assert lines it holds (*asserts, when not NULL). */
+int cd_tee_text_level(const char *text, size_t n, const char *kernel, int *asserts);
 
 /* ------------------------------------------------------ watch_ring.c -- */
 

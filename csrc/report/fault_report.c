@@ -237,7 +237,18 @@ void cd_report_fault(const cd_fault *f)
         put_kernel(&o, f->kernel[0] ? f->kernel : "a graph");
         cd_out_puts(&o, " failed because the CUDA context was already dead (thread tid ");
         cd_out_u(&o, (unsigned long long)f->thread_id);
-        cd_out_puts(&o, "); the cause is reported above\n");
+        char cause[CD_KERNEL_NAME];
+        if (f->cause_seq && f->cause_thread != f->thread_id &&
+            cd_fault_kernel_of(f->cause_seq, cause, sizeof cause)) {
+            /* another thread's fault: name it (its own block is above) */
+            cd_out_puts(&o, "): it met the fault of ");
+            put_kernel(&o, cause);
+            cd_out_puts(&o, " (thread tid ");
+            cd_out_u(&o, (unsigned long long)f->cause_thread);
+            cd_out_puts(&o, "), reported in that thread's block\n");
+        } else {
+            cd_out_puts(&o, "); the cause is reported above\n");
+        }
         cd_out_flush(&o);
         return;
     }

@@ -53,6 +53,9 @@ typedef struct {
     int code;                  /* CUresult */
     int at_launch;             /* 1: the launch call itself failed; 0: the wait found it */
     int consequence;           /* a sticky fault was recorded before: this is its echo */
+    int assert_level;          /* CD_ASSERT_*: how the assert text belongs to this kernel */
+    uint64_t cause_seq;        /* a consequence: the record of its context's cause, 0 unknown */
+    long cause_thread;         /* and that record's thread (gettid) */
     int cbid;                  /* CUPTI driver callback id of the launch */
     char kernel[CD_KERNEL_NAME];   /* mangled symbol name (cut), "" for graph launches */
     size_t kernel_len;         /* its full length */
@@ -79,8 +82,17 @@ typedef struct {
 /* Fill the identity fields of `f` from a launch callback (kernel, dims,
  * stream, device, thread, time, frames). Cold path. */
 void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId cbid);
-/* Copy into the ring, assign seq and `consequence`; returns the seq. */
+/* Copy into the ring, assign seq, `consequence` and its cause; returns the
+ * seq. A sticky record is a consequence when its context had a sticky record
+ * before, unless its assert text belongs to it better (CD_ASSERT_FITS or
+ * NAMES) than the text of that context's cause so far did: then it is the
+ * cause (another thread's wait was recorded first). */
 uint64_t cd_fault_record(cd_fault *f);
+/* The best assert level of the cause recorded for a context (CUPTI's id) so
+ * far; -1 when none was. */
+int cd_fault_context_level(uint32_t context_uid);
+/* The kernel (mangled, cut to cap) of record `seq` while it is in the ring: its length, 0 when gone. */
+size_t cd_fault_kernel_of(uint64_t seq, char *out, size_t cap);
 uint64_t cd_fault_seq(void);
 /* Then, for the first records, the PyTorch ops of the native stack (slow,
  * and the walk can meet stale frames: after recording, so other threads see
