@@ -309,13 +309,10 @@ static PyObject *py_file_kind(PyObject *self, PyObject *arg)
         PyErr_SetString(PyExc_TypeError, "file_kind() takes a str");
         return NULL;
     }
-    /* As frames.c copies code objects' names: lone surrogates become U+FFFD. */
-    PyObject *b = PyUnicode_AsEncodedString(arg, "utf-8", "replace");
-    if (!b)
-        return NULL;
-    int kind = cd_file_kind(PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
-    Py_DECREF(b);
-    return PyLong_FromLong(kind);
+    /* The bytes frames.c keeps of a code object's file name. */
+    char file[CD_NAME_MAX];
+    size_t n = cd_frames_copy_name(arg, file, sizeof file);
+    return PyLong_FromLong(cd_file_kind(file, n));
 }
 
 /* _check_debug_offsets(table) -> None, or why the frame reader would refuse
@@ -602,6 +599,15 @@ static PyObject *str_or_none(uint32_t id)
     return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
 }
 
+/* A file name as frames.c kept it, as os.fsdecode spells it (surrogateescape). */
+static PyObject *filename_or_none(uint32_t id)
+{
+    const char *s = cd_interned(id);
+    if (!s)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "surrogateescape");
+}
+
 /* code_kind(code) -> LOC_USER | LOC_LIBRARY | LOC_PSEUDO | LOC_COMPILED: the
  * kind the launch callback gives this code object's frames. */
 static PyObject *py_code_kind(PyObject *self, PyObject *arg)
@@ -624,7 +630,7 @@ static PyObject *py_location(PyObject *self, PyObject *arg)
     cd_location loc;
     if (id > UINT32_MAX || cd_location_get((uint32_t)id, &loc) != 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(NNii)", str_or_none(loc.file), str_or_none(loc.func), loc.lineno,
+    return Py_BuildValue("(NNii)", filename_or_none(loc.file), str_or_none(loc.func), loc.lineno,
                          loc.kind);
 }
 

@@ -64,6 +64,14 @@ void cd_frames_configure(const char *const *library_prefixes, int n_prefixes,
                          const char *const *user_pseudo, int n_pseudo);
 /* CD_LOC_* of a file name of n bytes (UTF-8): the one user-frame rule. */
 int cd_file_kind(const char *file, size_t n);
+/* A code location's file name, as kept: os.fsencode's bytes (UTF-8, a byte
+ * os.fsdecode escaped as U+DC80..U+DCFF that byte again, another lone
+ * surrogate U+FFFD), whole up to CD_NAME_MAX - 1 bytes (a path of PATH_MAX);
+ * a longer one cut visibly: its start, "...", its end. Function names the
+ * same, cut at 255 bytes. */
+#define CD_NAME_MAX 4096
+/* The same copy of a str (a PyObject *; compact) into out: its length. */
+size_t cd_frames_copy_name(void *str, char *out, size_t cap);
 /* CD_LOC_* of a code object (a PyCodeObject *): its file's kind, or
  * CD_LOC_COMPILED. Safe without the GIL while the code object is alive. */
 int cd_code_kind(void *code);
