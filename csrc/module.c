@@ -915,11 +915,12 @@ static PyObject *py_set_hang_after(PyObject *self, PyObject *arg)
     double s = PyFloat_AsDouble(arg);
     if (s == -1.0 && PyErr_Occurred())
         return NULL;
-    if (!(s >= 0 && s < 1e9)) {
+    uint64_t ns = s >= 0 && s < 1e9 ? (uint64_t)(s * 1e9) : 0;
+    if (!(s >= 0 && s < 1e9) || (s > 0 && ns == 0)) {     /* never 0 (off) by rounding */
         PyErr_SetString(PyExc_ValueError, "hang_after must be 0 (off) or a positive number of seconds");
         return NULL;
     }
-    int rc = cd_hang_watch_set((uint64_t)(s * 1e9));
+    int rc = cd_hang_watch_set(ns);
     if (rc) {
         errno = rc;
         return PyErr_SetFromErrno(PyExc_OSError);
@@ -1195,6 +1196,7 @@ static int core_exec(PyObject *m)
         {"GRAPH_NOT_STARTED", CD_GRAPH_NOT_STARTED}, {"GRAPH_ALL_DONE", CD_GRAPH_ALL_DONE},
         {"GRAPH_BROKEN", CD_GRAPH_BROKEN},
         {"GRAPH_NODES", CD_GRAPH_NODES}, {"FRAMES_SUPPORTED", 0},
+        {"HANG_STEP_MIN_NS", CD_HANG_STEP_MIN_NS},
         {"ASSERT_NONE", CD_ASSERT_NONE}, {"ASSERT_GENERIC", CD_ASSERT_GENERIC},
         {"ASSERT_FITS", CD_ASSERT_FITS}, {"ASSERT_NAMES", CD_ASSERT_NAMES},
     };

@@ -96,6 +96,9 @@ def check_hang_after(value) -> Optional[float]:
         return None
     if not 0 < value < 1e9:
         raise ValueError("watch(hang_after=%r): a number of seconds > 0 (0: off)" % (value,))
+    why = _options.hang_after_too_short(value)
+    if why:
+        raise ValueError("watch(hang_after=%r): %s" % (value, why))
     return float(value)
 
 

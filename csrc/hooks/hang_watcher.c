@@ -102,8 +102,8 @@ static void *watcher_main(void *arg)
             continue;
         }
         uint64_t step = h / 4;
-        if (step < 50000000u)
-            step = 50000000u;
+        if (step < CD_HANG_STEP_MIN_NS)
+            step = CD_HANG_STEP_MIN_NS;
         if (step > 1000000000u)
             step = 1000000000u;
         struct timespec until;

@@ -57,6 +57,9 @@ void cd_scopes_fork(int op);
 
 /* ----------------------------------------------------- hang_watcher.c -- */
 
+/* The watcher looks every hang_after/4, this often at the shortest (Python
+ * refuses a hang_after shorter than two steps: cuda_debug/_options.py). */
+#define CD_HANG_STEP_MIN_NS 50000000u
 /* hang_after in ns (0: off). The first nonzero value starts the watcher
  * thread: 0, or pthread_create's error. */
 int cd_hang_watch_set(uint64_t ns);
