@@ -31,7 +31,7 @@ import sys
 import threading
 
 from ._errors import GuardError, GuardIndexError, GuardValueError
-from ._scope import _Region, _check_bool
+from ._scope import _Region, _check_bool, _entered
 
 # -- who is guarded, now ------------------------------------------------------------
 
@@ -137,7 +137,11 @@ class guard(_Region):
         if self.enabled:
             install()
         self._handles.append(_Entry(self.enabled, self.all_threads))
-        return self
+        try:                           # kept until exited (cuda_debug/_scope.py: _entered)
+            return _entered.add(self) or self
+        except BaseException:
+            _entered.discard(self)
+            raise
 
     def __exit__(self, exc_type, exc, tb):
         self._exit_handle()
