@@ -467,6 +467,8 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         write_watch_culprit(code, found_at, from_signal);
         return;
     }
+    if (atomic_load(&cd_report_written))
+        return;                    /* said already (every launch the dead context refuses) */
     sigset_t block, old;
     cd_signal_mask(&block);
     pthread_sigmask(SIG_BLOCK, &block, &old);
