@@ -234,7 +234,7 @@ with cuda_debug.watch():
         x.add_(1)
     torch.cuda.synchronize()
     st = _core.stats()
-    report(dict(incomplete=_core.watch_incomplete(0), watched=st["watched"],
+    report(dict(incomplete=_core.watch_streams(0), watched=st["watched"],
                 unmarked=st["unmarked"], value=float(x[0].item())))
 """)
     r = c.result

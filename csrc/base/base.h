@@ -236,7 +236,24 @@ typedef struct {
     atomic_uint_fast64_t ns_marker;      /* with profile: of which in cuStreamWriteValue32 */
     atomic_int watch_alloc_rc;           /* last failed completion-slot allocation */
     atomic_int watch_write_rc;           /* last failed cuStreamWriteValue32 */
+    /* watch(): a completion marker behind every watch_every-th launch of a
+     * stream (1: behind every launch, the exact mode), and behind the last
+     * launch of a stream when the host waits for it (capture/watch_ring.c).
+     * Written by Python at watch entry, read relaxed by the callback. */
+    atomic_uint watch_every;
+    int watch_probe;                     /* CD_PROBE_*: CUDA_DEBUG_WATCH_PROBE, measuring only */
+    atomic_uint_fast64_t n_marked;       /* launches that got a marker of their own */
+    atomic_uint_fast64_t n_closed;       /* markers put behind a stream's last launch at a wait */
+    atomic_uint_fast64_t n_wait_ids_refused;   /* CD_WAIT_CBIDS that CUPTI refused */
+    int waits_enabled;                   /* CD_WAIT_CBIDS on (while watching); under sub_lock */
 } cd_state_t;
+
+/* What a watched launch does, for measuring the cost of each part
+ * (benchmarks/always_on.py): everything; only CUPTI's dispatch and our
+ * entry (no record); a record without frames or marker; a record with
+ * frames, no marker. */
+enum cd_watch_probe { CD_PROBE_OFF = 0, CD_PROBE_DISPATCH = 1, CD_PROBE_RECORD = 2,
+                      CD_PROBE_FRAMES = 3 };
 
 extern cd_state_t cd_state;
 
@@ -260,6 +277,10 @@ int cd_is_graph_launch(CUpti_CallbackId cbid);
 int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size_t holder_len);
 /* Under sub_lock: unsubscribe when no scope or watch needs the callback. */
 void cd_cupti_release(void);
+/* Under sub_lock: the host-wait ids (CD_WAIT_CBIDS) on while a watch() is
+ * open, off otherwise (a launch_blocking() scope's own waits are not
+ * dispatched to us twice). */
+void cd_cupti_watch_waits(int on);
 /* Give CUPTI up now, whatever is open (takes sub_lock); 1 if it was held. */
 int cd_cupti_hand_over(void);
 

@@ -18,6 +18,7 @@ static const CUpti_CallbackId launch_cbids[] = {CD_LAUNCH_CBIDS(CD_ID_ENTRY)};
 static const CUpti_CallbackId capture_cbids[] = {CD_CAPTURE_CBIDS(CD_ID_ENTRY)};
 static const CUpti_CallbackId graph_cbids[] = {CD_GRAPH_CBIDS(CD_ID_ENTRY)};
 static const CUpti_CallbackId resource_cbids[] = {CD_RESOURCE_CBIDS(CD_ID_ENTRY)};
+static const CUpti_CallbackId wait_cbids[] = {CD_WAIT_CBIDS(CD_ID_ENTRY)};
 
 /* Under sub_lock. */
 static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_len)
@@ -63,6 +64,7 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
         if (cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, resource_cbids[i]))
             refused++;
     atomic_store(&cd_state.n_graph_ids_refused, (uint_fast64_t)refused);
+    cd_state.waits_enabled = 0;
     cd_state.subscriber = sub;
     /* Captures begun while we were not subscribed are unknown. */
     atomic_fetch_add(&cd_state.capture_gen, 1);
@@ -82,6 +84,20 @@ int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size
     return rc;
 }
 
+void cd_cupti_watch_waits(int on)
+{
+    if (!cd_state.subscriber || cd_state.waits_enabled == on)
+        return;
+    int refused = 0;
+    for (size_t i = 0; i < CD_N_OF(wait_cbids); i++)
+        if (cd_cupti.cuptiEnableCallback((uint32_t)on, cd_state.subscriber,
+                                         CUPTI_CB_DOMAIN_DRIVER_API, wait_cbids[i]))
+            refused++;
+    if (on)
+        atomic_store(&cd_state.n_wait_ids_refused, (uint_fast64_t)refused);
+    cd_state.waits_enabled = on;
+}
+
 int cd_cupti_hand_over(void)
 {
     pthread_mutex_lock(&cd_state.sub_lock);
@@ -89,6 +105,7 @@ int cd_cupti_hand_over(void)
     if (had) {
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
         cd_state.subscriber = NULL;
+        cd_state.waits_enabled = 0;
         atomic_fetch_add(&cd_state.n_hand_overs, 1);
     }
     pthread_mutex_unlock(&cd_state.sub_lock);
@@ -101,5 +118,6 @@ void cd_cupti_release(void)
         atomic_load(&cd_state.watching) == 0) {
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
         cd_state.subscriber = NULL;
+        cd_state.waits_enabled = 0;
     }
 }

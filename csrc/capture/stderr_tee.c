@@ -336,18 +336,18 @@ uint64_t cd_tee_assert_mark(void)
  * ns::check_index(const T *, int, T) [with T = int]`). Its identifier (before
  * the parameters and template arguments, after the last "::" or space) is
  * found verbatim in the mangled or plain kernel name. */
-static int names_kernel(const char *line, size_t len, const char *kernel)
+/* The identifier of FUNC in an assert line: its start and length, 0 when the
+ * line is no assert line, -1 when FUNC names no kernel (a lambda's
+ * operator(), Triton's "unknown"). */
+static long assert_ident(const char *line, size_t len, const char **ident)
 {
-    if (!kernel || !kernel[0])
-        return 1;
     const char *b = memmem(line, len, ": block: [", 10);
     if (!b)
         return 0;
-    const char *f = line;          /* FUNC starts after the second ": " (file:line: ) */
     const char *c1 = memmem(line, (size_t)(b - line), ": ", 2);
     if (!c1)
         return 0;
-    f = c1 + 2;
+    const char *f = c1 + 2;        /* FUNC starts after the second ": " (file:line: ) */
     const char *end = b;
     for (const char *p = f; p < b; p++)
         if (*p == '(' || *p == '<' || *p == '[') {
@@ -363,11 +363,43 @@ static int names_kernel(const char *line, size_t len, const char *kernel)
     if (n == 0 || n > 200)
         return 0;
     if ((n == 8 && !memcmp(start, "operator", 8)) || (n == 7 && !memcmp(start, "unknown", 7)))
-        return 1;                  /* a lambda's operator(), Triton's "unknown": no kernel named */
+        return -1;
+    *ident = start;
+    return (long)n;
+}
+
+/* 1: the line names `kernel` (its identifier is found verbatim in the mangled
+ * or plain name), 0: it names another kernel or is no assert line, -1: it
+ * names none. */
+static int assert_names(const char *line, size_t len, const char *kernel)
+{
+    const char *start = NULL;
+    long n = assert_ident(line, len, &start);
+    if (n <= 0)
+        return (int)n;
     char ident[201];
-    memcpy(ident, start, n);
+    memcpy(ident, start, (size_t)n);
     ident[n] = '\0';
-    return strstr(kernel, ident) != NULL;
+    return kernel && strstr(kernel, ident) != NULL;
+}
+
+static int names_kernel(const char *line, size_t len, const char *kernel)
+{
+    return !kernel || !kernel[0] || assert_names(line, len, kernel) != 0;
+}
+
+int cd_assert_text_names(const char *text, size_t n, const char *kernel)
+{
+    const char *p = text, *end = text + n;
+    while (p < end) {              /* the first assert line decides */
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = (size_t)((nl ? nl + 1 : end) - p);
+        const char *ident;
+        if (assert_ident(p, len, &ident) != 0)
+            return assert_names(p, len, kernel);
+        p += len;
+    }
+    return -1;
 }
 
 size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t cap,
