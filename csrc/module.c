@@ -220,11 +220,11 @@ static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"wait", "capture", "profile", "capture_check", "graph_markers",
-                             "watch_probe", NULL};
+                             "watch_probe", "detach", NULL};
     int wait = CD_WAIT_SYNC, capture = 1, profile = 0, capture_check = 1,
-        graph_markers = CD_MARKERS_KERNEL, watch_probe = CD_PROBE_OFF;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ippiii", kwlist, &wait, &capture, &profile,
-                                     &capture_check, &graph_markers, &watch_probe))
+        graph_markers = CD_MARKERS_KERNEL, watch_probe = CD_PROBE_OFF, detach = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ippiiip", kwlist, &wait, &capture, &profile,
+                                     &capture_check, &graph_markers, &watch_probe, &detach))
         return NULL;
     if (watch_probe < CD_PROBE_OFF || watch_probe > CD_PROBE_FRAMES) {
         PyErr_SetString(PyExc_ValueError, "watch_probe must be 0 (off) to 3 (frames)");
@@ -247,6 +247,7 @@ static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
         cd_state.capture_check = capture_check;
         cd_state.graph_markers = graph_markers;
         cd_state.watch_probe = watch_probe;
+        cd_state.detach = detach;
     }
     pthread_mutex_unlock(&cd_state.sub_lock);
     if (busy) {
@@ -996,7 +997,7 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     (void)noargs;
 #define U(x) (unsigned long long)atomic_load(&cd_state.x)
     return Py_BuildValue(
-        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisKsisKsKsIsK}", "synced", U(n_synced), "follower",
+        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisKsisKsKsIsKsK}", "synced", U(n_synced), "follower",
         U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes", U(n_subscribes),
         "active", atomic_load(&cd_state.active), "watching", atomic_load(&cd_state.watching),
         "all_threads", atomic_load(&cd_state.all_threads), "ns_capture_check",
@@ -1009,7 +1010,7 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
         "stderr_tee", cd_tee_installed(), "hand_overs", U(n_hand_overs), "code_watcher",
         cd_frames_code_watched(), "marked", U(n_marked), "closed", U(n_closed),
         "watch_every", (unsigned)atomic_load(&cd_state.watch_every), "wait_ids_refused",
-        U(n_wait_ids_refused));
+        U(n_wait_ids_refused), "detaches", U(n_detaches));
 #undef U
 }
 

@@ -17,6 +17,9 @@ and handed to the C core before the first scope or watch opens.
                                    measurements only (benchmarks/always_on.py): a watched
                                    launch stops after CUPTI's dispatch, after a record
                                    without frames, or after a record with frames; no marker
+    CUDA_DEBUG_CUPTI_DETACH=0|1    when the last scope or watch() closes, CUPTI leaves the
+                                   process (cuptiFinalize, at the next launch) rather than
+                                   staying loaded, unsubscribed (default 0)
     CUDA_DEBUG_WATCH_OPS=0|1       watch() records each launch's PyTorch op and input
                                    shapes, as watch(ops=True) (default 0)
     CUDA_DEBUG_GUARD=0|1           `python -m cuda_debug run` and pytest run inside
@@ -60,6 +63,7 @@ _CHOICES = {
     "CUDA_DEBUG_CAPTURE_CHECK": (_BOOL, True),
     "CUDA_DEBUG_WATCH_OPS": (_BOOL, False),
     "CUDA_DEBUG_WATCH_EXACT": (_BOOL, False),
+    "CUDA_DEBUG_CUPTI_DETACH": (_BOOL, False),
     "CUDA_DEBUG_WATCH_PROBE": ({"off": 0, "0": 0, "dispatch": 1, "record": 2, "frames": 3}, 0),
     "CUDA_DEBUG_GUARD": (_BOOL, False),
     "CUDA_DEBUG_GRAPH_MARKERS": (dict({k: 2 * int(v) for k, v in _BOOL.items()}, memop=1, kernel=2),
@@ -78,13 +82,13 @@ class Options:
 
     __slots__ = ("report", "capture", "wait", "profile", "capture_check", "watch_ops", "guard",
                  "hang_after", "dump_signal", "graph_markers", "watch_exact", "watch_every",
-                 "watch_probe")
+                 "watch_probe", "cupti_detach")
 
     def __init__(self, report: bool, capture: bool, wait: int, profile: bool,
                  capture_check: bool, watch_ops: bool, guard: bool = False,
                  hang_after: "float | None" = None, dump_signal: int = _signal.SIGUSR1,
                  graph_markers: int = 2, watch_exact: bool = False,
-                 watch_every: int = 16, watch_probe: int = 0):
+                 watch_every: int = 16, watch_probe: int = 0, cupti_detach: bool = False):
         self.report, self.capture, self.wait = report, capture, wait
         self.profile, self.capture_check, self.watch_ops = profile, capture_check, watch_ops
         self.guard = guard
@@ -94,6 +98,7 @@ class Options:
         self.watch_exact = watch_exact      # a marker behind every launch
         self.watch_every = watch_every      # else behind every K-th launch of a stream
         self.watch_probe = watch_probe      # measurements only: 0 off
+        self.cupti_detach = cupti_detach    # cuptiFinalize when the last scope closes
 
     def __repr__(self):
         return "Options(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -164,7 +169,8 @@ def read(environ=os.environ) -> Options:
                    hang_after=hang_after, dump_signal=int(dump_signal),
                    graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"],
                    watch_exact=values["CUDA_DEBUG_WATCH_EXACT"], watch_every=watch_every,
-                   watch_probe=values["CUDA_DEBUG_WATCH_PROBE"])
+                   watch_probe=values["CUDA_DEBUG_WATCH_PROBE"],
+                   cupti_detach=values["CUDA_DEBUG_CUPTI_DETACH"])
 
 
 #: The always-on watch's default: a marker behind every 16th launch of a stream
@@ -229,5 +235,6 @@ def apply() -> None:
     from . import _core
     _core.set_options(wait=OPTIONS.wait, capture=OPTIONS.capture, profile=OPTIONS.profile,
                       capture_check=OPTIONS.capture_check,
-                      graph_markers=OPTIONS.graph_markers, watch_probe=OPTIONS.watch_probe)
+                      graph_markers=OPTIONS.graph_markers, watch_probe=OPTIONS.watch_probe,
+                      detach=OPTIONS.cupti_detach)
     _applied = True

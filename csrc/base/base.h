@@ -66,7 +66,8 @@
     X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback)               \
     X(cuptiGetResultString) X(cuptiGetVersion)
 
-#define CD_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetDeviceId) X(cuptiGetContextId)
+#define CD_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetDeviceId) X(cuptiGetContextId) \
+    X(cuptiFinalize)
 
 #define CD_DECLARE_PTR(name) __typeof__(name) *name;
 
@@ -246,6 +247,8 @@ typedef struct {
     atomic_uint_fast64_t n_closed;       /* markers put behind a stream's last launch at a wait */
     atomic_uint_fast64_t n_wait_ids_refused;   /* CD_WAIT_CBIDS that CUPTI refused */
     int waits_enabled;                   /* CD_WAIT_CBIDS on (while watching); under sub_lock */
+    int detach;                          /* CUDA_DEBUG_CUPTI_DETACH: cuptiFinalize after the last scope */
+    atomic_uint_fast64_t n_detaches;     /* cuptiFinalize calls that succeeded */
 } cd_state_t;
 
 /* What a watched launch does, for measuring the cost of each part
@@ -283,6 +286,10 @@ void cd_cupti_release(void);
 void cd_cupti_watch_waits(int on);
 /* Give CUPTI up now, whatever is open (takes sub_lock); 1 if it was held. */
 int cd_cupti_hand_over(void);
+/* The callback, at a launch's API exit: is a detach asked for; then do it
+ * (cuptiFinalize; the subscription is gone). */
+int cd_cupti_detach_asked(void);
+void cd_cupti_detach_now(void);
 
 /* ---------------------------------------------------------- intern.c -- */
 

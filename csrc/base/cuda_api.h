@@ -345,6 +345,7 @@ CUptiResult cuptiEnableCallback(uint32_t enable,
 /* cupti_activity.h */
 CUptiResult cuptiGetContextId(CUcontext context, uint32_t *contextId);
 CUptiResult cuptiGetDeviceId(CUcontext context, uint32_t *deviceId);
+CUptiResult cuptiFinalize(void);
 /* cupti_driver_cbid.h */
 typedef enum CUpti_driver_api_trace_cbid_enum {
     CUPTI_DRIVER_TRACE_CBID_INVALID = 0,

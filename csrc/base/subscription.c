@@ -12,6 +12,7 @@
 #include "base/base.h"
 
 #include <string.h>
+#include <time.h>
 
 #define CD_ID_ENTRY(id, ptsz) id,
 static const CUpti_CallbackId launch_cbids[] = {CD_LAUNCH_CBIDS(CD_ID_ENTRY)};
@@ -72,12 +73,52 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
     return 0;
 }
 
+/* Detaching (CUDA_DEBUG_CUPTI_DETACH=1): when the last scope closes, the
+ * subscription stays until the next launch's API exit, where the callback
+ * calls cuptiFinalize (CUPTI's documented place for it): CUPTI is then gone
+ * from the process and its API dispatch costs nothing. 0 none, 1 asked for,
+ * 2 the callback is detaching. A scope that opens while it is asked for
+ * takes the subscription back (1 -> 0); one that opens while the callback
+ * detaches waits for it (bounded). */
+static atomic_int detach_state;
+
+int cd_cupti_detach_asked(void) { return atomic_load_explicit(&detach_state, memory_order_relaxed) == 1; }
+
+void cd_cupti_detach_now(void)
+{
+    int expect = 1;
+    if (!atomic_compare_exchange_strong(&detach_state, &expect, 2))
+        return;
+    if (cd_cupti.cuptiFinalize && CUPTI_CHECK(cd_cupti.cuptiFinalize()) == 0) {
+        atomic_fetch_add(&cd_state.n_detaches, 1);
+    } else if (cd_state.subscriber) {
+        CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
+    }
+    cd_state.subscriber = NULL;
+    cd_state.waits_enabled = 0;
+    atomic_store(&detach_state, 0);
+}
+
+/* Under sub_lock: a detach asked for is taken back (1: the subscription is
+ * still ours), or waited for (0: it is gone). */
+static int detach_taken_back(void)
+{
+    int expect = 1;
+    if (atomic_compare_exchange_strong(&detach_state, &expect, 0))
+        return 1;
+    for (int i = 0; i < 100000 && atomic_load(&detach_state) == 2; i++) {
+        struct timespec ts = {0, 10000};
+        nanosleep(&ts, NULL);          /* cuptiFinalize on another thread: ~ms */
+    }
+    return cd_state.subscriber != NULL;
+}
+
 int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size_t holder_len)
 {
     if (holder_len)
         holder[0] = '\0';
     *fresh = 0;
-    if (cd_state.subscriber)
+    if (cd_state.subscriber && detach_taken_back())
         return 0;
     int rc = subscribe(callback, holder, holder_len);
     *fresh = rc == 0;
@@ -101,7 +142,7 @@ void cd_cupti_watch_waits(int on)
 int cd_cupti_hand_over(void)
 {
     pthread_mutex_lock(&cd_state.sub_lock);
-    int had = cd_state.subscriber != NULL;
+    int had = cd_state.subscriber != NULL && detach_taken_back();
     if (had) {
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
         cd_state.subscriber = NULL;
@@ -116,6 +157,10 @@ void cd_cupti_release(void)
 {
     if (cd_state.subscriber && atomic_load(&cd_state.active) == 0 &&
         atomic_load(&cd_state.watching) == 0) {
+        if (cd_state.detach && cd_cupti.cuptiFinalize) {
+            atomic_store(&detach_state, 1);    /* the next launch's callback detaches */
+            return;
+        }
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
         cd_state.subscriber = NULL;
         cd_state.waits_enabled = 0;

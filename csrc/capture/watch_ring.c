@@ -613,29 +613,41 @@ int cd_watch_scan(uint64_t since, cd_stream_scan *out, int max, uint32_t *stream
             continue;                  /* its context is gone */
         int32_t tid = r.stream == (uintptr_t)CU_STREAM_PER_THREAD ? r.thread_id : 0;
         int i = last;
-        if (i < 0 || out[i].stream != r.stream || out[i].ctx != r.ctx ||
+        if (i < 0 || !out[i].pending || out[i].stream != r.stream || out[i].ctx != r.ctx ||
             out[i].ctx_gen != r.ctx_gen || out[i].tid != tid) {
-            for (i = 0; i < n; i++)
-                if (out[i].stream == r.stream && out[i].ctx == r.ctx &&
-                    out[i].ctx_gen == r.ctx_gen && out[i].tid == tid)
+            int free_slot = -1;
+            for (i = 0; i < n; i++) {
+                if (!out[i].pending) {
+                    if (free_slot < 0)
+                        free_slot = i;
+                } else if (out[i].stream == r.stream && out[i].ctx == r.ctx &&
+                           out[i].ctx_gen == r.ctx_gen && out[i].tid == tid) {
                     break;
-            if (i == n) {
-                if (n == max) {
-                    cut++;
-                    continue;
                 }
-                memset(&out[n], 0, sizeof out[n]);
-                out[n].stream = r.stream;
-                out[n].tid = tid;
-                out[n].ctx = r.ctx;
-                out[n].ctx_gen = r.ctx_gen;
-                n++;
+            }
+            if (i == n) {
+                if (done == 1)
+                    continue;          /* finished, nothing of its stream pending */
+                if (free_slot < 0) {
+                    if (n == max) {
+                        cut++;
+                        continue;
+                    }
+                    free_slot = n++;
+                }
+                i = free_slot;
+                memset(&out[i], 0, sizeof out[i]);
+                out[i].stream = r.stream;
+                out[i].tid = tid;
+                out[i].ctx = r.ctx;
+                out[i].ctx_gen = r.ctx_gen;
             }
             last = i;
         }
         cd_stream_scan *e = &out[i];
         e->newest = seq;
-        if (done == 1) {               /* finished: so did everything before it */
+        if (done == 1) {               /* finished: so did everything before it; the entry
+                                        * is free for another stream (pending 0) */
             e->last_done = seq;
             e->open = 0;
             e->pending = e->after = 0;

@@ -318,8 +318,11 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
     }
     const int watching = atomic_load_explicit(&cd_state.watching, memory_order_relaxed);
     const int block = cd_thread_wants_blocking();
-    if (!watching && !block)
+    if (!watching && !block) {
+        if (cd_cupti_detach_asked())
+            cd_cupti_detach_now();     /* the last scope closed: CUPTI leaves the process */
         return;
+    }
     const CUresult ret = *(const CUresult *)cb->functionReturnValue;
     if (ret != CUDA_SUCCESS) {
         launch_refused(cb, cbid, ret, block, watching);

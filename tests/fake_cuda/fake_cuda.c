@@ -673,6 +673,23 @@ CUptiResult fakecuda_cupti_unsubscribe(CUpti_SubscriberHandle handle)
     return CUPTI_SUCCESS;
 }
 
+static atomic_int st_finalizes;
+
+CUptiResult fakecuda_cupti_finalize(void)
+{
+    pthread_mutex_lock(&sub_lock);
+    atomic_store(&sub.in_use, 0);
+    for (size_t i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
+        atomic_store(&sub.enabled[i], 0);
+    for (size_t i = 0; i < CUPTI_CBID_RESOURCE_SIZE; i++)
+        atomic_store(&sub.res_enabled[i], 0);
+    atomic_fetch_add(&st_finalizes, 1);
+    pthread_mutex_unlock(&sub_lock);
+    return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT int fake_cupti_finalizes(void) { return atomic_load(&st_finalizes); }
+
 CUptiResult fakecuda_cupti_enable(uint32_t enable, CUpti_SubscriberHandle handle,
                                   CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
 {
