@@ -303,6 +303,11 @@ size_t cd_intern_used(void);
 /* A kernel's name by CUPTI's symbolName pointer: lock-free lookup, copied
  * (and its short name computed) on first sight. 0 for NULL/"" or full. */
 uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id);
+/* Module unloads: CUPTI's MODULE_UNLOAD_STARTING (a pointer may name another
+ * kernel from now on); whether those callbacks come (set at each subscribe:
+ * then a checked name needs no check again until the next unload). */
+void cd_intern_kernels_unloaded(void);
+void cd_intern_kernels_trust_unloads(int on);
 
 /* -------------------------------------------------------- demangle.c -- */
 

@@ -56,13 +56,15 @@
 /* Resource events (CUPTI_CB_DOMAIN_RESOURCE, a numbering of its own): a
  * context about to be destroyed (its completion slots retire), graph
  * executables made and destroyed, graphs destroyed (which captured graph a
- * replay runs).
+ * replay runs), a module about to be unloaded (a kernel name's pointer may
+ * name another kernel after it: base/intern.c).
  * Optional: refused ones are left out (then a reset is noticed only at the
  * next watch() entry, and replays are matched to their graphs by which
  * graph's markers were running). */
 #define CD_RESOURCE_CBIDS(X)                                                    \
     X(CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, 0)                         \
     X(CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, 0) X(CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING, 0) \
-    X(CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING, 0)
+    X(CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING, 0)                           \
+    X(CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING, 0)
 
 #endif

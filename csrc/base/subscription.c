@@ -61,9 +61,14 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
     for (size_t i = 0; i < CD_N_OF(graph_cbids); i++)
         if (cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, graph_cbids[i]))
             refused++;
-    for (size_t i = 0; i < CD_N_OF(resource_cbids); i++)
+    int unloads_seen = 0;
+    for (size_t i = 0; i < CD_N_OF(resource_cbids); i++) {
         if (cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, resource_cbids[i]))
             refused++;
+        else if (resource_cbids[i] == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING)
+            unloads_seen = 1;
+    }
+    cd_intern_kernels_trust_unloads(unloads_seen);
     atomic_store(&cd_state.n_graph_ids_refused, (uint_fast64_t)refused);
     cd_state.waits_enabled = 0;
     cd_state.subscriber = sub;

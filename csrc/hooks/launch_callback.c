@@ -225,6 +225,9 @@ static __attribute__((noinline, cold)) void resource_event(CUpti_CallbackId cbid
         if (g)
             cd_graph_destroyed(g->graph);
         break;
+    case CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING:
+        cd_intern_kernels_unloaded();
+        break;
     default:
         break;
     }

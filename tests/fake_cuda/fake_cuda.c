@@ -1443,7 +1443,12 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule *mod, const void *image)
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuModuleUnload(CUmodule mod) { (void)mod; return CUDA_SUCCESS; }
+CUresult CUDAAPI cuModuleUnload(CUmodule mod)
+{
+    (void)mod;
+    fire_resource(CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING, NULL);
+    return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule mod, const char *name)
 {
@@ -2181,6 +2186,7 @@ FAKE_EXPORT int fake_glibc_error_done(int join)
  * symbolName pointer stays the same). 0 on success, -1 if `new` is longer. */
 FAKE_EXPORT int fake_rename_function(const char *old, const char *new_name)
 {
+    fire_resource(CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING, NULL);   /* as an unload does */
     pthread_mutex_lock(&dev_lock);
     fake_func *f = function_named(old);
     int ok = strlen(new_name) <= strlen(f->name);
