@@ -214,17 +214,22 @@ static PyObject *py_last_call(PyObject *self, PyObject *noargs)
 
 /* ------------------------------------------------------------- options -- */
 
-/* set_options(wait, capture, profile, capture_check, graph_markers): the
+/* set_options(wait, capture, profile, capture_check, graph_markers[, watch_probe]): the
  * debug switches, validated by Python (cuda_debug/_options.py) from CUDA_DEBUG_*. */
 static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"wait", "capture", "profile", "capture_check", "graph_markers",
-                             NULL};
-    int wait, capture, profile, capture_check, graph_markers;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "$ippii", kwlist, &wait, &capture, &profile,
-                                     &capture_check, &graph_markers))
+                             "watch_probe", "detach", NULL};
+    int wait = CD_WAIT_SYNC, capture = 1, profile = 0, capture_check = 1,
+        graph_markers = CD_MARKERS_KERNEL, watch_probe = CD_PROBE_OFF, detach = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ippiiip", kwlist, &wait, &capture, &profile,
+                                     &capture_check, &graph_markers, &watch_probe, &detach))
         return NULL;
+    if (watch_probe < CD_PROBE_OFF || watch_probe > CD_PROBE_FRAMES) {
+        PyErr_SetString(PyExc_ValueError, "watch_probe must be 0 (off) to 3 (frames)");
+        return NULL;
+    }
     if (graph_markers < CD_MARKERS_OFF || graph_markers > CD_MARKERS_KERNEL) {
         PyErr_SetString(PyExc_ValueError, "graph_markers must be 0 (off), 1 (memop) or 2 (kernel)");
         return NULL;
@@ -241,6 +246,8 @@ static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
         cd_state.profile = profile;
         cd_state.capture_check = capture_check;
         cd_state.graph_markers = graph_markers;
+        cd_state.watch_probe = watch_probe;
+        cd_state.detach = detach;
     }
     pthread_mutex_unlock(&cd_state.sub_lock);
     if (busy) {
@@ -801,29 +808,64 @@ static PyObject *py_set_op(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static PyObject *py_watch_incomplete(PyObject *self, PyObject *arg)
+/* watch_streams(since) -> [(stream, tid, last_done, open, newest, pending,
+ * after, (candidate seq, ...))]: per stream with launches after `since` not
+ * known to have finished, by first candidate (capture/watch_ring.c,
+ * cd_watch_scan). Host memory only. */
+static PyObject *py_watch_streams(PyObject *self, PyObject *arg)
 {
     (void)self;
     unsigned long long since = PyLong_AsUnsignedLongLong(arg);
     if (since == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
-    uint64_t seqs[64];
+    cd_stream_scan *t = PyMem_Calloc(CD_INFLIGHT_MAX, sizeof *t);
+    if (!t)
+        return PyErr_NoMemory();
     int n;
     Py_BEGIN_ALLOW_THREADS
-    n = cd_watch_incomplete(since, seqs, 64);
+    n = cd_watch_scan(since, t, CD_INFLIGHT_MAX, NULL);
     Py_END_ALLOW_THREADS
-    if (n < 0)                     /* a guess: (seq,) as a tuple, not a list */
-        return Py_BuildValue("(K)", (unsigned long long)seqs[0]);
     PyObject *out = PyList_New(n);
     for (int i = 0; out && i < n; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(seqs[i]);
+        const cd_stream_scan *e = &t[i];
+        uint32_t kept = e->pending < CD_SCAN_CANDIDATES ? e->pending : CD_SCAN_CANDIDATES;
+        PyObject *c = PyTuple_New(kept);
+        for (uint32_t j = 0; c && j < kept; j++) {
+            PyObject *v = PyLong_FromUnsignedLongLong(e->cand[j]);
+            if (!v)
+                Py_CLEAR(c);
+            else
+                PyTuple_SET_ITEM(c, j, v);
+        }
+        PyObject *v = c ? Py_BuildValue("(KiKKKIIN)", (unsigned long long)e->stream, (int)e->tid,
+                                        (unsigned long long)e->last_done,
+                                        (unsigned long long)e->open,
+                                        (unsigned long long)e->newest, e->pending, e->after, c)
+                        : NULL;
         if (!v) {
             Py_CLEAR(out);
             break;
         }
         PyList_SET_ITEM(out, i, v);
     }
+    PyMem_Free(t);
     return out;
+}
+
+/* set_watch_markers(every): a completion marker behind every `every`-th
+ * launch of a stream (1: behind each), from the next launch on. */
+static PyObject *py_set_watch_markers(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long every = PyLong_AsLong(arg);
+    if (every == -1 && PyErr_Occurred())
+        return NULL;
+    if (every < 1 || every > 65536) {
+        PyErr_SetString(PyExc_ValueError, "markers every 1 to 65536 launches");
+        return NULL;
+    }
+    atomic_store(&cd_state.watch_every, (unsigned)every);
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_recent_asserts(PyObject *self, PyObject *noargs)
@@ -850,6 +892,19 @@ static PyObject *py_asserts_for(PyObject *self, PyObject *arg)
     return Py_BuildValue("(y#i)", buf, (Py_ssize_t)n, level);
 }
 
+/* assert_level(text, kernel) -> level: how the device-assert lines of `text`
+ * belong to `kernel` (mangled or plain), the best CD_ASSERT_* of them: the
+ * rule the C fault path applies (capture/stderr_tee.c). */
+static PyObject *py_assert_level(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *text, *kernel;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y#s", &text, &n, &kernel))
+        return NULL;
+    return PyLong_FromLong(cd_tee_text_level(text, (size_t)n, kernel, NULL));
+}
+
 static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -873,13 +928,18 @@ static PyObject *py_in_flight(PyObject *self, PyObject *noargs)
     (void)self;
     (void)noargs;
     cd_inflight *t = PyMem_Calloc(CD_INFLIGHT_MAX, sizeof *t);
-    if (!t)
+    cd_stream_scan *scan = PyMem_Calloc(CD_INFLIGHT_MAX, sizeof *scan);
+    if (!t || !scan) {
+        PyMem_Free(t);
+        PyMem_Free(scan);
         return PyErr_NoMemory();
+    }
     cd_inflight_summary sum;
     int n;
     Py_BEGIN_ALLOW_THREADS
-    n = cd_watch_inflight(t, CD_INFLIGHT_MAX, &sum);
+    n = cd_watch_inflight(t, CD_INFLIGHT_MAX, &sum, scan);
     Py_END_ALLOW_THREADS
+    PyMem_Free(scan);
     PyObject *out = PyList_New(n);
     for (int i = 0; out && i < n; i++) {
         const cd_watch_record *r = &t[i].rec;
@@ -887,12 +947,13 @@ static PyObject *py_in_flight(PyObject *self, PyObject *noargs)
         size_t cl = cd_collective_name(r, coll, sizeof coll);
         const char *k = cd_interned(r->kernel), *ks = cd_interned(r->kernel_short);
         PyObject *v = Py_BuildValue(
-            "(KKy" "sNiiNiKIKi)", (unsigned long long)r->seq, (unsigned long long)r->stream,
+            "(KKy" "sNiiNiKIKiIK)", (unsigned long long)r->seq, (unsigned long long)r->stream,
             k ? k : "", ks ? ks : "",
             cl ? PyUnicode_DecodeUTF8(coll, (Py_ssize_t)cl, "replace") : Py_NewRef(Py_None),
             (int)r->thread_id, cd_watch_context_device(r->ctx), ids_tuple(r->frames, r->n_frames),
             (int)r->flags, (unsigned long long)(sum.now_ns > r->t_ns ? sum.now_ns - r->t_ns : 0),
-            (unsigned)t[i].queued, (unsigned long long)t[i].last_seq, (int)r->cbid);
+            (unsigned)t[i].queued, (unsigned long long)t[i].last_seq, (int)r->cbid,
+            (unsigned)t[i].candidates, (unsigned long long)t[i].open_seq);
         if (!v) {
             Py_CLEAR(out);
             break;
@@ -959,7 +1020,7 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     (void)noargs;
 #define U(x) (unsigned long long)atomic_load(&cd_state.x)
     return Py_BuildValue(
-        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisKsi}", "synced", U(n_synced), "follower",
+        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisKsisKsKsIsKsK}", "synced", U(n_synced), "follower",
         U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes", U(n_subscribes),
         "active", atomic_load(&cd_state.active), "watching", atomic_load(&cd_state.watching),
         "all_threads", atomic_load(&cd_state.all_threads), "ns_capture_check",
@@ -970,7 +1031,9 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
         atomic_load(&cd_state.watch_write_rc), "subscribed",
         cd_state.subscriber != NULL, "interned_bytes", (Py_ssize_t)cd_intern_used(),
         "stderr_tee", cd_tee_installed(), "hand_overs", U(n_hand_overs), "code_watcher",
-        cd_frames_code_watched());
+        cd_frames_code_watched(), "marked", U(n_marked), "closed", U(n_closed),
+        "watch_every", (unsigned)atomic_load(&cd_state.watch_every), "wait_ids_refused",
+        U(n_wait_ids_refused), "detaches", U(n_detaches));
 #undef U
 }
 
@@ -1085,12 +1148,14 @@ static PyMethodDef core_methods[] = {
     METH(short_kernel_name, METH_O, "the short readable name of a kernel"),
     METH(watch_seq, METH_NOARGS, "launches put in the watch ring so far"),
     METH(watch_record, METH_O, "watch_record(seq) -> record tuple or None"),
-    METH(watch_incomplete, METH_O, "watch_incomplete(since) -> [seq]: first unfinished launch per stream"),
+    METH(watch_streams, METH_O, "watch_streams(since) -> [per-stream scan]: launches not known finished"),
+    METH(set_watch_markers, METH_O, "set_watch_markers(every): a marker behind every every-th launch of a stream"),
     METH(graph_replay, METH_O, "graph_replay(seq) -> (status, capture, [node]) or None"),
     METH(graph_node, METH_O, "graph_node(node) -> (record tuple, index) or None"),
     METH(graph_capture, METH_O, "graph_capture(c) -> (id, nodes, multi_stream, unmarked, state)"),
     METH(graph_stats, METH_NOARGS, "graph-marker and context-table counters"),
     METH(recent_asserts, METH_NOARGS, "the latest device-assert lines written to stderr"),
+    METH(assert_level, METH_VARARGS, "assert_level(text, kernel) -> how the assert lines belong to it"),
     METH(asserts_for, METH_O, "asserts_for(kernel) -> (the assert lines kept that belong best "
                               "to it, ASSERT_* level)"),
     METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
@@ -1190,6 +1255,7 @@ static int core_exec(PyObject *m)
         {"WATCH_RING", CD_WATCH_RING}, {"WATCH_SLOTS", CD_WATCH_SLOTS},
         {"WATCH_RECORD_BYTES", sizeof(cd_watch_record)}, {"RING_FRAMES", CD_RING_FRAMES},
         {"WATCH_GRAPH", CD_WATCH_GRAPH}, {"WATCH_MARKED", CD_WATCH_MARKED},
+        {"WATCH_CLOSED", CD_WATCH_CLOSED},
         {"WATCH_USER_LAST", CD_WATCH_USER_LAST}, {"WATCH_CAPTURED", CD_WATCH_CAPTURED},
         {"GRAPH_FOUND", CD_GRAPH_FOUND}, {"GRAPH_MATCHED", CD_GRAPH_MATCHED},
         {"GRAPH_NO_MARKERS", CD_GRAPH_NO_MARKERS}, {"GRAPH_NOT_CLOSED", CD_GRAPH_NOT_CLOSED},

@@ -40,6 +40,9 @@ class InFlight(NamedTuple):
     queue_depth: int               # launches recorded after it on the same stream
     seq: int                       # its watch-ring number ("launch #seq" in the report)
     stack: list                    # (filename, lineno, function, line), outermost first
+    candidates: int                # 1: this launch is unfinished; n > 1 (the always-on
+    #                                watch's sparse markers): this launch or one of the
+    #                                next n - 1 of its stream is, the first unfinished one
 
 
 def in_flight() -> List[InFlight]:
@@ -51,7 +54,7 @@ def in_flight() -> List[InFlight]:
     names = {t.native_id: t.name for t in threading.enumerate()}
     out = []
     for (seq, stream, kernel, short, collective, tid, device, frames, flags, age_ns, queued,
-         _last, _cbid) in rows:
+         _last, _cbid, candidates, _open) in rows:
         graph = bool(flags & _core.WATCH_GRAPH)
         kernel = kernel.decode("utf-8", "replace")
         stack = _locations.stack_from_ids(frames)
@@ -63,7 +66,8 @@ def in_flight() -> List[InFlight]:
             thread_name=names.get(tid), filename=fs.filename if fs else None,
             lineno=fs.lineno if fs else None, function=fs.name if fs else None,
             age_s=age_ns / 1e9, queue_depth=queued, seq=seq,
-            stack=[(f.filename, f.lineno, f.name, f.line) for f in stack]))
+            stack=[(f.filename, f.lineno, f.name, f.line) for f in stack],
+            candidates=candidates))
     return out
 
 

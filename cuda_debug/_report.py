@@ -11,6 +11,7 @@ Callers (scope and watch exit, ``check()``, ``last_error()``, ``cuda_debug.testi
 re-parse formatted text.
 """
 import os
+import re
 import sys
 import threading
 import traceback
@@ -205,11 +206,75 @@ def configure_core() -> None:
 
 # -- watch mode: the culprit ------------------------------------------------------
 
-def _assert_function(text: str) -> Optional[str]:
-    """The kernel function an assert line names (``file:line: FUNC: block: ...``)."""
+def _assert_site(text: str) -> Optional[dict]:
+    """The first assert line's file, line and function (``file:line: FUNC: block: ...``)."""
     from ._errors import parse_device_message
     asserts = parse_device_message(text)
-    return asserts[0]["func"] if asserts else None
+    return asserts[0] if asserts else None
+
+
+def _enclosing_function(path: str, lineno: int) -> Optional[str]:
+    """The name of the innermost function defined around line `lineno` of the
+    Python file `path` (a Triton kernel's source: Triton names its kernels
+    after their function), None when unknown."""
+    import ast
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                node.lineno <= lineno <= (getattr(node, "end_lineno", None) or node.lineno):
+            if best is None or node.lineno >= best.lineno:
+                best = node
+    return best.name if best is not None else None
+
+
+def _source_named(text: str) -> Optional[str]:
+    """Where the device's first assert line names no function (Triton prints
+    ``unknown``), the function whose source holds the asserting line (Triton
+    names its kernels after their functions; Inductor writes each kernel to a
+    file of its own)."""
+    site = _assert_site(text)
+    if site is None or site["func"].strip() != "unknown" or not site["file"].endswith(".py"):
+        return None
+    try:
+        return _enclosing_function(site["file"], int(site["line"]))
+    except ValueError:
+        return None
+
+
+def _names(kernel: Optional[str], name: str) -> bool:
+    """Is `name` (a function name) the kernel `kernel` (demangled), or a word
+    of it (a C++ kernel's name in its namespaces and templates)?"""
+    if not kernel:
+        return False
+    return re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(name), kernel) is not None
+
+
+def _named_by_device(cands: list, text: str) -> list:
+    """The candidates the device's assert text belongs to: those it names;
+    where it names no kernel (a lambda's ``operator()``, Triton's ``unknown``),
+    those it fits (a kernel holding a closure type; a kernel that is not C++),
+    narrowed, for Triton, to the kernel whose source holds the asserting line.
+    The C fault path's rule (capture/stderr_tee.c: CD_ASSERT_*); [] when the
+    text names none of them."""
+    if not text:
+        return []
+    raw = text.encode("utf-8", "surrogateescape")
+    levels = [_core.assert_level(raw, c["mangled"]) if c.get("mangled") and not c["graph"]
+              else _core.ASSERT_NONE for c in cands]
+    best = max(levels, default=_core.ASSERT_NONE)
+    if best < _core.ASSERT_FITS:
+        return []
+    picked = [c for c, lv in zip(cands, levels) if lv == best]
+    if best == _core.ASSERT_FITS:
+        name = _source_named(text)
+        by_source = [c for c in picked if name and _names(c["kernel"], name)]
+        picked = by_source or picked
+    return picked
 
 
 def _launch_dict(rec: WatchRecord) -> dict:
@@ -219,6 +284,7 @@ def _launch_dict(rec: WatchRecord) -> dict:
     compiled = compiled_frame(stack, complete=False)
     return {
         "seq": rec.seq, "kernel": (_core.demangle(kernel) or kernel) if kernel else None,
+        "mangled": kernel or None,
         "short": _core.short_kernel_name(kernel) if kernel else None,
         "graph": bool(rec.flags & _core.WATCH_GRAPH), "stream": rec.stream,
         "captured": bool(rec.flags & _core.WATCH_CAPTURED),
@@ -277,18 +343,24 @@ def _graph_nodes(replay: dict) -> tuple:
 
 def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
     """From host memory only (no CUDA call): the launch that faulted, while
-    watching. Per stream, the first launch whose completion marker never came
-    back; `exact` when one stream had unfinished work, else the candidates,
-    with the one the device's assert text names first when it names one.
+    watching. Per stream, the launches from its last returned completion
+    marker up to the first marker that did not come back (one launch when
+    every launch has its marker, ``watch(exact=True)``; at most
+    ``markers_every`` otherwise): the candidates, in launch order. Where the
+    device's assert text names a kernel, the candidates that are that kernel.
+    ``exact`` when one candidate is left. When no marker is missing, the
+    launches not known to have finished are the candidates, as a guess.
     A graph replay among them is replaced by the unfinished nodes of its
-    graph (csrc/capture/graph_markers.c): `exact` only for a graph captured
-    on one stream whose one unfinished node is named."""
-    seqs = _core.watch_incomplete(since)
-    guess = isinstance(seqs, tuple)       # no marker missing, some unknown: a guess
-    launches = [d for d in (watch_record(s) for s in seqs) if d is not None]
+    graph (csrc/capture/graph_markers.c)."""
+    streams = _core.watch_streams(since)
+    proven = [st for st in streams if st[3]]
+    use = proven or streams
+    seqs = sorted(q for st in use for q in st[7])
+    total = sum(st[5] for st in use)
+    launches = [d for d in (watch_record(q) for q in seqs) if d is not None]
     if not launches:
         return None
-    cands, exact = [], len(launches) == 1 and not guess
+    cands, graph_exact = [], True
     for c in (_launch_dict(r) for r in launches):
         if not c["graph"]:
             cands.append(c)
@@ -297,26 +369,29 @@ def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
         c["graph_note"] = note
         c["replayed_at"] = _where_str(traceback.StackSummary.from_list(c["stack"]))
         if nodes:
-            exact = exact and len(nodes) == 1 and not multi and note is None
+            graph_exact = graph_exact and len(nodes) == 1 and not multi and note is None
             for n in nodes:
                 n["graph_note"] = note
             cands.extend(nodes)
+            total += len(nodes) - 1
         else:
             cands.append(c)
+    named = _named_by_device(cands, device_text)
+    if named:
+        cands, total = named, len(named)
     pick = cands[0]
-    func = _assert_function(device_text)
-    if func and not exact:
-        named = [c for c in cands if c["kernel"] and func in c["kernel"]]
-        if len(named) == 1:
-            pick = named[0]
+    exact = len(cands) == 1 and total == 1 and bool(proven or named) and \
+        (graph_exact or bool(named))
     recent = []
     last = pick.get("replay_seq", pick["seq"])
-    for s in range(max(since + 1, last - 5), last):
-        r = watch_record(s)
+    for q in range(max(since + 1, last - 5), last):
+        r = watch_record(q)
         if r is not None:
             recent.append(_launch_dict(r))
-    return {"culprit": pick, "exact": exact,
-            "candidates": [c for c in cands if c is not pick], "recent": recent}
+    every = _core.stats()["watch_every"]
+    return {"culprit": pick, "exact": exact, "candidates": [c for c in cands if c is not pick],
+            "recent": recent, "named_by_device": bool(named), "proven": bool(proven),
+            "candidate_count": max(total, len(cands)), "markers_every": every}
 
 
 # -- building the exception -----------------------------------------------------
@@ -508,6 +583,8 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             kernel=c["kernel"], grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
             stream=c["stream"], device=c["device"], exact=watch["exact"],
             candidates=watch["candidates"], recent_launches=watch["recent"],
+            markers_every=watch["markers_every"], candidate_count=watch["candidate_count"],
+            named_by_device=watch["named_by_device"],
             launch_stack=traceback.StackSummary.from_list(c["stack"]), filename=c["filename"], lineno=c["lineno"],
             function=c["function"], thread="tid %d" % c["thread_id"],
             launch_api="cuGraphLaunch" if c["graph"] or c["captured"] else None,

@@ -15,6 +15,9 @@ import pytest
 
 from test_cli import cli
 
+#: The tests of what each launch's own marker tells (queue depths, one stream's
+#: oldest unfinished launch): watch(exact=True)'s per-launch markers.
+EXACT = {"CUDA_DEBUG_WATCH_EXACT": "1"}
 HEADLINE = "cuda_debug (watch): possible hang"
 
 
@@ -61,7 +64,7 @@ def test_queue_depth_and_a_later_stuck_launch_reports_again(fake_child):
                     line=rec[0].lineno, fn=rec[0].function, thread=rec[0].thread_name,
                     collective=rec[0].collective, graph=rec[0].graph, after=len(after),
                     age=rec[0].age_s))
-    ''')
+    ''', env=EXACT)
     assert c.returncode == 0, c
     r = c.result
     assert (r["n"], r["short"], r["depth"], r["seq"], r["line"], r["fn"], r["thread"]) == \
@@ -95,7 +98,7 @@ def test_a_long_kernel_on_a_side_stream_is_no_hang_while_the_program_launches(fa
                             for r in cuda_debug.in_flight()]
             fake.fake_stream_sync(side)
         report(dict(seen=seen))
-    ''')
+    ''', env=EXACT)
     assert c.returncode == 0, c
     assert c.result == {"seen": [["spin", 0, True, 3]]}, c
     assert HEADLINE not in c.stderr, c.stderr
@@ -245,7 +248,7 @@ def test_nccl_launches_are_named_by_their_collective_and_the_line_that_issued_th
             os.kill(os.getpid(), signal.SIGUSR1)
             time.sleep(0.2)
         report([(r.short, r.collective, r.lineno) for r in recs])
-    ''' % (str(c10d), list(NCCL)))
+    ''' % (str(c10d), list(NCCL)), env=EXACT)
     each, issue = c.line_of("# EACH"), c.line_of("# ISSUE")
     got = c.result
     assert [(v, line) for _, v, line in got] == \
@@ -357,7 +360,7 @@ def test_more_streams_than_the_report_holds_are_counted(fake_child):
             os.kill(os.getpid(), signal.SIGUSR1)
             time.sleep(0.2)
         report(dict(n=n))
-    ''')
+    ''', env=EXACT)
     assert c.result == {"n": 64}, c
     assert c.stderr.count("  k on stream 0x") == 32, c.stderr
     assert "  and 32 more streams\n" in c.stderr, c.stderr

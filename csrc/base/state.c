@@ -11,6 +11,7 @@ cd_state_t cd_state = {
     .capture_check = 1,
     .capture_cache = 1,
     .graph_markers = CD_MARKERS_KERNEL,
+    .watch_every = 1,            /* Python sets it at each watch() entry */
 };
 
 void cd_state_fork(int op)

@@ -194,7 +194,12 @@ typedef struct {
     uint16_t ctx_gen;          /* the context entry's generation when recorded */
 } cd_watch_record;
 
-enum { CD_WATCH_MARKED = 1, CD_WATCH_GRAPH = 2, CD_WATCH_USER_LAST = 4, CD_WATCH_CAPTURED = 8 };
+/* MARKED: a marker of its own, enqueued behind it at the launch; CLOSED: one
+ * put behind it later, when the host waited for its stream (it was then the
+ * stream's newest launch). Either way its slot gets its seq when it and every
+ * earlier launch of its stream have finished. */
+enum { CD_WATCH_MARKED = 1, CD_WATCH_GRAPH = 2, CD_WATCH_USER_LAST = 4, CD_WATCH_CAPTURED = 8,
+       CD_WATCH_CLOSED = 16 };
 
 /* Completion slots for the contexts that exist now (watch entry, no GIL);
  * retires a context found behind another id than its entry's. */
@@ -214,9 +219,15 @@ int cd_watch_context_slots(int ci, uint32_t gen, volatile uint32_t **host, CUdev
 int cd_watch_contexts_live(void);
 /* Hot path, at a launch's API exit, while watching. */
 void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s);
-/* The launch's own fields of a record (all but seq, ctx, ctx_gen, MARKED). */
+/* The launch's own fields of a record (all but seq, ctx, ctx_gen, MARKED);
+ * the launching thread's frames when `frames`. */
 void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_CallbackId cbid,
-                   CUstream s);
+                   CUstream s, int frames);
+/* Cold (the host waits, or an NCCL kernel is about to be launched): a marker
+ * behind the newest launch of stream `stream` of context `uid` (every stream
+ * of it when `all`; only streams not capturing when `check_capture`), where
+ * that launch has none. Returns the markers written. */
+int cd_watch_close(uint32_t uid, int all, uintptr_t stream, int check_capture);
 uint64_t cd_watch_seq(void);
 /* The watch-ring seq of this thread's last launch (to tie a fault to it). */
 uint64_t cd_watch_thread_last(void);
@@ -225,9 +236,23 @@ uint64_t cd_watch_thread_last(void);
 int cd_watch_done(const cd_watch_record *r, uint64_t seq);
 /* Copy record `seq` if it is still in the ring; 0 on success. */
 int cd_watch_get(uint64_t seq, cd_watch_record *out);
-/* Per stream, the first launch after `since` whose marker never came back:
- * out[] sorted by seq; returns the count (-1: one guess in out[0]). */
-int cd_watch_incomplete(uint64_t since, uint64_t *out, int max);
+/* What the ring says of one stream (cd_watch_scan). */
+#define CD_SCAN_CANDIDATES 32      /* candidates kept per stream (the rest counted) */
+typedef struct {
+    uintptr_t stream;
+    int32_t tid;                   /* the per-thread default stream: its thread; else 0 */
+    uint16_t ctx, ctx_gen;
+    uint64_t last_done;            /* the newest launch known finished; 0: none */
+    uint64_t open;                 /* the first launch whose marker did not come back; 0: none */
+    uint64_t newest;               /* the stream's newest launch */
+    uint32_t pending;              /* launches after last_done, up to open (to newest if none) */
+    uint32_t after;                /* launches after open (waiting behind it) */
+    uint64_t cand[CD_SCAN_CANDIDATES];   /* the first of the pending, oldest first */
+} cd_stream_scan;
+/* Per stream with launches after `since` not known to have finished: out[]
+ * sorted by first candidate; returns the count; *streams_cut: streams that
+ * did not fit. Host memory only: async-signal-safe. */
+int cd_watch_scan(uint64_t since, cd_stream_scan *out, int max, uint32_t *streams_cut);
 int cd_watch_context_device(int ctx_index);
 /* The child: ctx_lock free; the parent's launches are never read again
  * (cd_watch_get refuses them: their markers would never come, the device
@@ -249,9 +274,11 @@ extern _Thread_local uint32_t cd_tls_op;
 #define CD_INFLIGHT_MAX 64         /* streams one search follows */
 
 typedef struct {
-    cd_watch_record rec;       /* the stream's oldest unfinished launch (rec.seq) */
+    cd_watch_record rec;       /* the stream's oldest launch not known to have finished */
     uint32_t queued;           /* launches recorded after it on that stream */
     uint64_t last_seq;         /* the stream's newest launch */
+    uint32_t candidates;       /* launches from rec on that may be the unfinished one (1: rec) */
+    uint64_t open_seq;         /* the first of them whose marker did not come back */
 } cd_inflight;
 
 typedef struct {
@@ -262,10 +289,13 @@ typedef struct {
     uint32_t streams_cut;      /* launches of streams that did not fit in out[] */
 } cd_inflight_summary;
 
-/* Per stream, the oldest launch of the watch ring whose marker has not come
- * back, with the launches queued behind it: out[] oldest first; returns the
- * count (at most max). Host memory only: async-signal-safe. */
-int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum);
+/* Per stream with a marker that has not come back, its oldest launch not
+ * known to have finished, with the launches queued behind it: out[] oldest
+ * first; returns the count (at most max). `scratch` holds max stream scans
+ * (the caller's: static in a signal handler). Host memory only:
+ * async-signal-safe. */
+int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum,
+                      cd_stream_scan *scratch);
 /* The collective an NCCL launch ran ("all_reduce", or the torch.distributed
  * function that issued it; "collective" when neither says): its length, 0
  * (and "") when the kernel is not NCCL's. Async-signal-safe. */

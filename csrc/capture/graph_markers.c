@@ -272,7 +272,7 @@ int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid
         return 1;
     }
     cd_watch_record *r = &nodes[g];
-    cd_watch_fill(r, cb, cbid, s);
+    cd_watch_fill(r, cb, cbid, s, 1);
     r->graph = (uint16_t)(c + 1);
     r->ctx = (uint16_t)k->ctx;
     r->ctx_gen = (uint16_t)k->ctx_gen;

@@ -45,7 +45,7 @@ static void (*beside)(int op);     /* a layer beside hooks/: the benchmarks' loc
 /* Every file's cd_*_fork, bottom layer first (the order of taking, for the
  * tests; giving back goes the other way). */
 static void (*const forks[])(int op) = {
-    cd_state_fork, cd_contexts_fork, cd_intern_fork,                        /* base */
+    cd_state_fork, cd_subscription_fork, cd_contexts_fork, cd_intern_fork,  /* base */
     cd_frames_fork, cd_watch_fork, cd_graph_markers_fork, cd_graph_execs_fork,
     cd_tee_fork, cd_driver_log_fork,                                        /* capture */
     cd_faults_fork, cd_report_fork, cd_inflight_report_fork,                /* report */
