@@ -17,7 +17,8 @@ Two measurements, both on the same machine in one run:
        exact        the whole run inside watch(exact=True): a marker per launch
        after        a watch() entered and left before the work
        after_detach the same with CUDA_DEBUG_CUPTI_DETACH=1 (CUPTI detached)
-       clb          CUDA_LAUNCH_BLOCKING=1, no cuda_debug (first round only)
+       clb          CUDA_LAUNCH_BLOCKING=1, no cuda_debug (first round only; ask for it
+                    with --modes)
 
    Workloads: tiny (x.add_(1), one launch each: us per launch), transformer
    (4-layer nn.TransformerEncoder, d=512, batch 16x256, AdamW: ms per step),
@@ -28,12 +29,13 @@ Two measurements, both on the same machine in one run:
    <= 1.02 graph; after/never <= 1.01.
 
 2. The split (--split-rounds, one child): the cost of each part of a watched
-   launch, switched between rounds inside one process (less noise than across
-   processes): no watch; CUPTI's dispatch and our entry only
-   (CUDA_DEBUG_WATCH_PROBE=dispatch); a ring record without frames (record); with
-   frames (frames); markers every 32, 16 (the default), 8 launches; a marker per
-   launch (exact). Printed as us per launch over `none` for tiny and for the
-   transformer step (per launch of the step).
+   launch, inside one process (process-to-process noise on the H200 was +-10%,
+   larger than what is measured): each round times an unwatched block, then
+   every variant, then an unwatched block again, and each variant's ratio is
+   to the mean of that round's two unwatched blocks; the median over rounds.
+   Variants: CUPTI's dispatch and our entry only (CUDA_DEBUG_WATCH_PROBE=
+   dispatch); a ring record without frames (record); with frames (frames);
+   markers every 32, 16 (the default), 8 launches; a marker per launch (exact).
 """
 import argparse
 import json
@@ -144,42 +146,50 @@ SPLIT = SETUP + textwrap.dedent(r"""
 import cuda_debug
 from cuda_debug import _core, _options
 rounds = int(sys.argv[1])
-VARIANTS = [("none", None, 0), ("dispatch", 16, 1), ("record", 16, 2), ("frames", 16, 3),
-            ("every32", 32, 0), ("every16", 16, 0), ("every8", 8, 0), ("exact", 1, 0)]
+VARIANTS = [("dispatch", 16, 1), ("record", 16, 2), ("frames", 16, 3), ("every32", 32, 0),
+            ("every16", 16, 0), ("every8", 8, 0), ("exact", 1, 0)]
 o = _options.OPTIONS
 def configure(probe):
     _core.set_options(wait=o.wait, capture=o.capture, profile=False,
                       capture_check=o.capture_check, graph_markers=o.graph_markers,
                       watch_probe=probe)
-for _ in range(3):
-    step()
-with cuda_debug.watch():
-    step()
-per_step = {}
-res = {name: {"tiny": [], "step": [], "lm": []} for name, _, _ in VARIANTS}
-for r in range(rounds):
-    for name, every, probe in VARIANTS:
-        if every is None:
-            ctx = None
-        else:
-            configure(probe)
-            ctx = cuda_debug.watch()
-            ctx.__enter__()
-            _core.set_watch_markers(every)
-        res[name]["tiny"].append(timed(tiny, 10000) * 1e6)
+WORK = [("tiny", tiny, 3000), ("step", step, 3), ("lm", lm_step, 2)]
+def block(every, probe):
+    ctx = None
+    if every is not None:
+        configure(probe)
+        ctx = cuda_debug.watch()
+        ctx.__enter__()
+        _core.set_watch_markers(every)
+    got = {}
+    for name, fn, n in WORK:
         s0 = _core.watch_seq()
-        res[name]["step"].append(timed(step, 10) * 1e3)
-        s1 = _core.watch_seq()
-        res[name]["lm"].append(timed(lm_step, 8) * 1e3)
-        if ctx is not None:
-            if name == "every16" and r == 0:
-                per_step.update(step=(s1 - s0) / 10.0, lm=(_core.watch_seq() - s1) / 8.0)
-            ctx.__exit__(None, None, None)
+        got[name] = timed(fn, n)
+        got[name + "_launches"] = (_core.watch_seq() - s0) / n
+    if ctx is not None:
+        ctx.__exit__(None, None, None)
+    return got
+for _ in range(3):
+    step(); lm_step()
+block(16, 0)
+ratios = {v[0]: {w[0]: [] for w in WORK} for v in VARIANTS}
+launches = {}
+for r in range(rounds):
+    # none, each variant, none: each variant against the mean of this round's two
+    first = block(None, 0)
+    got = [(name, block(every, probe)) for name, every, probe in VARIANTS]
+    last = block(None, 0)
+    for name, g in got:
+        for w, _, _ in WORK:
+            ratios[name][w].append(g[w] / ((first[w] + last[w]) / 2))
+        if name == "exact":
+            launches = {w: g[w + "_launches"] for w, _, _ in WORK}
+    base = {w: (first[w] + last[w]) / 2 for w, _, _ in WORK}
 configure(0)
-print("RESULT " + json.dumps({"res": res, "per_step": per_step}))
+print("RESULT " + json.dumps({"ratios": ratios, "launches": launches, "base": base}))
 """)
 
-MODES = ["never", "imported", "watch", "exact", "after", "after_detach", "clb"]
+MODES = ["never", "imported", "watch", "exact", "after", "after_detach"]
 WORK = [("tiny_us", "tiny op", "us/launch"), ("transformer_ms", "transformer step", "ms"),
         ("lm_ms", "LM step", "ms"), ("graph_ms", "graph replay", "ms")]
 TARGETS = {("watch", "tiny_us"): 1.05, ("watch", "transformer_ms"): 1.02,
@@ -196,7 +206,7 @@ def child(cmd, env):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--split-rounds", type=int, default=5)
+    ap.add_argument("--split-rounds", type=int, default=12)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--no-split", action="store_true")
     ap.add_argument("--json")
@@ -249,23 +259,21 @@ def main():
                 cells.append("%.4g" % med)
         print("| %s | %s |" % (m, " | ".join(cells)))
     if split:
-        res, per = split["res"], split["per_step"]
-        n, nl = per.get("step") or 1, per.get("lm") or 1
-        print("\nSplit, one process, %d rounds (median; us per launch over `none`; "
-              "launches per step: transformer %.0f, LM %.0f):" % (a.split_rounds, n, nl))
-        print("| variant | tiny us/launch | +us | step ms | +us per launch | LM ms | +us per "
-              "launch | ratio |")
-        print("|---|---|---|---|---|---|---|---|")
-        t0 = statistics.median(res["none"]["tiny"])
-        s0 = statistics.median(res["none"]["step"])
-        l0 = statistics.median(res["none"]["lm"])
-        for name in res:
-            t = statistics.median(res[name]["tiny"])
-            s = statistics.median(res[name]["step"])
-            lm = statistics.median(res[name]["lm"])
-            print("| %s | %.3f | %+.3f | %.3f | %+.3f | %.3f | %+.3f | tiny %.3fx, step %.3fx, "
-                  "lm %.3fx |" % (name, t, t - t0, s, (s - s0) * 1e3 / n, lm,
-                                  (lm - l0) * 1e3 / nl, t / t0, s / s0, lm / l0))
+        rat, per, base = split["ratios"], split["launches"], split["base"]
+        print("\nSplit, one process: each variant between two unwatched blocks, %d rounds; the "
+              "median ratio (min-max), and what it is per launch (launches per unit: tiny 1, "
+              "transformer step %.0f, LM step %.0f):" % (a.split_rounds, per.get("step", 0),
+                                                       per.get("lm", 0)))
+        print("| variant | tiny | +us/launch | transformer step | +us/launch | LM step | "
+              "+us/launch |")
+        print("|---|---|---|---|---|---|---|")
+        for name, by in rat.items():
+            cells = []
+            for w in ("tiny", "step", "lm"):
+                m = statistics.median(by[w])
+                cells.append("%.3f (%.3f-%.3f)" % (m, min(by[w]), max(by[w])))
+                cells.append("%+.3f" % ((m - 1) * base[w] * 1e6 / max(per.get(w, 1), 1)))
+            print("| %s | %s |" % (name, " | ".join(cells)))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"env": env, "runs": runs, "medians": table, "split": split}, f, indent=1)
