@@ -156,6 +156,12 @@ def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                         "launching line")
     p.add_argument("--no-watch", action="store_true",
                    help="neither watch nor block: only translate the errors")
+    p.add_argument("--exact", action="store_true",
+                   help="watch(exact=True): a completion marker behind every launch, so every "
+                        "fault names its launch (a few percent slower); by default the "
+                        "always-on watch() names it exactly when the device names the kernel "
+                        "(device asserts), else among at most 16 candidates (also "
+                        "CUDA_DEBUG_WATCH_EXACT=1)")
     p.add_argument("--all-threads", action="store_true",
                    help="with --launch-blocking: block launches from every thread")
     p.add_argument("--guard", action="store_true",
@@ -177,7 +183,8 @@ def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
 
 
 _RUN_FLAGS = {"--launch-blocking": "launch_blocking", "--no-watch": "no_watch",
-              "--all-threads": "all_threads", "--traceback": "traceback", "--guard": "guard"}
+              "--all-threads": "all_threads", "--traceback": "traceback", "--guard": "guard",
+              "--exact": "exact"}
 
 
 def _is_module_name(name: str) -> bool:
@@ -210,6 +217,9 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
             hang_after = _options.parse_seconds(argv[i + 1]) if i + 1 < len(argv) else None
             if hang_after is None:
                 return _usage_error(parser, "--hang-after takes a number of seconds > 0")
+            if _options.hang_after_too_short(hang_after):
+                return _usage_error(parser, "--hang-after %s: %s" % (
+                    argv[i + 1], _options.hang_after_too_short(hang_after)))
             i += 1
         elif a == "-m" or (a.startswith("-m") and len(a) > 2):
             target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
@@ -230,6 +240,9 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         return _usage_error(parser, "--launch-blocking and --no-watch exclude each other")
     if opts["all_threads"] and not opts["launch_blocking"]:
         return _usage_error(parser, "--all-threads goes with --launch-blocking")
+    if opts["exact"] and (opts["launch_blocking"] or opts["no_watch"]):
+        return _usage_error(parser, "--exact goes with watching (not with %s)" % (
+            "--launch-blocking" if opts["launch_blocking"] else "--no-watch"))
     if hang_after is not None and (opts["launch_blocking"] or opts["no_watch"]):
         return _usage_error(parser, "--hang-after goes with watching (not with %s)" % (
             "--launch-blocking" if opts["launch_blocking"] else "--no-watch"))
@@ -244,10 +257,12 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     mode = "block" if opts["launch_blocking"] else "none" if opts["no_watch"] else "watch"
     return _run(target, args, module=module, mode=mode, all_threads=opts["all_threads"],
                 full_traceback=opts["traceback"], prog=prog,
-                guard=opts["guard"] or _options.OPTIONS.guard, hang_after=hang_after)
+                guard=opts["guard"] or _options.OPTIONS.guard, hang_after=hang_after,
+                exact=opts["exact"] or None)
 
 
-def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None):
+def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None,
+           exact: Optional[bool] = None):
     """The entered scope for `mode`, or None: where it cannot be had (no GPU,
     no CUPTI, a profiler holds it) say so once and run without it."""
     if mode == "none":
@@ -258,7 +273,7 @@ def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None):
         import importlib.util
         if importlib.util.find_spec("torch") is not None:
             import torch  # noqa: F401  (the op recorder is a PyTorch dispatch mode)
-    scope = watch(hang_after=hang_after) if mode == "watch" else \
+    scope = watch(hang_after=hang_after, exact=exact) if mode == "watch" else \
         launch_blocking(True, all_threads=all_threads)
     try:
         scope.__enter__()
@@ -291,7 +306,7 @@ def _exec_stdin() -> None:
 
 def _run(target: str, args: List[str], module: bool, mode: str, all_threads: bool,
          full_traceback: bool, prog: str = MODULE_PROG, guard: bool = False,
-         hang_after: Optional[float] = None) -> int:
+         hang_after: Optional[float] = None, exact: Optional[bool] = None) -> int:
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     try:
         if module:
@@ -305,7 +320,7 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
             sys.argv = [target] + args
             sys.path[0:1] = [os.path.dirname(os.path.abspath(target))]
         try:
-            scope = _enter(mode, all_threads, hang_after)
+            scope = _enter(mode, all_threads, hang_after, exact)
             with contextlib.ExitStack() as stack:
                 if scope is not None:
                     stack.push(scope)

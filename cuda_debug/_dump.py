@@ -231,7 +231,8 @@ def records(doc: dict):
                           short=e["short"], collective=e["collective"], graph=e["graph"],
                           thread_id=e["thread_id"], thread_name=e["thread_name"],
                           device=e["device"], stack=_locations.stack_from_frames(e["frames"]),
-                          age_ns=e["age_ns"], queued=e["queued"])
+                          age_ns=e["age_ns"], queued=e["queued"],
+                          candidates=e.get("candidates", 1))
             for e in doc.get("streams", ())]
 
 

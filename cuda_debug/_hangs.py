@@ -18,6 +18,7 @@ are stuck. Three ways to ask:
   hand: the same report on the process's own stderr, from the signal handler;
 - :func:`in_flight`: the report's fields as records, for tools that print their own.
 """
+import os
 import threading
 import warnings
 from typing import List, NamedTuple, Optional
@@ -42,6 +43,9 @@ class InFlight(NamedTuple):
     queue_depth: int               # launches recorded after it on the same stream
     seq: int                       # its watch-ring number ("launch #seq" in the report)
     stack: list                    # (filename, lineno, function, line), outermost first
+    candidates: int                # 1: this launch is unfinished; n > 1 (the always-on
+    #                                watch's sparse markers): this launch or one of the
+    #                                next n - 1 of its stream is, the first unfinished one
 
 
 def in_flight() -> List[InFlight]:
@@ -53,16 +57,17 @@ def in_flight() -> List[InFlight]:
     names = {t.native_id: t.name for t in threading.enumerate()}
     out = []
     for (seq, stream, kernel, short, collective, tid, device, frames, flags, age_ns, queued,
-         _last, _cbid) in rows:
+         _last, _cbid, candidates, _open) in rows:
         out.append(record(seq=seq, stream=stream, kernel=kernel.decode("utf-8", "replace"),
                           short=short, collective=collective, graph=bool(flags & _core.WATCH_GRAPH),
                           thread_id=tid, thread_name=names.get(tid), device=device,
-                          stack=_locations.stack_from_ids(frames), age_ns=age_ns, queued=queued))
+                          stack=_locations.stack_from_ids(frames), age_ns=age_ns, queued=queued,
+                          candidates=candidates))
     return out
 
 
 def record(seq, stream, kernel, short, collective, graph, thread_id, thread_name, device, stack,
-           age_ns, queued) -> InFlight:
+           age_ns, queued, candidates=1) -> InFlight:
     """One InFlight from a stream's raw fields (this process's ring, or the
     document another process's dump listener sent: cuda_debug/_dump.py)."""
     fs = _locations.user_frame(stack, complete=False)
@@ -73,7 +78,7 @@ def record(seq, stream, kernel, short, collective, graph, thread_id, thread_name
         thread_id=thread_id, thread_name=thread_name, filename=fs.filename if fs else None,
         lineno=fs.lineno if fs else None, function=fs.name if fs else None,
         age_s=age_ns / 1e9, queue_depth=queued, seq=seq,
-        stack=[(f.filename, f.lineno, f.name, f.line) for f in stack])
+        stack=[(f.filename, f.lineno, f.name, f.line) for f in stack], candidates=candidates)
 
 
 # -- watch(hang_after=...) and the dump signal ---------------------------------------
@@ -81,6 +86,17 @@ def record(seq, stream, kernel, short, collective, graph, thread_id, thread_name
 _lock = threading.Lock()
 _active = []                   # hang_after of each open watch() that has one
 _warned = []
+
+
+def _after_fork_in_child():
+    """A forked child watches nothing (csrc/hooks/after_fork.c): the parent's
+    open watches are not its own, and a lock another thread held is free."""
+    global _lock
+    _lock = threading.Lock()
+    _active.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def check_hang_after(value) -> Optional[float]:
@@ -94,11 +110,13 @@ def check_hang_after(value) -> Optional[float]:
         return None
     if not 0 < value < 1e9:
         raise ValueError("watch(hang_after=%r): a number of seconds > 0 (0: off)" % (value,))
+    why = _options.hang_after_too_short(value)
+    if why:
+        raise ValueError("watch(hang_after=%r): %s" % (value, why))
     return float(value)
 
 
 def _env_int(name: str, default: int) -> int:
-    import os
     try:
         return int(os.environ.get(name, ""))
     except ValueError:
@@ -143,5 +161,7 @@ def enter(hang_after: Optional[float]) -> None:
 def leave(hang_after: Optional[float]) -> None:
     if hang_after:
         with _lock:
+            if hang_after not in _active:
+                return             # a watch() of the parent, left in a forked child
             _active.remove(hang_after)
             _core.set_hang_after(min(_active) if _active else 0)

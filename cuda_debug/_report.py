@@ -11,6 +11,7 @@ Callers (scope and watch exit, ``check()``, ``last_error()``, ``cuda_debug.testi
 re-parse formatted text.
 """
 import os
+import re
 import sys
 import threading
 import traceback
@@ -47,6 +48,9 @@ class RawFault(NamedTuple):
     device_message_cut: int   # bytes that did not fit (all of them went to stderr)
     log_end: int
     ops: tuple                # at::_ops::<name> frames of the native stack, innermost first
+    assert_level: int         # _core.ASSERT_*: how the assert text belongs to this kernel
+    cause_seq: int            # a consequence: the record of its context's cause, 0 unknown
+    cause_thread: int         # and that record's thread
 
 
 class WatchRecord(NamedTuple):
@@ -202,11 +206,75 @@ def configure_core() -> None:
 
 # -- watch mode: the culprit ------------------------------------------------------
 
-def _assert_function(text: str) -> Optional[str]:
-    """The kernel function an assert line names (``file:line: FUNC: block: ...``)."""
+def _assert_site(text: str) -> Optional[dict]:
+    """The first assert line's file, line and function (``file:line: FUNC: block: ...``)."""
     from ._errors import parse_device_message
     asserts = parse_device_message(text)
-    return asserts[0]["func"] if asserts else None
+    return asserts[0] if asserts else None
+
+
+def _enclosing_function(path: str, lineno: int) -> Optional[str]:
+    """The name of the innermost function defined around line `lineno` of the
+    Python file `path` (a Triton kernel's source: Triton names its kernels
+    after their function), None when unknown."""
+    import ast
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                node.lineno <= lineno <= (getattr(node, "end_lineno", None) or node.lineno):
+            if best is None or node.lineno >= best.lineno:
+                best = node
+    return best.name if best is not None else None
+
+
+def _source_named(text: str) -> Optional[str]:
+    """Where the device's first assert line names no function (Triton prints
+    ``unknown``), the function whose source holds the asserting line (Triton
+    names its kernels after their functions; Inductor writes each kernel to a
+    file of its own)."""
+    site = _assert_site(text)
+    if site is None or site["func"].strip() != "unknown" or not site["file"].endswith(".py"):
+        return None
+    try:
+        return _enclosing_function(site["file"], int(site["line"]))
+    except ValueError:
+        return None
+
+
+def _names(kernel: Optional[str], name: str) -> bool:
+    """Is `name` (a function name) the kernel `kernel` (demangled), or a word
+    of it (a C++ kernel's name in its namespaces and templates)?"""
+    if not kernel:
+        return False
+    return re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(name), kernel) is not None
+
+
+def _named_by_device(cands: list, text: str) -> list:
+    """The candidates the device's assert text belongs to: those it names;
+    where it names no kernel (a lambda's ``operator()``, Triton's ``unknown``),
+    those it fits (a kernel holding a closure type; a kernel that is not C++),
+    narrowed, for Triton, to the kernel whose source holds the asserting line.
+    The C fault path's rule (capture/stderr_tee.c: CD_ASSERT_*); [] when the
+    text names none of them."""
+    if not text:
+        return []
+    raw = text.encode("utf-8", "surrogateescape")
+    levels = [_core.assert_level(raw, c["mangled"]) if c.get("mangled") and not c["graph"]
+              else _core.ASSERT_NONE for c in cands]
+    best = max(levels, default=_core.ASSERT_NONE)
+    if best < _core.ASSERT_FITS:
+        return []
+    picked = [c for c, lv in zip(cands, levels) if lv == best]
+    if best == _core.ASSERT_FITS:
+        name = _source_named(text)
+        by_source = [c for c in picked if name and _names(c["kernel"], name)]
+        picked = by_source or picked
+    return picked
 
 
 def _launch_dict(rec: WatchRecord) -> dict:
@@ -216,6 +284,7 @@ def _launch_dict(rec: WatchRecord) -> dict:
     compiled = compiled_frame(stack, complete=False)
     return {
         "seq": rec.seq, "kernel": (_core.demangle(kernel) or kernel) if kernel else None,
+        "mangled": kernel or None,
         "short": _core.short_kernel_name(kernel) if kernel else None,
         "graph": bool(rec.flags & _core.WATCH_GRAPH), "stream": rec.stream,
         "captured": bool(rec.flags & _core.WATCH_CAPTURED),
@@ -274,18 +343,24 @@ def _graph_nodes(replay: dict) -> tuple:
 
 def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
     """From host memory only (no CUDA call): the launch that faulted, while
-    watching. Per stream, the first launch whose completion marker never came
-    back; `exact` when one stream had unfinished work, else the candidates,
-    with the one the device's assert text names first when it names one.
+    watching. Per stream, the launches from its last returned completion
+    marker up to the first marker that did not come back (one launch when
+    every launch has its marker, ``watch(exact=True)``; at most
+    ``markers_every`` otherwise): the candidates, in launch order. Where the
+    device's assert text names a kernel, the candidates that are that kernel.
+    ``exact`` when one candidate is left. When no marker is missing, the
+    launches not known to have finished are the candidates, as a guess.
     A graph replay among them is replaced by the unfinished nodes of its
-    graph (csrc/capture/graph_markers.c): `exact` only for a graph captured
-    on one stream whose one unfinished node is named."""
-    seqs = _core.watch_incomplete(since)
-    guess = isinstance(seqs, tuple)       # no marker missing, some unknown: a guess
-    launches = [d for d in (watch_record(s) for s in seqs) if d is not None]
+    graph (csrc/capture/graph_markers.c)."""
+    streams = _core.watch_streams(since)
+    proven = [st for st in streams if st[3]]
+    use = proven or streams
+    seqs = sorted(q for st in use for q in st[7])
+    total = sum(st[5] for st in use)
+    launches = [d for d in (watch_record(q) for q in seqs) if d is not None]
     if not launches:
         return None
-    cands, exact = [], len(launches) == 1 and not guess
+    cands, graph_exact = [], True
     for c in (_launch_dict(r) for r in launches):
         if not c["graph"]:
             cands.append(c)
@@ -294,26 +369,29 @@ def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
         c["graph_note"] = note
         c["replayed_at"] = _where_str(traceback.StackSummary.from_list(c["stack"]))
         if nodes:
-            exact = exact and len(nodes) == 1 and not multi and note is None
+            graph_exact = graph_exact and len(nodes) == 1 and not multi and note is None
             for n in nodes:
                 n["graph_note"] = note
             cands.extend(nodes)
+            total += len(nodes) - 1
         else:
             cands.append(c)
+    named = _named_by_device(cands, device_text)
+    if named:
+        cands, total = named, len(named)
     pick = cands[0]
-    func = _assert_function(device_text)
-    if func and not exact:
-        named = [c for c in cands if c["kernel"] and func in c["kernel"]]
-        if len(named) == 1:
-            pick = named[0]
+    exact = len(cands) == 1 and total == 1 and bool(proven or named) and \
+        (graph_exact or bool(named))
     recent = []
     last = pick.get("replay_seq", pick["seq"])
-    for s in range(max(since + 1, last - 5), last):
-        r = watch_record(s)
+    for q in range(max(since + 1, last - 5), last):
+        r = watch_record(q)
         if r is not None:
             recent.append(_launch_dict(r))
-    return {"culprit": pick, "exact": exact,
-            "candidates": [c for c in cands if c is not pick], "recent": recent}
+    every = _core.stats()["watch_every"]
+    return {"culprit": pick, "exact": exact, "candidates": [c for c in cands if c is not pick],
+            "recent": recent, "named_by_device": bool(named), "proven": bool(proven),
+            "candidate_count": max(total, len(cands)), "markers_every": every}
 
 
 # -- building the exception -----------------------------------------------------
@@ -322,6 +400,17 @@ _state_lock = threading.Lock()
 _claimed = set()                 # (fault seq, thread) already reported to that thread
 _last_error: Optional[CudaError] = None
 _log_marks = {}                  # fault seq -> log_end, to cut the driver log between faults
+
+
+def _after_fork_in_child():
+    """A forked child reports nothing of the parent's (csrc/hooks/after_fork.c:
+    the parent's fault records are not read there): no last error, a free lock."""
+    global _state_lock, _last_error
+    _state_lock = threading.Lock()
+    _last_error = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def claim(seq: int, thread_id: Optional[int] = None) -> bool:
@@ -371,23 +460,40 @@ def _where_str(stack) -> Optional[str]:
     return s
 
 
+def assert_level(r: RawFault) -> int:
+    """How the device's assert text belongs to a record's kernel (_core.ASSERT_*):
+    as the fault path saw it, or the lines kept now (printed late)."""
+    if r.code != 710 or r.at_launch:
+        return _core.ASSERT_NONE
+    return max(r.assert_level, _core.asserts_for(_text(r.kernel))[1])
+
+
 def pick_cause(records: Sequence[RawFault], thread_id: Optional[int] = None):
     """(cause, consequences): the record to report among `records` (oldest
-    first). This thread's own fault first; else the earliest fault that is not
-    an echo of an earlier one; else the earliest record."""
+    first).
+
+    The kernel the device's assert text belongs to is the cause: when the
+    text names kernels, each of those faulted (two kernels that asserted at
+    once); when it names none (a lambda's ``operator()``, Triton's ``unknown``)
+    but fits some records' kernels, the first recorded of those; a thread
+    whose wait met another thread's fault, its own kernel innocent, is never
+    the cause (issue 25 item 4). Without assert text: the faults that are not
+    echoes of an earlier one in their context. Among the causes, this thread's
+    own first, else the earliest; with none, the earliest record."""
     if not records:
         return None, 0
     def first(rs):
         return rs[0] if rs else None
     sticky = [r for r in records if _cuda_errors.is_sticky(r.code)]
-    causes = [r for r in sticky if not r.consequence]
-    # A device assert names its kernel: the records whose kernel the assert
-    # lines name are the causes (another thread's wait may have found the
-    # fault first and been recorded first).
-    named = [r for r in sticky if r.code == 710 and not r.at_launch and
-             _core.asserts_for(_text(r.kernel))]
-    if named:
-        causes = named
+    levels = {r.seq: assert_level(r) for r in sticky}
+    best = max(levels.values(), default=_core.ASSERT_NONE)
+    if best == _core.ASSERT_NAMES:     # each kernel its own text names faulted
+        causes = [r for r in sticky if levels[r.seq] == best]
+    elif best == _core.ASSERT_FITS:    # which of the fitting ones: the first recorded
+        fits = [r for r in sticky if levels[r.seq] == best]
+        causes = [r for r in fits if not r.consequence] or fits
+    else:
+        causes = [r for r in sticky if not r.consequence]
     own = [r for r in causes if thread_id is not None and r.thread_id == thread_id]
     cause = first(own) or first(causes)
     if cause is None:
@@ -397,17 +503,37 @@ def pick_cause(records: Sequence[RawFault], thread_id: Optional[int] = None):
     return cause, consequences
 
 
+def _met_by(cause: RawFault, records: Sequence[RawFault], thread_id: Optional[int]):
+    """When `cause` is another thread's fault and this thread has a record of
+    its own among `records` (its wait or launch met the dead context): where
+    this thread met it ("thread t (tid 4243) at its launch of k<...> at
+    b.py:20 in worker_b"), else None."""
+    if thread_id is None or cause.thread_id == thread_id:
+        return None
+    mine = next((r for r in records if r.thread_id == thread_id and r is not cause), None)
+    if mine is None:
+        return None
+    kernel = _text(mine.kernel)
+    s = "thread %s (tid %d) at its %s of %s" % (
+        _text(mine.thread_name), mine.thread_id, "launch" if mine.at_launch else "wait after the launch",
+        _core.short_kernel_name(kernel) if kernel else "a CUDA graph")
+    where = _where_str(stack_from_ids(mine.frames)) if mine.frames else None
+    if where:
+        s += " at " + where
+    return s
+
+
 def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None, frame=None,
           found_at: str = "launch", watch: Optional[dict] = None, consequences: int = 0,
-          before_scope: bool = False, surfaced: Optional[traceback.StackSummary] = None
-          ) -> CudaError:
+          before_scope: bool = False, surfaced: Optional[traceback.StackSummary] = None,
+          met_by: Optional[str] = None) -> CudaError:
     """A cuda_debug exception: for a fault record `raw`, a watch culprit, or
     just a code. Located by the record's own frames (captured at the launch),
     else by the traceback `tb`, else by `frame`."""
     if raw is not None:
         code = raw.code
     fields = dict(found_at=found_at, consequences=consequences, before_scope=before_scope,
-                  mechanism="cupti")
+                  mechanism="cupti", met_by=met_by)
     stack, complete = None, True
     if raw is not None and raw.frames:
         stack, complete = stack_from_ids(raw.frames), raw.frames_complete == 1
@@ -419,7 +545,7 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
         mangled = _text(raw.kernel)
         message = raw.device_message
         if not message and _cuda_errors.is_sticky(raw.code) and not raw.consequence:
-            message = _core.asserts_for(mangled)     # printed by another thread, or late
+            message = _core.asserts_for(mangled)[0]  # printed by another thread, or late
         compiled = compiled_frame(stack, complete) if stack else None
         fields.update(
             provenance=inductor_provenance(mangled, stack, compiled),
@@ -457,6 +583,8 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             kernel=c["kernel"], grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
             stream=c["stream"], device=c["device"], exact=watch["exact"],
             candidates=watch["candidates"], recent_launches=watch["recent"],
+            markers_every=watch["markers_every"], candidate_count=watch["candidate_count"],
+            named_by_device=watch["named_by_device"],
             launch_stack=traceback.StackSummary.from_list(c["stack"]), filename=c["filename"], lineno=c["lineno"],
             function=c["function"], thread="tid %d" % c["thread_id"],
             launch_api="cuGraphLaunch" if c["graph"] or c["captured"] else None,
@@ -575,7 +703,8 @@ def _error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
                 if r.consequence or r is cause:
                     claim(r.seq, thread_id)
             return remember(build(cause, tb=tb, frame=frame, found_at=found_at,
-                                  consequences=consequences))
+                                  consequences=consequences,
+                                  met_by=_met_by(cause, records, thread_id) if sticky else None))
     surfaced_code = code if code is not None and _cuda_errors.is_sticky(code) else \
         (_sticky.sticky_code(exc) if exc is not None else None)
     if watch_mark is not None and surfaced_code is not None:

@@ -21,6 +21,9 @@ from fake_cuda import PRELUDE, child_env
 from test_cli import cli
 
 HEAD = "cuda_debug (watch): unfinished launches of pid %d"
+#: A completion marker behind every launch (watch(exact=True)): the launch a
+#: report names is the unfinished one, not the first of a window of candidates.
+EXACT = {"CUDA_DEBUG_WATCH_EXACT": "1"}
 
 STUCK = '''
 import ctypes, os, cuda_debug, cuda_debug.testing as t
@@ -38,7 +41,7 @@ with cuda_debug.watch():
 
 @pytest.mark.parametrize("gil", [False, True], ids=["gil-released", "gil-held"])
 def test_dump_prints_the_report_here_while_the_target_is_stuck_in_a_cuda_call(fake_live, gil):
-    with fake_live(STUCK % gil, env={"RANK": "3"}) as live:
+    with fake_live(STUCK % gil, env=dict(EXACT, RANK="3")) as live:
         live.wait_for("READY", name="stdout")
         time.sleep(0.3)
         p = cli("dump", str(live.pid), timeout=30)
@@ -57,12 +60,13 @@ def test_dump_prints_the_report_here_while_the_target_is_stuck_in_a_cuda_call(fa
 
 
 def test_dump_json_has_the_in_flight_fields_pid_rank_and_time(fake_live):
+    # the always-on watch (a marker behind every 16th launch): a window of candidates
     with fake_live('''
         import json, cuda_debug, cuda_debug.testing as t
         fake.fake_set_async(1)
         with cuda_debug.watch():
             t.spin(60)                      # SPIN
-            for _ in range(2):
+            for _ in range(20):
                 t.empty()                   # queued behind it
             mine = [r._asdict() for r in cuda_debug.in_flight()]
             print("MINE " + json.dumps(mine), flush=True)
@@ -81,9 +85,10 @@ def test_dump_json_has_the_in_flight_fields_pid_rank_and_time(fake_live):
         got, want = doc["streams"][0], mine[0]
         assert set(got) == set(want), (got, want)
         for k in ("kernel", "short", "collective", "graph", "stream", "device", "thread_id",
-                  "filename", "lineno", "function", "queue_depth", "seq"):
+                  "filename", "lineno", "function", "queue_depth", "seq", "candidates"):
             assert got[k] == want[k], (k, got, want)
-        assert got["lineno"] == live.line_of("# SPIN") and got["queue_depth"] == 2, got
+        assert got["lineno"] == live.line_of("# SPIN") and got["queue_depth"] == 20, got
+        assert got["candidates"] > 1, got
         assert got["stack"] == want["stack"], (got, want)
         assert got["age_s"] >= want["age_s"] and got["thread_name"], got   # the OS name
 
@@ -235,7 +240,7 @@ def test_another_users_process_is_refused_by_dump_and_by_the_listener(fake_live)
         p = cli("dump", "1")                  # pid 1 is root's: another user's, for us
         assert p.returncode == 1 and "is another user's (uid 0)" in p.stderr, p
         return
-    with fake_live(STUCK % False) as live:
+    with fake_live(STUCK % False, env=EXACT) as live:
         live.wait_for("READY", name="stdout")
         for who in ("nobody", "root"):
             p = subprocess.run([sys.executable, "-c", AS_NOBODY, str(live.pid), who],
@@ -286,7 +291,7 @@ for p in procs:
 def job(fake_cuda_dir, tmp_path, staller, idle):
     rank = tmp_path / "rank.py"
     rank.write_text(RANK % (staller, idle))
-    live = Live(AGENT % str(rank), env=child_env(fake_cuda_dir))
+    live = Live(AGENT % str(rank), env=dict(child_env(fake_cuda_dir), **EXACT))
     live.rank_script = str(rank)
     live.rank_source = rank.read_text()
     return live
@@ -428,7 +433,7 @@ def test_dump_trace_writes_chrome_trace_events(fake_live, tmp_path):
             t.empty()                                       # QUEUED
             print("READY", flush=True)
             cuda_debug.check()
-    ''') as live:
+    ''', env=EXACT) as live:
         live.wait_for("READY", name="stdout")
         time.sleep(0.3)
         p = cli("dump", "--trace", str(out), str(live.pid), timeout=30)
@@ -467,7 +472,7 @@ def test_cuda_debug_trace_writes_the_trace_at_a_fault(fake_child, tmp_path):
                 cuda_debug.check()
             except cuda_debug.DeviceAssertError as e:
                 report(dict(kernel=e.kernel))
-    ''', env={"CUDA_DEBUG_TRACE": str(out)})
+    ''', env=dict(EXACT, CUDA_DEBUG_TRACE=str(out)))
     assert c.result and "check_index" in c.result["kernel"], c
     data = json.loads(out.read_text())
     check_trace(data)
@@ -553,7 +558,7 @@ def test_dump_job_reads_every_rank_of_two_nodes_through_the_jobs_store(fake_cuda
     rank = tmp_path / "rank.py"
     rank.write_text(JOB_RANK)
     env = dict(child_env(fake_cuda_dir), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port),
-               TORCH_NCCL_TRACE_BUFFER_SIZE="2000")
+               TORCH_NCCL_TRACE_BUFFER_SIZE="2000", **EXACT)
     nodes = [Live(NODE % str(rank), env=env, args=[str(n)]) for n in range(2)]
     try:
         for r in range(4):
@@ -629,7 +634,8 @@ def test_dump_job_shows_the_last_hang_report_of_a_rank_that_cannot_answer(fake_c
                      wait_for_workers=False)
     rank = tmp_path / "rank.py"
     rank.write_text(HANG_RANK)
-    env = dict(child_env(fake_cuda_dir), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port))
+    env = dict(child_env(fake_cuda_dir), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port),
+               **EXACT)
     with Live(NODE % str(rank), env=env, args=["0"]) as node:
         for r in range(2):
             node.wait_for("READY %d" % r, name="stdout", timeout=60)

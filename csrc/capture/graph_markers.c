@@ -272,7 +272,7 @@ int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid
         return 1;
     }
     cd_watch_record *r = &nodes[g];
-    cd_watch_fill(r, cb, cbid, s);
+    cd_watch_fill(r, cb, cbid, s, 1);
     r->graph = (uint16_t)(c + 1);
     r->ctx = (uint16_t)k->ctx;
     r->ctx_gen = (uint16_t)k->ctx_gen;
@@ -503,4 +503,21 @@ void cd_graph_stats(cd_graph_counters *out)
     out->clear_rc = atomic_load(&clear_rc);
     out->write_rc = atomic_load(&write_rc);
     out->kernel_rc = atomic_load(&kernel_rc);
+}
+
+void cd_graph_markers_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        graph_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        tls_cap = -1;              /* the forking thread's capture is the parent's */
+        tls_cap_id = 0;
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&graph_lock);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&graph_lock);
+        break;
+    }
 }

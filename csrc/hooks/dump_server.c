@@ -22,7 +22,8 @@
  *
  * Started by the first watch() (cd_dump_server_start), once per process. A
  * forked child has no such thread: its copy of the socket is closed
- * (pthread_atfork) and its next watch() starts its own, under its own pid.
+ * (cd_dump_server_fork, from hooks/after_fork.c) and its next watch() starts
+ * its own, under its own pid.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -149,14 +150,23 @@ static void *server_main(void *arg)
     return NULL;
 }
 
-static void after_fork_child(void)
+void cd_dump_server_fork(int op)
 {
-    pthread_mutex_init(&mu, NULL);
-    if (listen_fd >= 0)
-        close(listen_fd);          /* the parent's name: the parent answers for it */
-    listen_fd = -1;
-    atomic_store(&state, 0);
-    cd_report_dump_listening(0);
+    switch (op) {
+    case CD_FORK_CHILD:
+        pthread_mutex_init(&mu, NULL);
+        if (listen_fd >= 0)
+            close(listen_fd);      /* the parent's name: the parent answers for it */
+        listen_fd = -1;
+        atomic_store(&state, 0);
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&mu);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&mu);
+        break;
+    }
 }
 
 int cd_dump_server_start(int rank, int world_size)
@@ -164,11 +174,6 @@ int cd_dump_server_start(int rank, int world_size)
     atomic_store(&srv_rank, rank);
     atomic_store(&srv_world, world_size);
     pthread_mutex_lock(&mu);
-    static int once;
-    if (!once) {
-        pthread_atfork(NULL, NULL, after_fork_child);
-        once = 1;
-    }
     int rc = 0;
     if (atomic_load(&state) == 1)
         goto out;

@@ -18,7 +18,8 @@
  *    Python handed down with cd_report_set_extra, or null),
  *    "streams": [{"seq", "stream", "device", "kernel", "short", "collective",
  *                 "graph", "thread_id", "thread_name", "age_ns", "queued",
- *                 "last_seq", "cbid", "frames": [[file, line, func, kind]...]}],
+ *                 "last_seq", "cbid", "candidates", "open_seq",
+ *                 "frames": [[file, line, func, kind]...]}],
  *    "recent": [{"seq", "stream", "device", "kernel", "short", "collective",
  *                "graph", "thread_id", "thread_name", "age_ns", "done",
  *                "frames"}]}                   (the last `recent` launches)
@@ -295,11 +296,13 @@ static void put_text(cd_out *o, const cd_inflight *t, int n, const cd_inflight_s
 int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p)
 {
     cd_inflight *t = calloc(CD_INFLIGHT_MAX, sizeof *t);
+    cd_stream_scan *scan = calloc(CD_INFLIGHT_MAX, sizeof *scan);
     cd_out *o = malloc(sizeof *o);
     names_cache *names = calloc(1, sizeof *names);
     cd_buf text = {0};
-    if (!t || !o || !names) {
+    if (!t || !scan || !o || !names) {
         free(t);
+        free(scan);
         free(o);
         free(names);
         return -1;
@@ -309,7 +312,7 @@ int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p)
     o->sink = cd_buf_sink;
     o->sink_ctx = b;
     cd_inflight_summary sum;
-    int n = cd_watch_inflight(t, CD_INFLIGHT_MAX, &sum);
+    int n = cd_watch_inflight(t, CD_INFLIGHT_MAX, &sum, scan);
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     char tbuf[48];
@@ -368,6 +371,10 @@ int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p)
         num(o, t[i].queued);
         key(o, "last_seq", 0);
         num(o, t[i].last_seq);
+        key(o, "candidates", 0);
+        num(o, t[i].candidates);
+        key(o, "open_seq", 0);
+        num(o, t[i].open_seq);
         lit(o, "}");
     }
     lit(o, "]");
@@ -391,6 +398,7 @@ int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p)
     cd_out_drain(o);
     cd_buf_free(&text);
     free(t);
+    free(scan);
     free(o);
     free(names);
     return b->failed ? -1 : 0;

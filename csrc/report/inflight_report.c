@@ -43,6 +43,7 @@
 /* Under cd_report_lock (or, when it could not be had in 3 s, shared at worst
  * with a report being written: text may mix, nothing worse). */
 static cd_inflight table[CD_INFLIGHT_MAX];
+static cd_stream_scan scan[CD_INFLIGHT_MAX];
 static cd_out out;
 static atomic_int dump_signal;     /* the dump signal installed, 0 none */
 
@@ -97,6 +98,33 @@ static void put_entry(cd_out *o, const cd_inflight *e, uint64_t now_ns)
     cd_out_u(o, (unsigned)r->thread_id);
     cd_out_puts(o, ")\n  ");
     cd_out_location(o, r->frames, r->n_frames, 0);
+    if (e->candidates > 1) {
+        /* Sparse markers: the unfinished one is this launch or one of the
+         * next candidates - 1 of its stream; each named, the first few. */
+        cd_out_puts(o, "    (or one of the ");
+        cd_out_u(o, e->candidates - 1);
+        cd_out_puts(o, e->candidates == 2 ? " launch after it" : " launches after it");
+        cd_out_puts(o, " up to launch #");
+        cd_out_u(o, (unsigned long long)e->open_seq);
+        cd_out_puts(o, ": watch() puts a completion marker behind every ");
+        cd_out_u(o, atomic_load(&cd_state.watch_every));
+        cd_out_puts(o, "th launch of a stream; watch(exact=True) behind each)\n");
+        uint64_t shown = 0;
+        for (uint64_t seq = r->seq + 1; seq <= e->open_seq && shown < 3; seq++) {
+            cd_watch_record c;
+            if (cd_watch_get(seq, &c) != 0 || c.stream != r->stream || c.ctx != r->ctx ||
+                (c.flags & CD_WATCH_CAPTURED))
+                continue;
+            const char *k = cd_interned(c.kernel_short);
+            cd_out_puts(o, "    or ");
+            cd_out_puts(o, k ? k : "?");
+            cd_out_puts(o, " (launch #");
+            cd_out_u(o, (unsigned long long)seq);
+            cd_out_puts(o, ")\n    ");
+            cd_out_location(o, c.frames, c.n_frames, 0);
+            shown++;
+        }
+    }
 }
 
 static const char *signal_name(int sig)
@@ -188,7 +216,7 @@ static void write_inflight(uint64_t hang_after_ns, int sig)
     o->line_start = 1;
     o->raw = 0;
     cd_inflight_summary sum;
-    int n = cd_watch_inflight(table, CD_INFLIGHT_MAX, &sum);
+    int n = cd_watch_inflight(table, CD_INFLIGHT_MAX, &sum, scan);
     put_inflight(o, table, n, &sum, hang_after_ns, sig);
 }
 
@@ -319,3 +347,20 @@ int cd_install_dump_signal(int sig, int sig_is_python, int sigint_is_python)
 }
 
 int cd_dump_signal(void) { return atomic_load(&dump_signal); }
+
+void cd_inflight_report_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        for (int i = 0; i < HANDLER_THREADS; i++)
+            atomic_store(&in_handler[i], 0);
+        atomic_store(&dump_listening, 0);   /* the child's listener starts at its watch() */
+        break;
+    case CD_FORK_TEST_TAKE:
+        atomic_store(&in_handler[0], -1);   /* another thread inside the dump handler */
+        break;
+    case CD_FORK_TEST_GIVE:
+        atomic_store(&in_handler[0], 0);
+        break;
+    }
+}
