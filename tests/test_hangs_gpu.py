@@ -48,7 +48,9 @@ def test_dump_pid_names_the_kernel_a_process_waits_for_in_synchronize():
     with Live('''
         import torch, cuda_debug, cuda_debug.testing as t
         torch.zeros(1, device="cuda")         # torch's primary context: cuda_debug's kernels share it
-        with cuda_debug.watch():
+        with cuda_debug.watch(exact=True):    # a marker behind each launch: the spin, named
+            for _ in range(100):
+                t.empty()
             t.spin(8)                                           # SPIN
             print("READY", flush=True)
             torch.cuda.synchronize()                            # WAIT

@@ -3,7 +3,7 @@ in a spinning kernel under watch, and the time the listener takes on the H200.
 
     python3 benchmarks/probes/dump_report.py
 
-Starts a child that, inside cuda_debug.watch(), runs 5,000 empty kernels (so the
+Starts a child that, inside cuda_debug.watch(exact=True), runs 5,000 empty kernels (so the
 ring is not empty), launches cuda_debug.testing.spin(60) and waits in
 torch.cuda.synchronize(); then, from this process, runs `python -m cuda_debug dump
 PID`, `dump --json PID` and `dump --trace` (each timed), checks that the child
@@ -26,7 +26,7 @@ import time
 CHILD = textwrap.dedent('''
     import torch, cuda_debug, cuda_debug.testing as t
     torch.zeros(1, device="cuda")
-    with cuda_debug.watch():
+    with cuda_debug.watch(exact=True):              # a marker behind each launch
         for _ in range(5000):
             t.empty()
         t.spin(60)                                   # SPIN
