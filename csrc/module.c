@@ -214,21 +214,26 @@ static PyObject *py_last_call(PyObject *self, PyObject *noargs)
 
 /* ------------------------------------------------------------- options -- */
 
-/* set_options(wait, capture, profile, capture_check, graph_markers,
- * graph_marker_every=1): the debug switches, validated by Python
+/* set_options(wait, capture, profile, capture_check, graph_markers[, watch_probe,
+ * detach, graph_marker_every]): the debug switches, validated by Python
  * (cuda_debug/_options.py) from CUDA_DEBUG_*. */
 static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"wait", "capture", "profile", "capture_check", "graph_markers",
-                             "graph_marker_every", NULL};
-    int wait = 0, capture = 1, profile = 0, capture_check = 1, graph_markers = CD_MARKERS_KERNEL,
-        every = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ippiii", kwlist, &wait, &capture, &profile,
-                                     &capture_check, &graph_markers, &every))
+                             "watch_probe", "detach", "graph_marker_every", NULL};
+    int wait = CD_WAIT_SYNC, capture = 1, profile = 0, capture_check = 1,
+        graph_markers = CD_MARKERS_KERNEL, watch_probe = CD_PROBE_OFF, detach = 0, every = 8;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ippiiipi", kwlist, &wait, &capture, &profile,
+                                     &capture_check, &graph_markers, &watch_probe, &detach,
+                                     &every))
         return NULL;
     if (every < 1 || every > 1024) {
         PyErr_SetString(PyExc_ValueError, "graph_marker_every must be 1 to 1024");
+        return NULL;
+    }
+    if (watch_probe < CD_PROBE_OFF || watch_probe > CD_PROBE_FRAMES) {
+        PyErr_SetString(PyExc_ValueError, "watch_probe must be 0 (off) to 3 (frames)");
         return NULL;
     }
     if (graph_markers < CD_MARKERS_OFF || graph_markers > CD_MARKERS_KERNEL) {
@@ -247,6 +252,8 @@ static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
         cd_state.profile = profile;
         cd_state.capture_check = capture_check;
         cd_state.graph_markers = graph_markers;
+        cd_state.watch_probe = watch_probe;
+        cd_state.detach = detach;
         cd_state.graph_marker_every = every;
     }
     pthread_mutex_unlock(&cd_state.sub_lock);
@@ -316,13 +323,10 @@ static PyObject *py_file_kind(PyObject *self, PyObject *arg)
         PyErr_SetString(PyExc_TypeError, "file_kind() takes a str");
         return NULL;
     }
-    /* As frames.c copies code objects' names: lone surrogates become U+FFFD. */
-    PyObject *b = PyUnicode_AsEncodedString(arg, "utf-8", "replace");
-    if (!b)
-        return NULL;
-    int kind = cd_file_kind(PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
-    Py_DECREF(b);
-    return PyLong_FromLong(kind);
+    /* The bytes frames.c keeps of a code object's file name. */
+    char file[CD_NAME_MAX];
+    size_t n = cd_frames_copy_name(arg, file, sizeof file);
+    return PyLong_FromLong(cd_file_kind(file, n));
 }
 
 /* _check_debug_offsets(table) -> None, or why the frame reader would refuse
@@ -581,7 +585,7 @@ static PyObject *py_faults(PyObject *self, PyObject *arg)
     for (int i = 0; out && i < n; i++) {
         const cd_fault *f = &fs[i];
         PyObject *r = Py_BuildValue(
-            "(KiiiiNn(III)(III)IKKil" "NdKNiNnKN)",
+            "(KiiiiNn(III)(III)IKKil" "NdKNiNnKN" "iKl)",
             (unsigned long long)f->seq, f->code, f->at_launch, f->consequence, f->cbid,
             PyBytes_FromString(f->kernel), (Py_ssize_t)f->kernel_len, f->grid[0], f->grid[1],
             f->grid[2], f->block[0], f->block[1], f->block[2], f->shared_mem,
@@ -592,7 +596,7 @@ static PyObject *py_faults(PyObject *self, PyObject *arg)
             ids_tuple(f->frames, f->n_frames), f->frames_complete,
             PyBytes_FromStringAndSize(f->device_message, (Py_ssize_t)f->device_message_len),
             (Py_ssize_t)f->device_message_cut, (unsigned long long)f->log_end,
-            ops_tuple(f));
+            ops_tuple(f), f->assert_level, (unsigned long long)f->cause_seq, f->cause_thread);
         if (!r || PyList_Append(out, r) < 0)
             Py_CLEAR(out);
         Py_XDECREF(r);
@@ -607,6 +611,15 @@ static PyObject *str_or_none(uint32_t id)
     if (!s)
         Py_RETURN_NONE;
     return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+}
+
+/* A file name as frames.c kept it, as os.fsdecode spells it (surrogateescape). */
+static PyObject *filename_or_none(uint32_t id)
+{
+    const char *s = cd_interned(id);
+    if (!s)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "surrogateescape");
 }
 
 /* code_kind(code) -> LOC_USER | LOC_LIBRARY | LOC_PSEUDO | LOC_COMPILED: the
@@ -631,7 +644,7 @@ static PyObject *py_location(PyObject *self, PyObject *arg)
     cd_location loc;
     if (id > UINT32_MAX || cd_location_get((uint32_t)id, &loc) != 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(NNii)", str_or_none(loc.file), str_or_none(loc.func), loc.lineno,
+    return Py_BuildValue("(NNii)", filename_or_none(loc.file), str_or_none(loc.func), loc.lineno,
                          loc.kind);
 }
 
@@ -874,29 +887,64 @@ static PyObject *py_set_op(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static PyObject *py_watch_incomplete(PyObject *self, PyObject *arg)
+/* watch_streams(since) -> [(stream, tid, last_done, open, newest, pending,
+ * after, (candidate seq, ...))]: per stream with launches after `since` not
+ * known to have finished, by first candidate (capture/watch_ring.c,
+ * cd_watch_scan). Host memory only. */
+static PyObject *py_watch_streams(PyObject *self, PyObject *arg)
 {
     (void)self;
     unsigned long long since = PyLong_AsUnsignedLongLong(arg);
     if (since == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
-    uint64_t seqs[64];
+    cd_stream_scan *t = PyMem_Calloc(CD_INFLIGHT_MAX, sizeof *t);
+    if (!t)
+        return PyErr_NoMemory();
     int n;
     Py_BEGIN_ALLOW_THREADS
-    n = cd_watch_incomplete(since, seqs, 64);
+    n = cd_watch_scan(since, t, CD_INFLIGHT_MAX, NULL);
     Py_END_ALLOW_THREADS
-    if (n < 0)                     /* a guess: (seq,) as a tuple, not a list */
-        return Py_BuildValue("(K)", (unsigned long long)seqs[0]);
     PyObject *out = PyList_New(n);
     for (int i = 0; out && i < n; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(seqs[i]);
+        const cd_stream_scan *e = &t[i];
+        uint32_t kept = e->pending < CD_SCAN_CANDIDATES ? e->pending : CD_SCAN_CANDIDATES;
+        PyObject *c = PyTuple_New(kept);
+        for (uint32_t j = 0; c && j < kept; j++) {
+            PyObject *v = PyLong_FromUnsignedLongLong(e->cand[j]);
+            if (!v)
+                Py_CLEAR(c);
+            else
+                PyTuple_SET_ITEM(c, j, v);
+        }
+        PyObject *v = c ? Py_BuildValue("(KiKKKIIN)", (unsigned long long)e->stream, (int)e->tid,
+                                        (unsigned long long)e->last_done,
+                                        (unsigned long long)e->open,
+                                        (unsigned long long)e->newest, e->pending, e->after, c)
+                        : NULL;
         if (!v) {
             Py_CLEAR(out);
             break;
         }
         PyList_SET_ITEM(out, i, v);
     }
+    PyMem_Free(t);
     return out;
+}
+
+/* set_watch_markers(every): a completion marker behind every `every`-th
+ * launch of a stream (1: behind each), from the next launch on. */
+static PyObject *py_set_watch_markers(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long every = PyLong_AsLong(arg);
+    if (every == -1 && PyErr_Occurred())
+        return NULL;
+    if (every < 1 || every > 65536) {
+        PyErr_SetString(PyExc_ValueError, "markers every 1 to 65536 launches");
+        return NULL;
+    }
+    atomic_store(&cd_state.watch_every, (unsigned)every);
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_recent_asserts(PyObject *self, PyObject *noargs)
@@ -908,7 +956,9 @@ static PyObject *py_recent_asserts(PyObject *self, PyObject *noargs)
     return PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
 }
 
-/* asserts_for(kernel) -> bytes: the device-assert lines kept that name `kernel`. */
+/* asserts_for(kernel) -> (bytes, level): the device-assert lines kept that
+ * belong best to `kernel`, and how (ASSERT_NONE: none; ASSERT_GENERIC, _FITS,
+ * _NAMES: capture/capture.h). */
 static PyObject *py_asserts_for(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -916,8 +966,22 @@ static PyObject *py_asserts_for(PyObject *self, PyObject *arg)
     if (!k)
         return NULL;
     char buf[8192];
-    size_t cut = 0, n = cd_tee_asserts_since(0, k, buf, sizeof buf, &cut);
-    return PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
+    int level = CD_ASSERT_NONE;
+    size_t cut = 0, n = cd_tee_asserts_since(0, k, buf, sizeof buf, &cut, &level);
+    return Py_BuildValue("(y#i)", buf, (Py_ssize_t)n, level);
+}
+
+/* assert_level(text, kernel) -> level: how the device-assert lines of `text`
+ * belong to `kernel` (mangled or plain), the best CD_ASSERT_* of them: the
+ * rule the C fault path applies (capture/stderr_tee.c). */
+static PyObject *py_assert_level(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *text, *kernel;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y#s", &text, &n, &kernel))
+        return NULL;
+    return PyLong_FromLong(cd_tee_text_level(text, (size_t)n, kernel, NULL));
 }
 
 static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
@@ -936,8 +1000,8 @@ static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
 /* ---------------------------------------------------------------- hangs -- */
 
 /* in_flight() -> ([(seq, stream, kernel, short, collective, thread_id, device,
- * frames, flags, age_ns, queued, last_seq, cbid, graph)], (newest_age_ns,
- * scanned)): every stream's oldest unfinished launch, oldest first (host
+ * frames, flags, age_ns, queued, last_seq, cbid, candidates, open_seq, graph)],
+ * (newest_age_ns, scanned)): every stream's oldest unfinished launch, oldest first (host
  * memory only); graph: None, or for a graph replay (status, capture, [node]),
  * the nodes of its graph still running (graph_replay's). */
 static PyObject *py_in_flight(PyObject *self, PyObject *noargs)
@@ -945,13 +1009,18 @@ static PyObject *py_in_flight(PyObject *self, PyObject *noargs)
     (void)self;
     (void)noargs;
     cd_inflight *t = PyMem_Calloc(CD_INFLIGHT_MAX, sizeof *t);
-    if (!t)
+    cd_stream_scan *scan = PyMem_Calloc(CD_INFLIGHT_MAX, sizeof *scan);
+    if (!t || !scan) {
+        PyMem_Free(t);
+        PyMem_Free(scan);
         return PyErr_NoMemory();
+    }
     cd_inflight_summary sum;
     int n;
     Py_BEGIN_ALLOW_THREADS
-    n = cd_watch_inflight(t, CD_INFLIGHT_MAX, &sum);
+    n = cd_watch_inflight(t, CD_INFLIGHT_MAX, &sum, scan);
     Py_END_ALLOW_THREADS
+    PyMem_Free(scan);
     PyObject *out = PyList_New(n);
     for (int i = 0; out && i < n; i++) {
         const cd_watch_record *r = &t[i].rec;
@@ -978,12 +1047,13 @@ static PyObject *py_in_flight(PyObject *self, PyObject *noargs)
             }
         }
         PyObject *v = Py_BuildValue(
-            "(KKy" "sNiiNiKIKiN)", (unsigned long long)r->seq, (unsigned long long)r->stream,
+            "(KKy" "sNiiNiKIKiIKN)", (unsigned long long)r->seq, (unsigned long long)r->stream,
             k ? k : "", ks ? ks : "",
             cl ? PyUnicode_DecodeUTF8(coll, (Py_ssize_t)cl, "replace") : Py_NewRef(Py_None),
             (int)r->thread_id, cd_watch_context_device(r->ctx), ids_tuple(r->frames, r->n_frames),
             (int)r->flags, (unsigned long long)(sum.now_ns > r->t_ns ? sum.now_ns - r->t_ns : 0),
-            (unsigned)t[i].queued, (unsigned long long)t[i].last_seq, (int)r->cbid, graph);
+            (unsigned)t[i].queued, (unsigned long long)t[i].last_seq, (int)r->cbid,
+            (unsigned)t[i].candidates, (unsigned long long)t[i].open_seq, graph);
         if (!v) {
             Py_CLEAR(out);
             break;
@@ -1006,11 +1076,12 @@ static PyObject *py_set_hang_after(PyObject *self, PyObject *arg)
     double s = PyFloat_AsDouble(arg);
     if (s == -1.0 && PyErr_Occurred())
         return NULL;
-    if (!(s >= 0 && s < 1e9)) {
+    uint64_t ns = s >= 0 && s < 1e9 ? (uint64_t)(s * 1e9) : 0;
+    if (!(s >= 0 && s < 1e9) || (s > 0 && ns == 0)) {     /* never 0 (off) by rounding */
         PyErr_SetString(PyExc_ValueError, "hang_after must be 0 (off) or a positive number of seconds");
         return NULL;
     }
-    int rc = cd_hang_watch_set((uint64_t)(s * 1e9));
+    int rc = cd_hang_watch_set(ns);
     if (rc) {
         errno = rc;
         return PyErr_SetFromErrno(PyExc_OSError);
@@ -1041,6 +1112,84 @@ static PyObject *py_install_dump_signal(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* dump_listen(rank, world_size): start the dump listener (once per process;
+ * rank -1 / world_size 0 unknown); OSError when it cannot listen. */
+static PyObject *py_dump_listen(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int rank, world;
+    if (!PyArg_ParseTuple(args, "ii", &rank, &world))
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cd_dump_server_start(rank, world);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+/* dump_listener() -> (state, name): 1 listening, 0 not started, -errno; the
+ * abstract socket name of `pid` (bytes, without the leading NUL). */
+static PyObject *py_dump_listener(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long pid = PyLong_AsLong(arg);
+    if (pid == -1 && PyErr_Occurred())
+        return NULL;
+    if (pid <= 0 || pid > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a pid is a positive int");
+        return NULL;
+    }
+    char name[108];
+    int k = cd_dump_server_name((int)pid, name, sizeof name);
+    return Py_BuildValue("(iy#)", cd_dump_server_state(), name, (Py_ssize_t)k);
+}
+
+/* dump_document(recent) -> bytes: the in-flight document (JSON) the dump
+ * listener sends, with the last `recent` launches; built without the GIL. */
+static PyObject *py_dump_document(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long recent = PyLong_AsLong(arg);
+    if (recent == -1 && PyErr_Occurred())
+        return NULL;
+    if (recent < 0 || recent > CD_WATCH_RING)
+        recent = recent < 0 ? 0 : CD_WATCH_RING;
+    cd_buf b = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cd_dump_document(&b, (int)recent);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        cd_buf_free(&b);
+        return PyErr_NoMemory();
+    }
+    PyObject *out = PyBytes_FromStringAndSize(b.p ? b.p : "", (Py_ssize_t)b.n);
+    cd_buf_free(&b);
+    return out;
+}
+
+/* dump_set_extra(bytes): the flight recorder's last collectives (JSON made by
+ * json.dumps) that every dump document carries from now on. */
+static PyObject *py_dump_set_extra(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    char *p;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(arg, &p, &n) != 0)
+        return NULL;
+    if (n > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "dump_set_extra: at most 1 MiB");
+        return NULL;
+    }
+    if (cd_report_set_extra(p, (size_t)n) != 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 /* --------------------------------------------------------------- stats -- */
 
 static PyObject *py_stats(PyObject *self, PyObject *noargs)
@@ -1049,7 +1198,7 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     (void)noargs;
 #define U(x) (unsigned long long)atomic_load(&cd_state.x)
     return Py_BuildValue(
-        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisKsi}", "synced", U(n_synced), "follower",
+        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisKsisKsKsIsKsK}", "synced", U(n_synced), "follower",
         U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes", U(n_subscribes),
         "active", atomic_load(&cd_state.active), "watching", atomic_load(&cd_state.watching),
         "all_threads", atomic_load(&cd_state.all_threads), "ns_capture_check",
@@ -1060,7 +1209,9 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
         atomic_load(&cd_state.watch_write_rc), "subscribed",
         cd_state.subscriber != NULL, "interned_bytes", (Py_ssize_t)cd_intern_used(),
         "stderr_tee", cd_tee_installed(), "hand_overs", U(n_hand_overs), "code_watcher",
-        cd_frames_code_watched());
+        cd_frames_code_watched(), "marked", U(n_marked), "closed", U(n_closed),
+        "watch_every", (unsigned)atomic_load(&cd_state.watch_every), "wait_ids_refused",
+        U(n_wait_ids_refused), "detaches", U(n_detaches));
 #undef U
 }
 
@@ -1101,6 +1252,37 @@ static PyObject *py_stderr_references(PyObject *self, PyObject *arg)
     if (h)
         dlclose(h);
     return PyLong_FromLong(n);
+}
+
+/* _test_report_pause(seconds): tests: the watch block written from a call
+ * pauses that long after claiming the report, before writing it. */
+static PyObject *py__test_report_pause(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    double s = PyFloat_AsDouble(arg);
+    if (s == -1.0 && PyErr_Occurred())
+        return NULL;
+    cd_report_test_pause(s > 0 ? (uint64_t)(s * 1e9) : 0);
+    Py_RETURN_NONE;
+}
+
+/* _test_fork_hold(hold): tests: a thread of ours takes every lock a forked
+ * child's handler resets and holds them (True) until given back (False). */
+static PyObject *py__test_fork_hold(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int hold = PyObject_IsTrue(arg);
+    if (hold < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cd_fork_test_hold(hold);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_install_tee(PyObject *self, PyObject *noargs)
@@ -1144,7 +1326,8 @@ static PyMethodDef core_methods[] = {
     METH(short_kernel_name, METH_O, "the short readable name of a kernel"),
     METH(watch_seq, METH_NOARGS, "launches put in the watch ring so far"),
     METH(watch_record, METH_O, "watch_record(seq) -> record tuple or None"),
-    METH(watch_incomplete, METH_O, "watch_incomplete(since) -> [seq]: first unfinished launch per stream"),
+    METH(watch_streams, METH_O, "watch_streams(since) -> [per-stream scan]: launches not known finished"),
+    METH(set_watch_markers, METH_O, "set_watch_markers(every): a marker behind every every-th launch of a stream"),
     METH(graph_replay, METH_O, "graph_replay(seq) -> (status, capture, [node]) or None"),
     METH(graph_node, METH_O, "graph_node(node) -> (record tuple, index, collective) or None"),
     METH(graph_capture, METH_O, "graph_capture(c) -> (id, nodes, multi_stream, unmarked, state)"),
@@ -1155,7 +1338,9 @@ static PyMethodDef core_methods[] = {
     METH(graph_release_exec, METH_O, "graph_release_exec(exec) -> bool: an executable is gone"),
     METH(graph_exec_token, METH_O, "graph_exec_token(exec) -> the token of its capture, 0 unknown"),
     METH(recent_asserts, METH_NOARGS, "the latest device-assert lines written to stderr"),
-    METH(asserts_for, METH_O, "the device-assert lines kept that name a kernel"),
+    METH(assert_level, METH_VARARGS, "assert_level(text, kernel) -> how the assert lines belong to it"),
+    METH(asserts_for, METH_O, "asserts_for(kernel) -> (the assert lines kept that belong best "
+                              "to it, ASSERT_* level)"),
     METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
     METH(stats, METH_NOARGS, "launch-hook counters"),
     METH(set_op, METH_O, "set_op(token): this thread's current op for watch(ops=True)"),
@@ -1164,10 +1349,18 @@ static PyMethodDef core_methods[] = {
     METH(in_flight, METH_NOARGS, "every stream's oldest unfinished launch -> ([record], (newest_age_ns, scanned))"),
     METH(set_hang_after, METH_O, "set_hang_after(seconds): the hang watcher's threshold, 0 off"),
     METH(hang_state, METH_NOARGS, "-> (hang_after_ns, reports, dump signal)"),
+    METH(dump_listen, METH_VARARGS, "dump_listen(rank, world_size): answer `cuda-debug dump PID`"),
+    METH(dump_listener, METH_O, "dump_listener(pid) -> (state, abstract socket name)"),
+    METH(dump_set_extra, METH_O, "dump_set_extra(json bytes): the flight recorder, in every dump"),
+    METH(dump_document, METH_O, "dump_document(recent) -> the in-flight document (JSON bytes)"),
     METH(install_dump_signal, METH_VARARGS,
          "install_dump_signal(signum, python_has_it, python_has_sigint): the in-flight report on a signal"),
     METH(stderr_references, METH_O, "stderr_references(path) -> libc stderr slots of a loaded library"),
     METH(frames_stop, METH_NOARGS, "stop reading Python frames (atexit, before thread states go)"),
+    METH(_test_report_pause, METH_O, "tests: the watch block from a call pauses this long "
+                                     "before it is written"),
+    METH(_test_fork_hold, METH_O, "tests: hold (True) or give back (False) every lock a forked "
+                                  "child resets, from a thread of ours"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,
      METH_VARARGS | METH_KEYWORDS, "launch an embedded test kernel -> CUresult"},
     {"gemm", (PyCFunction)(void (*)(void))cd_py_gemm, METH_VARARGS | METH_KEYWORDS,
@@ -1249,12 +1442,16 @@ static int core_exec(PyObject *m)
         {"WATCH_RING", CD_WATCH_RING}, {"WATCH_SLOTS", CD_WATCH_SLOTS},
         {"WATCH_RECORD_BYTES", sizeof(cd_watch_record)}, {"RING_FRAMES", CD_RING_FRAMES},
         {"WATCH_GRAPH", CD_WATCH_GRAPH}, {"WATCH_MARKED", CD_WATCH_MARKED},
+        {"WATCH_CLOSED", CD_WATCH_CLOSED},
         {"WATCH_USER_LAST", CD_WATCH_USER_LAST}, {"WATCH_CAPTURED", CD_WATCH_CAPTURED},
         {"GRAPH_FOUND", CD_GRAPH_FOUND}, {"GRAPH_MATCHED", CD_GRAPH_MATCHED},
         {"GRAPH_NO_MARKERS", CD_GRAPH_NO_MARKERS}, {"GRAPH_NOT_CLOSED", CD_GRAPH_NOT_CLOSED},
         {"GRAPH_NOT_STARTED", CD_GRAPH_NOT_STARTED}, {"GRAPH_ALL_DONE", CD_GRAPH_ALL_DONE},
         {"GRAPH_BROKEN", CD_GRAPH_BROKEN}, {"GRAPH_ADOPTED", CD_GRAPH_ADOPTED},
         {"GRAPH_NODES", CD_GRAPH_NODES}, {"FRAMES_SUPPORTED", 0},
+        {"HANG_STEP_MIN_NS", CD_HANG_STEP_MIN_NS},
+        {"ASSERT_NONE", CD_ASSERT_NONE}, {"ASSERT_GENERIC", CD_ASSERT_GENERIC},
+        {"ASSERT_FITS", CD_ASSERT_FITS}, {"ASSERT_NAMES", CD_ASSERT_NAMES},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         long v = ints[i].value;
@@ -1280,6 +1477,13 @@ static int core_exec(PyObject *m)
     if (add_callback_ids(m) < 0)
         return -1;
     cd_frames_watch_code();
+    /* A forked child starts clean (hooks/after_fork.c). */
+    int frc = cd_fork_init(cd_bench_fork);
+    if (frc) {
+        errno = frc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
     /* Frame reads stop before the finalizer frees thread states: an atexit
      * hook, registered now, runs before that (and after those registered
      * later). */

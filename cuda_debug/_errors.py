@@ -33,8 +33,8 @@ REPORT_FIELDS = (
     "driver_log", "op", "inputs", "thread", "launch_api", "found_at", "launch_refused",
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
     "recent_launches", "surfaced_at", "provenance", "op_stack", "later_exception",
-    "compiled_function", "graph_node", "captured_at", "replayed_at", "graph_note",
-    "graph_annotation", "recorded_at",
+    "compiled_function", "graph_node", "captured_at", "replayed_at", "graph_note", "met_by",
+    "markers_every", "candidate_count", "named_by_device", "graph_annotation", "recorded_at",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -85,6 +85,10 @@ class CudaError(RuntimeError):
     captured_at: Optional[str]
     replayed_at: Optional[str]
     graph_note: Optional[str]
+    met_by: Optional[str]          # another thread's fault: where this thread met it
+    markers_every: Optional[int]
+    candidate_count: Optional[int]
+    named_by_device: Optional[bool]
     graph_annotation: Optional[Dict[str, Any]]   # torch.cuda.graph_annotations' tag of the node
     recorded_at: Optional[str]     # a node torch.compile captured: the call that recorded it
 
@@ -300,6 +304,24 @@ def annotation_text(tag: Dict[str, Any]) -> str:
                     (["{%s}" % rest] if rest else []))
 
 
+def _candidate_lines(err, count: int, shown: int = 4) -> List[str]:
+    """The other candidates of an inexact watch culprit, one line each, and what
+    would name the launch."""
+    out = []
+    for c in (err.candidates or [])[:shown]:
+        name = short_kernel_name(c.get("kernel")) if c.get("kernel") else "?"
+        at = "%s:%s in %s" % (c.get("filename"), c.get("lineno"), c.get("function")) \
+            if c.get("filename") else "line unknown"
+        out.append("  or %s launched at %s" % (name, at))
+    if count - 1 > shown:
+        out.append("  ... and %d more" % (count - 1 - shown))
+    if (err.markers_every or 1) > 1:
+        out.append("  (the always-on watch() puts a completion marker behind every %dth launch "
+                   "of a stream and names the launch when the device names the kernel; "
+                   "watch(exact=True) names every launch)" % err.markers_every)
+    return out
+
+
 def format_report(err: CudaError) -> str:
     """The short report: what happened and where, then the device's words, then
     whether the context survived."""
@@ -351,20 +373,31 @@ def format_report(err: CudaError) -> str:
             elif graph and err.recorded_at:
                 where += "  (Inductor fused this line into the kernel; torch.compile " \
                          "recorded the graph in the call at %s)" % err.recorded_at
-            if err.exact is False and err.candidates and graph and err.graph_note:
-                where += "  (%s: see .candidates)" % err.graph_note
-            elif err.exact is False and err.candidates:
-                where += "  (one of %d unfinished %s: see .candidates)" % (
-                    1 + len(err.candidates or ()),
-                    "nodes or launches (a graph captured on several streams)" if graph else
-                    "launches on different streams")
+            others = []
+            if err.exact is False and err.candidates:
+                count = max(err.candidate_count or 0, 1 + len(err.candidates))
+                if graph and err.graph_note:
+                    where += "  (%s: see .candidates)" % err.graph_note
+                elif graph:
+                    where += "  (one of %d unfinished nodes or launches (a graph captured on " \
+                             "several streams): see .candidates)" % count
+                else:
+                    where += "  (one of %d launches not known to have finished: see " \
+                             ".candidates)" % count
+                    others = _candidate_lines(err, count)
             elif err.exact is False and graph and err.graph_note:
                 where += "  (not exact: %s)" % err.graph_note
             elif err.exact is False:
-                where += "  (a guess: the last launch recorded; its completion is unknown)"
+                where += "  (a guess: no completion marker is missing; the first launch not " \
+                         "known to have finished)"
         lines.append("  " + where)
+        if err.mechanism == "watch":
+            lines.extend(others)
     if err.graph_node is not None and err.replayed_at:
         lines.append("  replayed at %s" % err.replayed_at)
+    if err.met_by:
+        lines.append("  met by %s: the fault is the kernel above, launched by %s" % (
+            err.met_by, "thread %s" % err.thread if err.thread else "another thread"))
     if err.mechanism == "watch" and err.surfaced_at:
         lines.append("  surfaced at %s (kernels run asynchronously; watch() named the launch)"
                      % err.surfaced_at)

@@ -11,12 +11,13 @@ Callers (scope and watch exit, ``check()``, ``last_error()``, ``cuda_debug.testi
 re-parse formatted text.
 """
 import os
+import re
 import sys
 import threading
 import traceback
 from typing import List, NamedTuple, Optional, Sequence
 
-from . import _core, _cuda_errors, _dispatch_fallback, _torch_ops
+from . import _core, _cuda_errors, _dispatch_fallback, _graph_names, _options, _torch_ops
 from . import _locations
 from ._locations import compiled_frame, is_user_file, stack_from, stack_from_ids, user_frame
 from ._errors import CudaError, class_for
@@ -47,6 +48,9 @@ class RawFault(NamedTuple):
     device_message_cut: int   # bytes that did not fit (all of them went to stderr)
     log_end: int
     ops: tuple                # at::_ops::<name> frames of the native stack, innermost first
+    assert_level: int         # _core.ASSERT_*: how the assert text belongs to this kernel
+    cause_seq: int            # a consequence: the record of its context's cause, 0 unknown
+    cause_thread: int         # and that record's thread
 
 
 class WatchRecord(NamedTuple):
@@ -220,11 +224,75 @@ def configure_core() -> None:
 
 # -- watch mode: the culprit ------------------------------------------------------
 
-def _assert_function(text: str) -> Optional[str]:
-    """The kernel function an assert line names (``file:line: FUNC: block: ...``)."""
+def _assert_site(text: str) -> Optional[dict]:
+    """The first assert line's file, line and function (``file:line: FUNC: block: ...``)."""
     from ._errors import parse_device_message
     asserts = parse_device_message(text)
-    return asserts[0]["func"] if asserts else None
+    return asserts[0] if asserts else None
+
+
+def _enclosing_function(path: str, lineno: int) -> Optional[str]:
+    """The name of the innermost function defined around line `lineno` of the
+    Python file `path` (a Triton kernel's source: Triton names its kernels
+    after their function), None when unknown."""
+    import ast
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                node.lineno <= lineno <= (getattr(node, "end_lineno", None) or node.lineno):
+            if best is None or node.lineno >= best.lineno:
+                best = node
+    return best.name if best is not None else None
+
+
+def _source_named(text: str) -> Optional[str]:
+    """Where the device's first assert line names no function (Triton prints
+    ``unknown``), the function whose source holds the asserting line (Triton
+    names its kernels after their functions; Inductor writes each kernel to a
+    file of its own)."""
+    site = _assert_site(text)
+    if site is None or site["func"].strip() != "unknown" or not site["file"].endswith(".py"):
+        return None
+    try:
+        return _enclosing_function(site["file"], int(site["line"]))
+    except ValueError:
+        return None
+
+
+def _names(kernel: Optional[str], name: str) -> bool:
+    """Is `name` (a function name) the kernel `kernel` (demangled), or a word
+    of it (a C++ kernel's name in its namespaces and templates)?"""
+    if not kernel:
+        return False
+    return re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(name), kernel) is not None
+
+
+def _named_by_device(cands: list, text: str) -> list:
+    """The candidates the device's assert text belongs to: those it names;
+    where it names no kernel (a lambda's ``operator()``, Triton's ``unknown``),
+    those it fits (a kernel holding a closure type; a kernel that is not C++),
+    narrowed, for Triton, to the kernel whose source holds the asserting line.
+    The C fault path's rule (capture/stderr_tee.c: CD_ASSERT_*); [] when the
+    text names none of them."""
+    if not text:
+        return []
+    raw = text.encode("utf-8", "surrogateescape")
+    levels = [_core.assert_level(raw, c["mangled"]) if c.get("mangled") and not c["graph"]
+              else _core.ASSERT_NONE for c in cands]
+    best = max(levels, default=_core.ASSERT_NONE)
+    if best < _core.ASSERT_FITS:
+        return []
+    picked = [c for c, lv in zip(cands, levels) if lv == best]
+    if best == _core.ASSERT_FITS:
+        name = _source_named(text)
+        by_source = [c for c in picked if name and _names(c["kernel"], name)]
+        picked = by_source or picked
+    return picked
 
 
 def _launch_dict(rec: WatchRecord, inner=()) -> dict:
@@ -232,12 +300,12 @@ def _launch_dict(rec: WatchRecord, inner=()) -> dict:
     innermost frame ids (a graph node's), merged in before the record's own
     outer ones (the torch.compile'd frame, the user's)."""
     kernel = _text(rec.kernel)
-    ids = tuple(inner) + tuple(i for i in rec.frames if i not in inner) if inner else rec.frames
-    stack = stack_from_ids(ids)
+    stack = stack_from_ids(_locations.merged_ids(rec.frames, inner))
     fs = user_frame(stack, complete=False)
     compiled = compiled_frame(stack, complete=False)
     return {
         "seq": rec.seq, "kernel": (_core.demangle(kernel) or kernel) if kernel else None,
+        "mangled": kernel or None,
         "short": _core.short_kernel_name(kernel) if kernel else None,
         "graph": bool(rec.flags & _core.WATCH_GRAPH), "stream": rec.stream,
         "captured": bool(rec.flags & _core.WATCH_CAPTURED),
@@ -255,60 +323,18 @@ def _launch_dict(rec: WatchRecord, inner=()) -> dict:
     }
 
 
-#: Why a graph replay's nodes are not named (csrc/capture/capture.h: CD_GRAPH_*).
-GRAPH_NOTES = {
-    _core.GRAPH_NO_MARKERS: "captured before watching: the graph has no markers inside it, so "
-                            "its nodes are not named (capture it inside watch() to name them)",
-    _core.GRAPH_NOT_CLOSED: "its capture did not end inside watch(): its markers are never "
-                            "cleared, so its nodes are not named",
-    _core.GRAPH_NOT_STARTED: "the replay had not begun (it waited for work that did not finish)",
-    _core.GRAPH_ALL_DONE: "every node of the graph finished",
-    _core.GRAPH_BROKEN: "its markers could not be captured (the driver refused a stream write "
-                        "or memset: _core.graph_stats() says which)",
-    _core.GRAPH_ADOPTED: "captured before watching: the graph has no markers inside it, and the "
-                         "device's text names none of its %d kernel nodes (capture it inside "
-                         "watch() to name them)",
-}
-def graph_annotation(tools_id: int, exec_ids=()) -> Optional[dict]:
-    """The tag ``torch.cuda.graph_annotations.mark_kernels`` gave a node (PyTorch
-    2.12+, a driver with cuGraphNodeGetToolsId: CUDA 13.1+), when that module is
-    loaded and holds one; else None. Its tags are keyed by the node's id for
-    tools: the graph's id above the node's, the capture's graph id until the
-    graph is instantiated, the executable's after; C kept the node's id at
-    capture and the ids of the executables made from it."""
-    if not tools_id:
-        return None
-    mod = sys.modules.get("torch.cuda._graph_annotations") or \
-        sys.modules.get("torch.cuda.graph_annotations")
-    get = getattr(mod, "get_kernel_annotations", None)
-    if get is None:
-        return None
-    try:
-        table = get()
-        low = tools_id & 0xFFFFFFFF
-        for high in [tools_id >> 32] + [e for e in exec_ids if e]:
-            tag = table.get(high << 32 | low)
-            if isinstance(tag, (list, tuple)):
-                tag = tag[0] if tag else None
-            if tag:
-                return dict(tag) if isinstance(tag, dict) else {"name": tag}
-    except Exception:
-        return None
-    return None
+GRAPH_NOTES, ADOPTED_NAMED = _graph_names.GRAPH_NOTES, _graph_names.ADOPTED_NAMED
+graph_annotation = _graph_names.graph_annotation
 
 
-#: A graph captured before watching whose node the device's text names.
-ADOPTED_NAMED = "captured before watching (no markers inside it): named by the device's text"
-
-
-def _graph_nodes(replay: dict, func: Optional[str] = None) -> tuple:
+def _graph_nodes(replay: dict, device_text: str = "") -> tuple:
     """(nodes, note, multi_stream, every): for a replay's launch dict, the
     candidates of the graph it ran (per stream of the capture, the nodes after
     the last marker written up to the first marker missing), each a launch
     dict of the capturing launch with ``graph_node`` (its number in the
     capture) and ``captured_at``; or no nodes and why. For a graph captured
-    before watching (no markers), the nodes whose kernel `func` (the
-    function the device's assert text names) is."""
+    before watching (no markers), the nodes the device's assert text belongs to
+    (`_named_by_device`)."""
     info = _core.graph_replay(replay["seq"])
     if info is None:
         return [], None, False, 1
@@ -331,7 +357,7 @@ def _graph_nodes(replay: dict, func: Optional[str] = None) -> tuple:
         note = "paired with the graph whose markers were running (CUPTI did not say which " \
                "graph this replay runs)"
     elif status == _core.GRAPH_ADOPTED:
-        named = [n for n in nodes if func and n["kernel"] and func in n["kernel"]]
+        named = _named_by_device(nodes, device_text)
         note = ADOPTED_NAMED if named else note % (cap[1] if cap else len(nodes))
         nodes = named
     return nodes, note, bool(cap and cap[2]), (cap[5] if cap and cap[5] else 1)
@@ -339,57 +365,63 @@ def _graph_nodes(replay: dict, func: Optional[str] = None) -> tuple:
 
 def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
     """From host memory only (no CUDA call): the launch that faulted, while
-    watching. Per stream, the first launch whose completion marker never came
-    back; `exact` when one stream had unfinished work, else the candidates,
-    with the one the device's assert text names first when it names one.
+    watching. Per stream, the launches from its last returned completion
+    marker up to the first marker that did not come back (one launch when
+    every launch has its marker, ``watch(exact=True)``; at most
+    ``markers_every`` otherwise): the candidates, in launch order. Where the
+    device's assert text names a kernel, the candidates that are that kernel.
+    ``exact`` when one candidate is left. When no marker is missing, the
+    launches not known to have finished are the candidates, as a guess.
     A graph replay among them is replaced by the candidates of its graph
-    (csrc/capture/graph_markers.c): `exact` for a graph captured on one stream
-    whose markers leave one node, or whose candidate the device's assert text
-    names."""
-    seqs = _core.watch_incomplete(since)
-    guess = isinstance(seqs, tuple)       # no marker missing, some unknown: a guess
-    launches = [d for d in (watch_record(s) for s in seqs) if d is not None]
+    (csrc/capture/graph_markers.c: per stream of the capture, the nodes after
+    the last marker written up to the first missing; for a graph captured
+    before watching, the nodes the device's text names)."""
+    streams = _core.watch_streams(since)
+    proven = [st for st in streams if st[3]]
+    use = proven or streams
+    seqs = sorted(q for st in use for q in st[7])
+    total = sum(st[5] for st in use)
+    launches = [d for d in (watch_record(q) for q in seqs) if d is not None]
     if not launches:
         return None
-    func = _assert_function(device_text)
-    cands, exact = [], len(launches) == 1 and not guess
-    one_stream_graph = False
+    cands, graph_exact = [], True
     for c in (_launch_dict(r) for r in launches):
         if not c["graph"]:
             cands.append(c)
             continue
-        nodes, note, multi, every = _graph_nodes(c, func)
+        nodes, note, multi, every = _graph_nodes(c, device_text)
         c["graph_note"] = note
         c["replayed_at"] = c["where"]
         if nodes:
-            one_stream_graph = not multi and note in (None, ADOPTED_NAMED)
-            exact = exact and len(nodes) == 1 and one_stream_graph
+            graph_exact = graph_exact and len(nodes) == 1 and not multi and \
+                note in (None, ADOPTED_NAMED)
             if len(nodes) > 1 and note is None and not multi:
                 note = "one of the %d nodes after the last marker written (a marker every " \
                        "%d nodes)" % (len(nodes), every)
             for n in nodes:
                 n["graph_note"] = note
             cands.extend(nodes)
+            total += len(nodes) - 1
         else:
             cands.append(c)
+    named = _named_by_device(cands, device_text)
+    if named:
+        cands, total = named, len(named)
+        if len(named) == 1 and named[0].get("graph_note") != ADOPTED_NAMED:
+            named[0]["graph_note"] = None     # the device's text named the node itself
     pick = cands[0]
-    if func and not exact:
-        named = [c for c in cands if c["kernel"] and func in c["kernel"]]
-        if len(named) == 1:
-            pick = named[0]
-            # the device's text names one node of the one graph that ran: that node
-            if len(launches) == 1 and not guess and one_stream_graph:
-                exact = True
-                pick["graph_note"] = pick["graph_note"] if pick["graph_note"] == ADOPTED_NAMED \
-                    else None
+    exact = len(cands) == 1 and total == 1 and bool(proven or named) and \
+        (graph_exact or bool(named))
     recent = []
     last = pick.get("replay_seq", pick["seq"])
-    for s in range(max(since + 1, last - 5), last):
-        r = watch_record(s)
+    for q in range(max(since + 1, last - 5), last):
+        r = watch_record(q)
         if r is not None:
             recent.append(_launch_dict(r))
-    return {"culprit": pick, "exact": exact,
-            "candidates": [c for c in cands if c is not pick], "recent": recent}
+    every = _core.stats()["watch_every"]
+    return {"culprit": pick, "exact": exact, "candidates": [c for c in cands if c is not pick],
+            "recent": recent, "named_by_device": bool(named), "proven": bool(proven),
+            "candidate_count": max(total, len(cands)), "markers_every": every}
 
 
 # -- building the exception -----------------------------------------------------
@@ -398,6 +430,17 @@ _state_lock = threading.Lock()
 _claimed = set()                 # (fault seq, thread) already reported to that thread
 _last_error: Optional[CudaError] = None
 _log_marks = {}                  # fault seq -> log_end, to cut the driver log between faults
+
+
+def _after_fork_in_child():
+    """A forked child reports nothing of the parent's (csrc/hooks/after_fork.c:
+    the parent's fault records are not read there): no last error, a free lock."""
+    global _state_lock, _last_error
+    _state_lock = threading.Lock()
+    _last_error = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def claim(seq: int, thread_id: Optional[int] = None) -> bool:
@@ -437,33 +480,43 @@ def _location_fields(stack: Optional[traceback.StackSummary], complete: bool) ->
                 line=fs.line)
 
 
-def _where_str(stack) -> Optional[str]:
-    fs = user_frame(stack) if stack else None
-    if fs is None:
-        return None
-    s = "%s:%s" % (fs.filename, fs.lineno)
-    if fs.name and fs.name != "<module>":
-        s += " in %s" % fs.name
-    return s
+_where_str = _locations.where
+
+
+def assert_level(r: RawFault) -> int:
+    """How the device's assert text belongs to a record's kernel (_core.ASSERT_*):
+    as the fault path saw it, or the lines kept now (printed late)."""
+    if r.code != 710 or r.at_launch:
+        return _core.ASSERT_NONE
+    return max(r.assert_level, _core.asserts_for(_text(r.kernel))[1])
 
 
 def pick_cause(records: Sequence[RawFault], thread_id: Optional[int] = None):
     """(cause, consequences): the record to report among `records` (oldest
-    first). This thread's own fault first; else the earliest fault that is not
-    an echo of an earlier one; else the earliest record."""
+    first).
+
+    The kernel the device's assert text belongs to is the cause: when the
+    text names kernels, each of those faulted (two kernels that asserted at
+    once); when it names none (a lambda's ``operator()``, Triton's ``unknown``)
+    but fits some records' kernels, the first recorded of those; a thread
+    whose wait met another thread's fault, its own kernel innocent, is never
+    the cause (issue 25 item 4). Without assert text: the faults that are not
+    echoes of an earlier one in their context. Among the causes, this thread's
+    own first, else the earliest; with none, the earliest record."""
     if not records:
         return None, 0
     def first(rs):
         return rs[0] if rs else None
     sticky = [r for r in records if _cuda_errors.is_sticky(r.code)]
-    causes = [r for r in sticky if not r.consequence]
-    # A device assert names its kernel: the records whose kernel the assert
-    # lines name are the causes (another thread's wait may have found the
-    # fault first and been recorded first).
-    named = [r for r in sticky if r.code == 710 and not r.at_launch and
-             _core.asserts_for(_text(r.kernel))]
-    if named:
-        causes = named
+    levels = {r.seq: assert_level(r) for r in sticky}
+    best = max(levels.values(), default=_core.ASSERT_NONE)
+    if best == _core.ASSERT_NAMES:     # each kernel its own text names faulted
+        causes = [r for r in sticky if levels[r.seq] == best]
+    elif best == _core.ASSERT_FITS:    # which of the fitting ones: the first recorded
+        fits = [r for r in sticky if levels[r.seq] == best]
+        causes = [r for r in fits if not r.consequence] or fits
+    else:
+        causes = [r for r in sticky if not r.consequence]
     own = [r for r in causes if thread_id is not None and r.thread_id == thread_id]
     cause = first(own) or first(causes)
     if cause is None:
@@ -473,17 +526,37 @@ def pick_cause(records: Sequence[RawFault], thread_id: Optional[int] = None):
     return cause, consequences
 
 
+def _met_by(cause: RawFault, records: Sequence[RawFault], thread_id: Optional[int]):
+    """When `cause` is another thread's fault and this thread has a record of
+    its own among `records` (its wait or launch met the dead context): where
+    this thread met it ("thread t (tid 4243) at its launch of k<...> at
+    b.py:20 in worker_b"), else None."""
+    if thread_id is None or cause.thread_id == thread_id:
+        return None
+    mine = next((r for r in records if r.thread_id == thread_id and r is not cause), None)
+    if mine is None:
+        return None
+    kernel = _text(mine.kernel)
+    s = "thread %s (tid %d) at its %s of %s" % (
+        _text(mine.thread_name), mine.thread_id, "launch" if mine.at_launch else "wait after the launch",
+        _core.short_kernel_name(kernel) if kernel else "a CUDA graph")
+    where = _where_str(stack_from_ids(mine.frames)) if mine.frames else None
+    if where:
+        s += " at " + where
+    return s
+
+
 def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None, frame=None,
           found_at: str = "launch", watch: Optional[dict] = None, consequences: int = 0,
-          before_scope: bool = False, surfaced: Optional[traceback.StackSummary] = None
-          ) -> CudaError:
+          before_scope: bool = False, surfaced: Optional[traceback.StackSummary] = None,
+          met_by: Optional[str] = None) -> CudaError:
     """A cuda_debug exception: for a fault record `raw`, a watch culprit, or
     just a code. Located by the record's own frames (captured at the launch),
     else by the traceback `tb`, else by `frame`."""
     if raw is not None:
         code = raw.code
     fields = dict(found_at=found_at, consequences=consequences, before_scope=before_scope,
-                  mechanism="cupti")
+                  mechanism="cupti", met_by=met_by)
     stack, complete = None, True
     if raw is not None and raw.frames:
         stack, complete = stack_from_ids(raw.frames), raw.frames_complete == 1
@@ -495,7 +568,7 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
         mangled = _text(raw.kernel)
         message = raw.device_message
         if not message and _cuda_errors.is_sticky(raw.code) and not raw.consequence:
-            message = _core.asserts_for(mangled)     # printed by another thread, or late
+            message = _core.asserts_for(mangled)[0]  # printed by another thread, or late
         compiled = compiled_frame(stack, complete) if stack else None
         fields.update(
             provenance=inductor_provenance(mangled, stack, compiled),
@@ -533,6 +606,8 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             kernel=c["kernel"], grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
             stream=c["stream"], device=c["device"], exact=watch["exact"],
             candidates=watch["candidates"], recent_launches=watch["recent"],
+            markers_every=watch["markers_every"], candidate_count=watch["candidate_count"],
+            named_by_device=watch["named_by_device"],
             launch_stack=traceback.StackSummary.from_list(c["stack"]), filename=c["filename"], lineno=c["lineno"],
             function=c["function"], thread="tid %d" % c["thread_id"],
             launch_api="cuGraphLaunch" if c["graph"] or c["captured"] else None,
@@ -562,7 +637,12 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             fields["device_message"] = text or None
         fields["surfaced_at"] = _where_str(surfaced) if surfaced else None
     cls = class_for(code, at_launch=bool(raw.at_launch) if raw is not None else False)
-    return cls(code=code, **fields)
+    err = cls(code=code, **fields)
+    if _options.OPTIONS.trace and err.sticky and (watch is not None or (raw and raw.launch_seq)):
+        from . import _dump
+        c = watch["culprit"] if watch is not None else None
+        _dump.trace_at_fault(c.get("replay_seq", c["seq"]) if c else raw.launch_seq)
+    return err
 
 
 def build_dispatch(rec: dict, *, tb=None, frame=None, found_at: str = "launch") -> CudaError:
@@ -656,7 +736,8 @@ def _error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
                 if r.consequence or r is cause:
                     claim(r.seq, thread_id)
             return remember(build(cause, tb=tb, frame=frame, found_at=found_at,
-                                  consequences=consequences))
+                                  consequences=consequences,
+                                  met_by=_met_by(cause, records, thread_id) if sticky else None))
     surfaced_code = code if code is not None and _cuda_errors.is_sticky(code) else \
         (_sticky.sticky_code(exc) if exc is not None else None)
     if watch_mark is not None and surfaced_code is not None:

@@ -118,7 +118,8 @@ def test_marker_kernels_instead_of_stream_writes(fake_child):
 def test_fork_join_capture_gives_the_frontier(fake_child):
     """A capture over two streams (an event recorded on the origin, waited for
     by the side stream, and back): the first unfinished node of each stream;
-    the device's assert text picks the one it names; not exact."""
+    the device's assert text picks the one it names, which makes it exact (the
+    device named the kernel: the other stream's frontier is no candidate)."""
     c = _memop(fake_child)(PRE + '''
 out = {}
 side = fake.fake_stream_create()
@@ -154,11 +155,11 @@ report(out)
     assert r["ops"] == [5, 6, 1], r
     assert r["cls"] == "DeviceAssertError", r
     assert r["kernel"] == "side_bad" and r["node"] == 2, r       # named by the assert text
-    assert r["exact"] is False, r
-    assert r["candidates"] == [["main_ok", 3]], r                # the other stream's first
+    assert r["exact"] is True, r
+    assert r["candidates"] == [], r
     assert r["lineno"] == c.line_of("# SIDE"), r
     assert r["replayed_at"] == "%s:%d" % (c.script, c.line_of("# REPLAYED")), r
-    assert "one of 2 unfinished nodes" in r["text"], r["text"]
+    assert "unfinished nodes" not in r["text"], r["text"]
     assert "culprit (one of the first unfinished nodes per stream of the graph): side_ok" \
         not in c.stderr
     assert "side_bad (node 2 of a CUDA graph" in c.stderr and \
@@ -254,7 +255,7 @@ report(out)
 ''')
     r = c.result
     assert r is not None, c
-    assert r["refused"] == 5, r                 # the five resource ids (cupti_ids.h)
+    assert r["refused"] == 6, r        # the resource ids (cupti_ids.h)
     assert r["kernel"] == "bad_node" and r["node"] == 4, r
     assert r["exact"] is False and "paired with the graph" in r["note"], r
 

@@ -317,7 +317,7 @@ out["same_pointer"] = primary() == before
 try:
     with cuda_debug.watch():
         t.empty()
-        out["incomplete"] = len(_core.watch_incomplete(0))      # read the slots: no SIGSEGV
+        out["incomplete"] = len(_core.watch_streams(0))      # read the slots: no SIGSEGV
         t.illegal_address()  # CULPRIT
         t.empty()
         cuda_debug.check()

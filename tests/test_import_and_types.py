@@ -241,7 +241,7 @@ def test_readme_documents_every_option_and_setting():
     if SOURCE_TREE is None:
         pytest.skip("the README is not next to the tests")
     readme = open(os.path.join(SOURCE_TREE, "README.md"), encoding="utf-8").read()
-    import glob          # the reference moves to docs/*.md (issue 24): those count too
+    import glob            # the reference moves to docs/*.md (issue 24): there counts too
     for page in sorted(glob.glob(os.path.join(SOURCE_TREE, "docs", "*.md"))):
         readme += open(page, encoding="utf-8").read()
     from cuda_debug import _cli

@@ -76,7 +76,8 @@ CUresult cuGraphExecGetId(CUgraphExec hGraphExec, unsigned int *graphId);
     X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback)               \
     X(cuptiGetResultString) X(cuptiGetVersion)
 
-#define CD_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetDeviceId) X(cuptiGetContextId)
+#define CD_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetDeviceId) X(cuptiGetContextId) \
+    X(cuptiFinalize)
 
 #define CD_DECLARE_PTR(name) __typeof__(name) *name;
 
@@ -176,6 +177,19 @@ static inline const char *cd_nccl_kernel(const char *sym)
     return sym[0] == 'n' && sym[1] == 'c' && sym[2] == 'c' && sym[3] == 'l' ? sym : NULL;
 }
 
+/* ------------------------------------------------------------ fork -- */
+
+/* Each file that keeps a lock or per-process state has one cd_<file>_fork(op):
+ *   CD_FORK_CHILD      in a forked child (pthread_atfork's child handler, the
+ *                      child's one thread, before anything else runs): its
+ *                      locks free again, whatever a thread of the parent held
+ *                      at the fork, and its state the child's (nothing of the
+ *                      parent's launches, faults or scopes; hooks/after_fork.c
+ *                      defines the child's state and calls them all, bottom up);
+ *   CD_FORK_TEST_TAKE  tests: take its locks (and hold them: a thread of the
+ *   CD_FORK_TEST_GIVE  parent in the middle of them), then give them back. */
+enum { CD_FORK_CHILD = 0, CD_FORK_TEST_TAKE = 1, CD_FORK_TEST_GIVE = 2 };
+
 /* -------------------------------------------------------- contexts.c -- */
 
 /* The primary context of device `ordinal` (retained once per device for the
@@ -188,6 +202,7 @@ int cd_device_context(int ordinal, CUcontext *ctx);
 int cd_sync_current_or_active(void);
 /* cuCtxSynchronize of one device's primary context (pushed, then popped). */
 int cd_sync_device(int ordinal);
+void cd_contexts_fork(int op);
 
 /* ----------------------------------------------------------- state.c -- */
 
@@ -247,9 +262,34 @@ typedef struct {
     atomic_uint_fast64_t ns_marker;      /* with profile: of which in cuStreamWriteValue32 */
     atomic_int watch_alloc_rc;           /* last failed completion-slot allocation */
     atomic_int watch_write_rc;           /* last failed cuStreamWriteValue32 */
+    int inherited;                       /* a forked child: `subscriber` is the parent's
+                                            (never unsubscribed here; under sub_lock) */
+    /* watch(): a completion marker behind every watch_every-th launch of a
+     * stream (1: behind every launch, the exact mode), and behind the last
+     * launch of a stream when the host waits for it (capture/watch_ring.c).
+     * Written by Python at watch entry, read relaxed by the callback. */
+    atomic_uint watch_every;
+    int watch_probe;                     /* CD_PROBE_*: CUDA_DEBUG_WATCH_PROBE, measuring only */
+    atomic_uint_fast64_t n_marked;       /* launches that got a marker of their own */
+    atomic_uint_fast64_t n_closed;       /* markers put behind a stream's last launch at a wait */
+    atomic_uint_fast64_t n_wait_ids_refused;   /* CD_WAIT_CBIDS that CUPTI refused */
+    int waits_enabled;                   /* CD_WAIT_CBIDS on (while watching); under sub_lock */
+    int detach;                          /* CUDA_DEBUG_CUPTI_DETACH: cuptiFinalize after the last scope */
+    atomic_uint_fast64_t n_detaches;     /* cuptiFinalize calls that succeeded */
 } cd_state_t;
 
+/* What a watched launch does, for measuring the cost of each part
+ * (benchmarks/always_on.py): everything; only CUPTI's dispatch and our
+ * entry (no record); a record without frames or marker; a record with
+ * frames, no marker. */
+enum cd_watch_probe { CD_PROBE_OFF = 0, CD_PROBE_DISPATCH = 1, CD_PROBE_RECORD = 2,
+                      CD_PROBE_FRAMES = 3 };
+
 extern cd_state_t cd_state;
+/* The child's state: no scope, no watch, sub_lock free; a subscription the
+ * parent held stays (CUPTI's copy in the child has it) but is never given back
+ * from the child (hands no CUPTI call to a forked CUDA). */
+void cd_state_fork(int op);
 
 /* --------------------------------------------------- launch_params.c -- */
 
@@ -271,8 +311,17 @@ int cd_is_graph_launch(CUpti_CallbackId cbid);
 int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size_t holder_len);
 /* Under sub_lock: unsubscribe when no scope or watch needs the callback. */
 void cd_cupti_release(void);
+/* Under sub_lock: the host-wait ids (CD_WAIT_CBIDS) on while a watch() is
+ * open, off otherwise (a launch_blocking() scope's own waits are not
+ * dispatched to us twice). */
+void cd_cupti_watch_waits(int on);
 /* Give CUPTI up now, whatever is open (takes sub_lock); 1 if it was held. */
 int cd_cupti_hand_over(void);
+/* The callback, at a launch's API exit: is a detach asked for; then do it
+ * (cuptiFinalize; the subscription is gone). */
+int cd_cupti_detach_asked(void);
+void cd_subscription_fork(int op);      /* the child: no detach pending */
+void cd_cupti_detach_now(void);
 
 /* ---------------------------------------------------------- intern.c -- */
 
@@ -283,9 +332,15 @@ int cd_cupti_hand_over(void);
 uint32_t cd_intern(const char *s, size_t n);
 const char *cd_interned(uint32_t id);
 size_t cd_intern_used(void);
+void cd_intern_fork(int op);
 /* A kernel's name by CUPTI's symbolName pointer: lock-free lookup, copied
  * (and its short name computed) on first sight. 0 for NULL/"" or full. */
 uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id);
+/* Module unloads: CUPTI's MODULE_UNLOAD_STARTING (a pointer may name another
+ * kernel from now on); whether those callbacks come (set at each subscribe:
+ * then a checked name needs no check again until the next unload). */
+void cd_intern_kernels_unloaded(void);
+void cd_intern_kernels_trust_unloads(int on);
 
 /* -------------------------------------------------------- demangle.c -- */
 

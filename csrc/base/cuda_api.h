@@ -311,6 +311,7 @@ typedef enum {
 typedef enum {
     CUPTI_CBID_RESOURCE_INVALID = 0,
     CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING = 2,
+    CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING = 7,
     CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING = 10,
     CUPTI_CBID_RESOURCE_GRAPH_CLONED = 11,
     CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED = 18,
@@ -370,12 +371,21 @@ CUptiResult cuptiEnableCallback(uint32_t enable,
 /* cupti_activity.h */
 CUptiResult cuptiGetContextId(CUcontext context, uint32_t *contextId);
 CUptiResult cuptiGetDeviceId(CUcontext context, uint32_t *deviceId);
+CUptiResult cuptiFinalize(void);
 /* cupti_driver_cbid.h */
 typedef enum CUpti_driver_api_trace_cbid_enum {
     CUPTI_DRIVER_TRACE_CBID_INVALID = 0,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize = 17,
+    CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize = 121,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize = 126,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2 = 278,
     CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent = 295,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy = 305,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel = 307,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds = 398,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds = 408,
     CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz = 436,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz = 440,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz = 442,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel = 477,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz = 478,
@@ -391,9 +401,13 @@ typedef enum CUpti_driver_api_trace_cbid_enum {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz = 653,
     CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph = 720,
     CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz = 721,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2 = 800,
     CUPTI_DRIVER_TRACE_CBID_FORCE_INT = 0x7fffffff,
 } CUpti_driver_api_trace_cbid;
 /* generated_cuda_meta.h */
+typedef struct cuStreamSynchronize_params_st {
+    CUstream hStream;
+} cuStreamSynchronize_params;
 typedef struct cuLaunchKernel_params_st {
     CUfunction f;
     unsigned int gridDimX;

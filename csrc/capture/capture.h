@@ -64,6 +64,14 @@ void cd_frames_configure(const char *const *library_prefixes, int n_prefixes,
                          const char *const *user_pseudo, int n_pseudo);
 /* CD_LOC_* of a file name of n bytes (UTF-8): the one user-frame rule. */
 int cd_file_kind(const char *file, size_t n);
+/* A code location's file name, as kept: os.fsencode's bytes (UTF-8, a byte
+ * os.fsdecode escaped as U+DC80..U+DCFF that byte again, another lone
+ * surrogate U+FFFD), whole up to CD_NAME_MAX - 1 bytes (a path of PATH_MAX);
+ * a longer one cut visibly: its start, "...", its end. Function names the
+ * same, cut at 255 bytes. */
+#define CD_NAME_MAX 4096
+/* The same copy of a str (a PyObject *; compact) into out: its length. */
+size_t cd_frames_copy_name(void *str, char *out, size_t cap);
 /* CD_LOC_* of a code object (a PyCodeObject *): its file's kind, or
  * CD_LOC_COMPILED. Safe without the GIL while the code object is alive. */
 int cd_code_kind(void *code);
@@ -77,6 +85,8 @@ int cd_frames_code_watched(void);
 /* Frames are read no more (the interpreter's atexit hooks run, before it
  * frees thread states); waits, briefly, for the reads under way. */
 void cd_frames_stop(void);
+/* The child: loc_lock free, no reader of the parent's counted (base.h). */
+void cd_frames_fork(int op);
 
 /* ---------------------------------------------------- frame_readers.c -- */
 
@@ -130,6 +140,8 @@ typedef struct {
     size_t cut;            /* bytes that did not fit */
 } cd_window;
 int cd_tee_install(void);              /* once; 0 ok, -1 nothing can be captured */
+/* The child: the locks free, no window open, none of the parent's assert lines. */
+void cd_tee_fork(int op);
 /* 1 installed, 0 not yet, -1 not possible (libcuda has no `stderr` slot). */
 int cd_tee_installed(void);
 /* How many slots of the loaded object `handle` (a dlopen handle) hold the
@@ -140,11 +152,22 @@ void cd_tee_close(void);
 /* The most recent device-assert lines written by any thread (watch mode,
  * where the text comes out at whichever call finds the fault). */
 size_t cd_tee_recent_asserts(char *out, size_t cap);
-/* The ring's byte count now; then the assert lines kept since that naming
- * `kernel` (any when kernel is NULL or ""), up to cap, the rest counted in *cut. */
+/* How an assert line belongs to a kernel: it names another one (or none of
+ * the lines is an assert); its function names no kernel (a lambda's
+ * "operator()", Triton's "unknown") and this kernel's name does not fit it;
+ * it names none but fits (a kernel holding a closure type, resp. a kernel
+ * that is not C++); it names this kernel. */
+enum { CD_ASSERT_NONE = 0, CD_ASSERT_GENERIC = 1, CD_ASSERT_FITS = 2, CD_ASSERT_NAMES = 3 };
+/* The ring's byte count now; then the assert lines kept since that belong
+ * best to `kernel` (every line when kernel is NULL or ""): those of the best
+ * CD_ASSERT_* level any line has for it, none at CD_ASSERT_NONE; up to cap,
+ * the rest counted in *cut; the level in *level (when not NULL). */
 uint64_t cd_tee_assert_mark(void);
 size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t cap,
-                            size_t *cut);
+                            size_t *cut, int *level);
+/* The best CD_ASSERT_* level of the assert lines of `text` for `kernel`, and
+ * how many assert lines it holds (*asserts, when not NULL). */
+int cd_tee_text_level(const char *text, size_t n, const char *kernel, int *asserts);
 
 /* ------------------------------------------------------ watch_ring.c -- */
 
@@ -172,7 +195,12 @@ typedef struct {
     uint16_t ctx_gen;          /* the context entry's generation when recorded */
 } cd_watch_record;
 
-enum { CD_WATCH_MARKED = 1, CD_WATCH_GRAPH = 2, CD_WATCH_USER_LAST = 4, CD_WATCH_CAPTURED = 8 };
+/* MARKED: a marker of its own, enqueued behind it at the launch; CLOSED: one
+ * put behind it later, when the host waited for its stream (it was then the
+ * stream's newest launch). Either way its slot gets its seq when it and every
+ * earlier launch of its stream have finished. */
+enum { CD_WATCH_MARKED = 1, CD_WATCH_GRAPH = 2, CD_WATCH_USER_LAST = 4, CD_WATCH_CAPTURED = 8,
+       CD_WATCH_CLOSED = 16 };
 
 /* Completion slots for the contexts that exist now (watch entry, no GIL);
  * retires a context found behind another id than its entry's. */
@@ -192,9 +220,15 @@ int cd_watch_context_slots(int ci, uint32_t gen, volatile uint32_t **host, CUdev
 int cd_watch_contexts_live(void);
 /* Hot path, at a launch's API exit, while watching. */
 void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s);
-/* The launch's own fields of a record (all but seq, ctx, ctx_gen, MARKED). */
+/* The launch's own fields of a record (all but seq, ctx, ctx_gen, MARKED);
+ * the launching thread's frames when `frames`. */
 void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_CallbackId cbid,
-                   CUstream s);
+                   CUstream s, int frames);
+/* Cold (the host waits, or an NCCL kernel is about to be launched): a marker
+ * behind the newest launch of stream `stream` of context `uid` (every stream
+ * of it when `all`; only streams not capturing when `check_capture`), where
+ * that launch has none. Returns the markers written. */
+int cd_watch_close(uint32_t uid, int all, uintptr_t stream, int check_capture);
 uint64_t cd_watch_seq(void);
 /* The watch-ring seq of this thread's last launch (to tie a fault to it). */
 uint64_t cd_watch_thread_last(void);
@@ -203,10 +237,28 @@ uint64_t cd_watch_thread_last(void);
 int cd_watch_done(const cd_watch_record *r, uint64_t seq);
 /* Copy record `seq` if it is still in the ring; 0 on success. */
 int cd_watch_get(uint64_t seq, cd_watch_record *out);
-/* Per stream, the first launch after `since` whose marker never came back:
- * out[] sorted by seq; returns the count (-1: one guess in out[0]). */
-int cd_watch_incomplete(uint64_t since, uint64_t *out, int max);
+/* What the ring says of one stream (cd_watch_scan). */
+#define CD_SCAN_CANDIDATES 32      /* candidates kept per stream (the rest counted) */
+typedef struct {
+    uintptr_t stream;
+    int32_t tid;                   /* the per-thread default stream: its thread; else 0 */
+    uint16_t ctx, ctx_gen;
+    uint64_t last_done;            /* the newest launch known finished; 0: none */
+    uint64_t open;                 /* the first launch whose marker did not come back; 0: none */
+    uint64_t newest;               /* the stream's newest launch */
+    uint32_t pending;              /* launches after last_done, up to open (to newest if none) */
+    uint32_t after;                /* launches after open (waiting behind it) */
+    uint64_t cand[CD_SCAN_CANDIDATES];   /* the first of the pending, oldest first */
+} cd_stream_scan;
+/* Per stream with launches after `since` not known to have finished: out[]
+ * sorted by first candidate; returns the count; *streams_cut: streams that
+ * did not fit. Host memory only: async-signal-safe. */
+int cd_watch_scan(uint64_t since, cd_stream_scan *out, int max, uint32_t *streams_cut);
 int cd_watch_context_device(int ctx_index);
+/* The child: ctx_lock free; the parent's launches are never read again
+ * (cd_watch_get refuses them: their markers would never come, the device
+ * writes the parent's memory, not the child's copy); its contexts retired. */
+void cd_watch_fork(int op);
 /* CLOCK_MONOTONIC in ns (vDSO: ~25 ns; async-signal-safe). */
 static inline uint64_t cd_clock_ns(void)
 {
@@ -223,9 +275,11 @@ extern _Thread_local uint32_t cd_tls_op;
 #define CD_INFLIGHT_MAX 64         /* streams one search follows */
 
 typedef struct {
-    cd_watch_record rec;       /* the stream's oldest unfinished launch (rec.seq) */
+    cd_watch_record rec;       /* the stream's oldest launch not known to have finished */
     uint32_t queued;           /* launches recorded after it on that stream */
     uint64_t last_seq;         /* the stream's newest launch */
+    uint32_t candidates;       /* launches from rec on that may be the unfinished one (1: rec) */
+    uint64_t open_seq;         /* the first of them whose marker did not come back */
 } cd_inflight;
 
 typedef struct {
@@ -236,10 +290,13 @@ typedef struct {
     uint32_t streams_cut;      /* launches of streams that did not fit in out[] */
 } cd_inflight_summary;
 
-/* Per stream, the oldest launch of the watch ring whose marker has not come
- * back, with the launches queued behind it: out[] oldest first; returns the
- * count (at most max). Host memory only: async-signal-safe. */
-int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum);
+/* Per stream with a marker that has not come back, its oldest launch not
+ * known to have finished, with the launches queued behind it: out[] oldest
+ * first; returns the count (at most max). `scratch` holds max stream scans
+ * (the caller's: static in a signal handler). Host memory only:
+ * async-signal-safe. */
+int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum,
+                      cd_stream_scan *scratch);
 /* The collective an NCCL launch ran ("all_reduce", or the torch.distributed
  * function that issued it; "collective" when neither says): its length, 0
  * (and "") when the kernel is not NCCL's. Async-signal-safe. */
@@ -329,6 +386,8 @@ typedef struct {
     unsigned execs, execs_refused, exec_reach;  /* graph_execs.c */
 } cd_graph_counters;
 void cd_graph_stats(cd_graph_counters *out);
+/* The child: graph_lock free, this thread in no capture (base.h). */
+void cd_graph_markers_fork(int op);
 
 /* ----------------------------------------------------- graph_execs.c -- */
 
@@ -342,6 +401,8 @@ uint32_t cd_graph_exec_token(CUgraphExec exec);       /* lock-free; 0 unknown */
  * runs, 0 unknown (hot path: reads a few entries at most). */
 uint16_t cd_graph_replayed(const void *launch_params);
 void cd_graph_exec_stats(unsigned *live, unsigned *refused, unsigned *max_reach);
+/* The child: exec_lock free (base.h). */
+void cd_graph_execs_fork(int op);
 
 /* ------------------------------------------------------ native_ops.c -- */
 
@@ -365,5 +426,6 @@ uint64_t cd_driver_log_count(void);
 /* Line i (0-based, of all ever logged) into out: its length, or -1 when it
  * is gone from the ring (or not logged yet). */
 long cd_driver_log_line(uint64_t i, char *out, size_t cap);
+void cd_driver_log_fork(int op);      /* the child: log_lock free */
 
 #endif

@@ -136,3 +136,18 @@ void cd_graph_exec_stats(unsigned *live, unsigned *refused, unsigned *max_reach)
             m = atomic_load_explicit(&reach[i], memory_order_relaxed);
     *max_reach = m;
 }
+
+void cd_graph_execs_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        exec_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&exec_lock);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&exec_lock);
+        break;
+    }
+}

@@ -379,7 +379,9 @@ void cd_graph_capture_begun(const CUpti_CallbackData *cb, CUstream s)
         k->ctx = ci;
         k->ctx_gen = cd_watch_context_gen(ci);
         k->origin = (uintptr_t)s;
-        k->every = cd_state.graph_marker_every > 0 ? (uint32_t)cd_state.graph_marker_every : 1;
+        /* watch(exact=True) (a marker behind every launch): every node too */
+        k->every = atomic_load(&cd_state.watch_every) == 1 || cd_state.graph_marker_every < 1
+                       ? 1 : (uint32_t)cd_state.graph_marker_every;
         g = take_node(c);
     }
     if (g < 0) {
@@ -453,7 +455,7 @@ int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid
         return 1;
     }
     cd_watch_record *r = &nodes[g];
-    cd_watch_fill(r, cb, cbid, s);
+    cd_watch_fill(r, cb, cbid, s, 1);
     r->graph = token;
     r->ctx = (uint16_t)k->ctx;
     r->ctx_gen = (uint16_t)k->ctx_gen;
@@ -1007,4 +1009,21 @@ void cd_graph_stats(cd_graph_counters *out)
     out->kernel_rc = atomic_load(&kernel_rc);
     out->adopt_rc = atomic_load(&adopt_rc);
     cd_graph_exec_stats(&out->execs, &out->execs_refused, &out->exec_reach);
+}
+
+void cd_graph_markers_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        graph_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        tls_cap = -1;              /* the forking thread's capture is the parent's */
+        tls_cap_id = 0;
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&graph_lock);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&graph_lock);
+        break;
+    }
 }

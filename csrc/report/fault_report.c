@@ -44,6 +44,9 @@ static atomic_int elastic_written;      /* 0, ELASTIC_BY_SIGNAL or ELASTIC_FINAL
 atomic_int cd_report_written;          /* the culprit block of watch mode: once */
 static atomic_int signal_written;      /* the block of a SIGABRT/SIGTERM: once, apart */
 static atomic_int consequences;        /* one-line notes for refusals, a few at most */
+static atomic_uint_fast64_t test_pause_ns;  /* tests: a pause inside the watch block's writing */
+
+void cd_report_test_pause(uint64_t ns) { atomic_store(&test_pause_ns, ns); }
 
 /* Called before the first scope (Python: _report.configure_core), while no
  * fault path can run: plain stores. */
@@ -234,7 +237,18 @@ void cd_report_fault(const cd_fault *f)
         put_kernel(&o, f->kernel[0] ? f->kernel : "a graph");
         cd_out_puts(&o, " failed because the CUDA context was already dead (thread tid ");
         cd_out_u(&o, (unsigned long long)f->thread_id);
-        cd_out_puts(&o, "); the cause is reported above\n");
+        char cause[CD_KERNEL_NAME];
+        if (f->cause_seq && f->cause_thread != f->thread_id &&
+            cd_fault_kernel_of(f->cause_seq, cause, sizeof cause)) {
+            /* another thread's fault: name it (its own block is above) */
+            cd_out_puts(&o, "): it met the fault of ");
+            put_kernel(&o, cause);
+            cd_out_puts(&o, " (thread tid ");
+            cd_out_u(&o, (unsigned long long)f->cause_thread);
+            cd_out_puts(&o, "), reported in that thread's block\n");
+        } else {
+            cd_out_puts(&o, "); the cause is reported above\n");
+        }
         cd_out_flush(&o);
         return;
     }
@@ -312,15 +326,79 @@ static void put_launch_ids(cd_out *o, uint64_t seq, uintptr_t stream, int32_t ti
     cd_out_u(o, (unsigned)tid);
 }
 
-void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
+/* The culprit's candidates, oldest first, from host memory: the launches of
+ * each stream whose marker did not come back, from its last returned marker
+ * on (one launch per stream when every launch has its marker); when no
+ * marker is missing, the launches whose completion is unknown (*proven 0).
+ * Where the device's assert text names a kernel (or fits one: stderr_tee.c,
+ * CD_ASSERT_*), the candidates it names (when any). Returns the count kept in out[] (*total: all). */
+static int culprit_candidates(cd_stream_scan *scan, uint64_t *out, int max, const char *asserts,
+                              size_t alen, int *proven, uint32_t *total, int *named)
 {
-    if (!enabled)
-        return;
-    uint64_t seqs[8];
-    int n = cd_watch_incomplete(0, seqs, 8), guess = n < 0;
-    if (guess)
-        n = 1;
-    if (code == 0 && n == 0)
+    int n = cd_watch_scan(0, scan, CD_INFLIGHT_MAX, NULL), any_open = 0;
+    for (int i = 0; i < n; i++)
+        any_open |= scan[i].open != 0;
+    *proven = any_open;
+    *total = 0;
+    *named = 0;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (any_open && !scan[i].open)
+            continue;
+        *total += scan[i].pending;
+        for (uint32_t j = 0; j < scan[i].pending && j < CD_SCAN_CANDIDATES && k < max; j++)
+            out[k++] = scan[i].cand[j];
+    }
+    for (int i = 1; i < k; i++) {          /* launch order */
+        uint64_t t = out[i];
+        int j = i - 1;
+        while (j >= 0 && out[j] > t) {
+            out[j + 1] = out[j];
+            j--;
+        }
+        out[j + 1] = t;
+    }
+    if (!alen || k <= 1)
+        return k;
+    /* The candidates the text names; where it names none (a lambda's
+     * operator(), Triton's unknown), the ones it fits (a kernel holding a
+     * closure type, a kernel that is not C++). */
+    int m = 0, best = CD_ASSERT_FITS;
+    for (int i = 0; i < k; i++) {
+        cd_watch_record r;
+        int lv = cd_watch_get(out[i], &r) == 0 && !(r.flags & CD_WATCH_GRAPH)
+                     ? cd_tee_text_level(asserts, alen, cd_interned(r.kernel), NULL)
+                     : CD_ASSERT_NONE;
+        if (lv > best) {
+            best = lv;
+            m = 0;
+        }
+        if (lv == best && lv >= CD_ASSERT_FITS)
+            out[m++] = out[i];
+    }
+    if (m) {
+        *named = 1;
+        *total = (uint32_t)m;
+        return m;
+    }
+    return k;                      /* it names none of them (or no kernel): all stay */
+}
+
+static cd_stream_scan culprit_scan[2][CD_INFLIGHT_MAX];   /* [from a signal]: once each */
+
+#define CULPRITS_SHOWN 8
+
+static void write_watch_culprit(int code, const char *found_at, int from_signal)
+{
+    static char assert_buf[2][2048];
+    char *asserts = assert_buf[from_signal ? 1 : 0];
+    size_t alen = from_signal ? 0 : cd_tee_recent_asserts(asserts, sizeof assert_buf[0]);
+    uint64_t seqs[CULPRITS_SHOWN * 8];
+    int proven, named;
+    uint32_t total;
+    int n = culprit_candidates(culprit_scan[from_signal ? 1 : 0], seqs, (int)CD_N_OF(seqs),
+                               asserts, alen, &proven, &total, &named);
+    if (code == 0 && !n)
         return;                    /* a signal, and nothing unfinished: nothing to say */
     int to_fd = 1;
     if (from_signal) {
@@ -335,6 +413,11 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
     } else if (atomic_exchange(&cd_report_written, 1)) {
         return;
     }
+    uint64_t pause = from_signal ? 0 : atomic_load(&test_pause_ns);
+    if (pause) {
+        struct timespec ts = {(time_t)(pause / 1000000000u), (long)(pause % 1000000000u)};
+        nanosleep(&ts, NULL);
+    }
     cd_out o = {.n = 0, .line_start = 1};
     cd_out_puts(&o, "cuda_debug (watch): ");
     if (code) {
@@ -343,22 +426,37 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         cd_out_puts(&o, found_at);
     } else {
         cd_out_puts(&o, found_at);
-        cd_out_puts(&o, " while watching, and no CUDA error seen yet: the launches still unfinished "
-                  "(a kernel fault makes them so; so does a hang)");
+        cd_out_puts(&o, proven ? " while watching, and no CUDA error seen yet: the launches still "
+                                 "unfinished (a kernel fault makes them so; so does a hang)"
+                               : " while watching, and no CUDA error seen yet: the launches not "
+                                 "known to have finished (the always-on watch() puts completion "
+                                 "markers behind a few of them)");
     }
     cd_out_puts(&o, "\n");
-    char asserts[2048];
-    size_t alen = from_signal ? 0 : cd_tee_recent_asserts(asserts, sizeof asserts);
+    const unsigned every = atomic_load(&cd_state.watch_every);
+    if (n > 1 || total > 1) {
+        cd_out_puts(&o, proven ? "  culprit: one of " : "  culprit (no marker is missing yet: "
+                                                        "one of the launches not known to "
+                                                        "have finished): one of ");
+        cd_out_u(&o, total);
+        cd_out_puts(&o, named ? " launches of the kernel the device names"
+                              : " launches, in launch order");
+        if (every > 1) {
+            cd_out_puts(&o, " (watch() puts a completion marker behind every ");
+            cd_out_u(&o, every);
+            cd_out_puts(&o, "th launch of a stream; watch(exact=True) behind each)");
+        }
+        cd_out_puts(&o, ":\n");
+    }
     int shown = 0;
-    for (int i = 0; i < n && shown < 3; i++) {
+    for (int i = 0; i < n && shown < CULPRITS_SHOWN; i++) {
         cd_watch_record r;
         if (cd_watch_get(seqs[i], &r) != 0)
             continue;
         const char *kernel = cd_interned(r.kernel_short);
-        const char *label = shown ? "  or: " : guess ? "  culprit (a guess: completion markers "
-                                                       "missing; the last launch recorded): "
-                            : (n == 1 ? "  culprit: " : "  culprit (one of the first "
-                                                        "unfinished launches per stream): ");
+        const char *label = n > 1 || total > 1 ? "    " : proven ? "  culprit: "
+                            : "  culprit (a guess: no marker is missing; the last launch "
+                              "recorded): ";
         shown++;
         if (r.flags & CD_WATCH_GRAPH) {
             cd_out_graph_replay(&o, &r, seqs[i], label, from_signal);
@@ -370,6 +468,11 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         put_launch_ids(&o, seqs[i], r.stream, r.thread_id);
         cd_out_puts(&o, ")\n");
         cd_out_location(&o, r.frames, r.n_frames, 0);
+    }
+    if (total > (uint32_t)shown && shown) {
+        cd_out_puts(&o, "    and ");
+        cd_out_u(&o, total - (uint32_t)shown);
+        cd_out_puts(&o, " more\n");
     }
     if (!shown)
         cd_out_puts(&o, "  no unfinished launch in the watch ring: the faulting kernel was launched "
@@ -384,6 +487,33 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         flush_report_to(&o, from_signal == CD_FROM_DYING_SIGNAL ? 2 : 0, to_fd);
     else
         flush_report(&o);
+}
+
+/* From a call (a refused launch, the driver log, Python): the block is
+ * claimed, built and written under the report lock, with this thread's
+ * sibling signals held back. A SIGABRT or SIGTERM on another thread meanwhile
+ * (NCCL's watchdog, torchrun) waits in its handler for the lock, finds the
+ * block written and lets the process die only after it; one on this thread
+ * waits until the block is out. (Claimed first and written unlocked, a signal
+ * in between found the report claimed, wrote nothing, and the process died
+ * with no report.) From a signal handler: the handler holds the lock. */
+void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
+{
+    if (!enabled)
+        return;
+    if (from_signal) {
+        write_watch_culprit(code, found_at, from_signal);
+        return;
+    }
+    if (atomic_load(&cd_report_written))
+        return;                    /* said already (every launch the dead context refuses) */
+    sigset_t block, old;
+    cd_signal_mask(&block);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int taken = cd_report_lock();
+    write_watch_culprit(code, found_at, 0);
+    cd_report_unlock(taken);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /* ------------------------------------------------ dying of a signal --- */
@@ -479,4 +609,23 @@ int cd_install_signal_handlers(void)
     if (sigaction(SIGABRT, &sa, &old_abrt) != 0 || sigaction(SIGTERM, &sa, &old_term) != 0)
         return -1;
     return 0;
+}
+
+void cd_report_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        atomic_store(&report_busy, 0);
+        atomic_store(&cd_report_written, 0);
+        atomic_store(&signal_written, 0);
+        atomic_store(&elastic_written, 0);
+        atomic_store(&consequences, 0);
+        break;
+    case CD_FORK_TEST_TAKE:
+        atomic_store(&report_busy, 1);      /* a report being written by another thread */
+        break;
+    case CD_FORK_TEST_GIVE:
+        atomic_store(&report_busy, 0);
+        break;
+    }
 }

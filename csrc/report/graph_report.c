@@ -50,24 +50,32 @@ static void put_node_name(cd_out *o, const cd_watch_record *nr, uint32_t index,
     cd_out_puts(o, tail);
 }
 
-/* For an adopted graph: the nodes whose kernel the device's assert text names
- * (not from a signal: reading the text takes the tee's lock), at most max. */
+/* The nodes the device's assert text belongs to (not from a signal: reading
+ * the text takes the tee's lock): those of the best CD_ASSERT_* level any of
+ * them has, when it names or fits one (capture/stderr_tee.c's rule, the
+ * Python report's too); at most max. */
 static int named_by_asserts(const uint32_t *all, int n, uint32_t *out, int max)
 {
-    int k = 0;
-    for (int i = 0; i < n && k < max; i++) {
+    uint8_t levels[256];
+    int best = CD_ASSERT_NONE;
+    for (int i = 0; i < n && i < 256; i++) {
         cd_watch_record nr;
         uint32_t index;
-        int done;
+        int done, level = CD_ASSERT_NONE;
         char text[8];
         size_t cut;
-        if (cd_graph_node(all[i], &nr, &index, &done) != 0)
-            continue;
-        const char *kernel = cd_interned(nr.kernel);
-        if (kernel && kernel[0] && cd_tee_asserts_since(0, kernel, text, sizeof text, &cut) +
-                                       cut > 0)
-            out[k++] = all[i];
+        const char *kernel;
+        if (cd_graph_node(all[i], &nr, &index, &done) == 0 &&
+            (kernel = cd_interned(nr.kernel)) && kernel[0])
+            cd_tee_asserts_since(0, kernel, text, sizeof text, &cut, &level);
+        levels[i] = (uint8_t)level;
+        if (level > best)
+            best = level;
     }
+    int k = 0;
+    for (int i = 0; best >= CD_ASSERT_FITS && i < n && i < 256 && k < max; i++)
+        if (levels[i] == best)
+            out[k++] = all[i];
     return k;
 }
 

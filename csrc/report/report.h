@@ -13,6 +13,7 @@
  *                    (age, queue, collective); the dump signal (SIGUSR1)
  *   graph_report.c   a CUDA graph replay in any of those blocks: its node(s), the
  *                    capture and replay lines
+ *   inflight_doc.c   the same as a JSON document, with the last launches (dump)
  */
 #ifndef CD_REPORT_H
 #define CD_REPORT_H
@@ -28,6 +29,10 @@ typedef struct {
     size_t n;
     int line_start;
     int raw;                       /* 1: no rank prefix (the JSON) */
+    /* Where a flush goes: NULL, fd 2 (every block of the fault path); else
+     * sink(sink_ctx, bytes, n) (the dump answer, built off the fault path). */
+    void (*sink)(void *sink_ctx, const char *p, size_t n);
+    void *sink_ctx;
 } cd_out;
 
 void cd_out_set_prefix(const char *prefix);   /* "[rank k] " or "" (configure time) */
@@ -40,8 +45,11 @@ void cd_out_dims(cd_out *o, const unsigned *d);
 /* "  launched at file:line in func\n" of the innermost user frame of ids. */
 void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete);
 void cd_out_location_as(cd_out *o, const char *verb, const uint32_t *ids, int n, int complete);
-void cd_out_flush(cd_out *o);      /* write(2) to fd 2, then empty */
+void cd_out_flush(cd_out *o);      /* write(2) to fd 2 (or the sink), then empty */
+void cd_out_drain(cd_out *o);      /* the same, without ending the text with a newline */
 void cd_write_all(int fd, const char *p, size_t n);   /* write(2) until done or an error */
+/* The length of the valid UTF-8 sequence at s (of n bytes), 0 if invalid. */
+size_t cd_utf8_seq(const unsigned char *s, size_t n);
 
 /* --------------------------------------------------- fault_records.c -- */
 
@@ -55,6 +63,9 @@ typedef struct {
     int code;                  /* CUresult */
     int at_launch;             /* 1: the launch call itself failed; 0: the wait found it */
     int consequence;           /* a sticky fault was recorded before: this is its echo */
+    int assert_level;          /* CD_ASSERT_*: how the assert text belongs to this kernel */
+    uint64_t cause_seq;        /* a consequence: the record of its context's cause, 0 unknown */
+    long cause_thread;         /* and that record's thread (gettid) */
     int cbid;                  /* CUPTI driver callback id of the launch */
     char kernel[CD_KERNEL_NAME];   /* mangled symbol name (cut), "" for graph launches */
     size_t kernel_len;         /* its full length */
@@ -81,8 +92,17 @@ typedef struct {
 /* Fill the identity fields of `f` from a launch callback (kernel, dims,
  * stream, device, thread, time, frames). Cold path. */
 void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId cbid);
-/* Copy into the ring, assign seq and `consequence`; returns the seq. */
+/* Copy into the ring, assign seq, `consequence` and its cause; returns the
+ * seq. A sticky record is a consequence when its context had a sticky record
+ * before, unless its assert text belongs to it better (CD_ASSERT_FITS or
+ * NAMES) than the text of that context's cause so far did: then it is the
+ * cause (another thread's wait was recorded first). */
 uint64_t cd_fault_record(cd_fault *f);
+/* The best assert level of the cause recorded for a context (CUPTI's id) so
+ * far; -1 when none was. */
+int cd_fault_context_level(uint32_t context_uid);
+/* The kernel (mangled, cut to cap) of record `seq` while it is in the ring: its length, 0 when gone. */
+size_t cd_fault_kernel_of(uint64_t seq, char *out, size_t cap);
 uint64_t cd_fault_seq(void);
 /* Then, for the first records, the PyTorch ops of the native stack (slow,
  * and the walk can meet stale frames: after recording, so other threads see
@@ -90,6 +110,8 @@ uint64_t cd_fault_seq(void);
 int cd_fault_add_ops(cd_fault *f);
 /* Copy the records with seq > since, oldest first, into out (at most n). */
 int cd_faults_since(uint64_t since, cd_fault *out, int n);
+/* The child: fault_lock free; the parent's records are never read there. */
+void cd_faults_fork(int op);
 
 /* ---------------------------------------------------- fault_report.c -- */
 
@@ -104,7 +126,9 @@ void cd_report_fault_ops(const cd_fault *f);
  * any wait of ours (a launch refused, the driver log, a signal). Async-signal-
  * safe when `from_signal` (CD_FROM_*). Writes at most once per process for a
  * fault, and once for a signal (code 0); torchrun's error file from a signal
- * only when it is CD_FROM_DYING_SIGNAL. */
+ * only when it is CD_FROM_DYING_SIGNAL. From a call it holds cd_report_lock
+ * (and this thread's sibling signals) until the block is out: a dying signal
+ * on another thread meanwhile waits for it. */
 enum { CD_FROM_CALL = 0, CD_FROM_SIGNAL = 1, CD_FROM_DYING_SIGNAL = 2 };
 void cd_report_watch_culprit(int code, const char *found_at, int from_signal);
 /* The texts and switches Python owns, handed down once: the block on or off,
@@ -127,6 +151,11 @@ void cd_report_unlock(int taken);
 /* Call the handler `old` was (1), or 0 when it is SIG_DFL or SIG_IGN. */
 int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx);
 extern atomic_int cd_report_written;
+/* Tests: the watch block written from a call (not a signal) pauses this long
+ * once it has claimed the report, before it is built and written (0: never). */
+void cd_report_test_pause(uint64_t ns);
+/* The child: nothing written yet, no report being written, no handler running. */
+void cd_report_fork(int op);
 
 /* ----------------------------------------------------- graph_report.c -- */
 
@@ -163,5 +192,39 @@ void cd_report_hang(uint64_t hang_after_ns);
  * recognised). 0, or -1 with errno (EBUSY: another dump signal is installed). */
 int cd_install_dump_signal(int sig, int sig_is_python, int sigint_is_python);
 int cd_dump_signal(void);          /* the one installed, 0 none */
+/* 1 when the dump signal's disposition now is our handler. */
+int cd_dump_handler_is_ours(void);
+/* The block (headline "unfinished launches of pid N") from one search, into o. */
+void cd_report_inflight_text(cd_out *o, const cd_inflight *t, int n,
+                             const cd_inflight_summary *sum);
+/* The dump listener answers (the hang report then names `cuda_debug dump PID`). */
+void cd_report_dump_listening(int on);
+
+/* ----------------------------------------------------- inflight_doc.c -- */
+
+#define CD_DOC_VERSION 1           /* cuda_debug/_dump.py checks it: bump on a change */
+#define CD_DOC_MAX (64u << 20)     /* a document's bytes at most */
+
+/* A growable buffer (malloc: not for signal handlers); a cd_out sink. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int failed;                    /* out of memory or over CD_DOC_MAX: p holds a prefix */
+} cd_buf;
+void cd_buf_sink(void *ctx, const char *p, size_t n);
+void cd_buf_free(cd_buf *b);
+
+typedef struct {
+    int rank, world_size;          /* -1 / 0: unknown */
+    uint64_t hang_after_ns;        /* the watcher's threshold now, 0 off */
+    int recent;                    /* the last launches to list, 0 none */
+} cd_dump_params;
+/* The in-flight report as JSON (inflight_doc.c says what it holds), appended
+ * to b. 0, or -1 (out of memory). */
+int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p);
+/* JSON (made by Python's json.dumps) that every document carries as
+ * "flight_recorder" from now on (n 0: null again). 0, or -1 out of memory. */
+int cd_report_set_extra(const char *json, size_t n);
+void cd_inflight_report_fork(int op);   /* the child: no dump handler running */
 
 #endif

@@ -69,6 +69,8 @@ _SIGNATURES = {
     "fake_tools_ids": (None, [c_int]),
     "fake_launch_on_fiber": (c_int, [c_char_p]),
     "fake_call_below_stale_frame": (c_int, [ctypes.c_void_p]),
+    "fake_count_signal": (c_int, [c_int, c_long]),
+    "fake_signal_calls": (c_int, []),
 }
 
 

@@ -685,6 +685,23 @@ CUptiResult fakecuda_cupti_unsubscribe(CUpti_SubscriberHandle handle)
     return CUPTI_SUCCESS;
 }
 
+static atomic_int st_finalizes;
+
+CUptiResult fakecuda_cupti_finalize(void)
+{
+    pthread_mutex_lock(&sub_lock);
+    atomic_store(&sub.in_use, 0);
+    for (size_t i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
+        atomic_store(&sub.enabled[i], 0);
+    for (size_t i = 0; i < CUPTI_CBID_RESOURCE_SIZE; i++)
+        atomic_store(&sub.res_enabled[i], 0);
+    atomic_fetch_add(&st_finalizes, 1);
+    pthread_mutex_unlock(&sub_lock);
+    return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT int fake_cupti_finalizes(void) { return atomic_load(&st_finalizes); }
+
 CUptiResult fakecuda_cupti_enable(uint32_t enable, CUpti_SubscriberHandle handle,
                                   CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
 {
@@ -939,16 +956,25 @@ CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *id)
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxSynchronize(void)
+/* The host's waits are traced (CUPTI's ids for them): the always-on watch
+ * puts a marker behind a stream's newest launch at their entry. */
+static CUresult ctx_sync_body(void *a)
 {
+    (void)a;
     if (!current_ctx())
-        RET("cuCtxSynchronize", CUDA_ERROR_INVALID_CONTEXT);
+        return CUDA_ERROR_INVALID_CONTEXT;
     atomic_fetch_add(&st_syncs, 1);
     pthread_mutex_lock(&dev_lock);
     for (fake_stream *s = all_streams; s; s = s->next_all)
         drain_locked(s);
     pthread_mutex_unlock(&dev_lock);
-    RET("cuCtxSynchronize", sync_result());
+    return sync_result();
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void)
+{
+    return traced(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize, "cuCtxSynchronize", NULL, NULL,
+                  ctx_sync_body, NULL);
 }
 
 /* ------------------------------------------------ driver: streams ------ */
@@ -979,21 +1005,29 @@ CUresult CUDAAPI cuStreamDestroy(CUstream h)
     return CUDA_SUCCESS;   /* kept: its queued work still runs, like the real one */
 }
 
-CUresult CUDAAPI cuStreamSynchronize(CUstream h)
+static CUresult stream_sync_body(void *a)
 {
-    fake_stream *s = resolve(h);
-    if (!s)
-        RET("cuStreamSynchronize", CUDA_ERROR_INVALID_HANDLE);
+    fake_stream *s = a;
     atomic_fetch_add(&st_syncs, 1);
     pthread_mutex_lock(&dev_lock);
     if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {   /* invalidates the capture */
         s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
         pthread_mutex_unlock(&dev_lock);
-        RET("cuStreamSynchronize", CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     drain_locked(s);
     pthread_mutex_unlock(&dev_lock);
-    RET("cuStreamSynchronize", sync_result());
+    return sync_result();
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream h)
+{
+    fake_stream *s = resolve(h);
+    if (!s)
+        RET("cuStreamSynchronize", CUDA_ERROR_INVALID_HANDLE);
+    cuStreamSynchronize_params p = {h};
+    return traced(CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize, "cuStreamSynchronize", &p, NULL,
+                  stream_sync_body, s);
 }
 
 CUresult CUDAAPI cuStreamQuery(CUstream h)
@@ -1550,7 +1584,12 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule *mod, const void *image)
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuModuleUnload(CUmodule mod) { (void)mod; return CUDA_SUCCESS; }
+CUresult CUDAAPI cuModuleUnload(CUmodule mod)
+{
+    (void)mod;
+    fire_resource(CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING, NULL);
+    return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule mod, const char *name)
 {
@@ -1597,17 +1636,31 @@ CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+typedef struct {
+    void *dst;
+    CUdeviceptr src;
+    size_t n;
+} copy_arg;
+
+static CUresult dtoh_body(void *a)
 {
+    copy_arg *c = a;
     atomic_fetch_add(&st_syncs, 1);
     pthread_mutex_lock(&dev_lock);
     drain_locked(&legacy_stream);         /* synchronous copy on the legacy stream */
     pthread_mutex_unlock(&dev_lock);
     CUresult rc = sync_result();
     if (rc)
-        RET("cuMemcpyDtoH", rc);
-    memcpy(dst, (const void *)(uintptr_t)src, n);
+        return rc;
+    memcpy(c->dst, (const void *)(uintptr_t)c->src, c->n);
     return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+    copy_arg c = {dst, src, n};
+    return traced(CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2", NULL, NULL,
+                  dtoh_body, &c);
 }
 
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n)
@@ -1811,17 +1864,24 @@ CUresult CUDAAPI cuEventQuery(CUevent h)
     return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-CUresult CUDAAPI cuEventSynchronize(CUevent h)
+static CUresult event_sync_body(void *a)
 {
-    fake_event *e = (fake_event *)h;
-    if (!e || e->magic != MAGIC_EVENT)
-        RET("cuEventSynchronize", CUDA_ERROR_INVALID_HANDLE);
+    fake_event *e = a;
     atomic_fetch_add(&st_syncs, 1);
     pthread_mutex_lock(&dev_lock);
     if (e->stream)
         drain_locked(e->stream);
     pthread_mutex_unlock(&dev_lock);
-    RET("cuEventSynchronize", sync_result());
+    return sync_result();
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent h)
+{
+    fake_event *e = (fake_event *)h;
+    if (!e || e->magic != MAGIC_EVENT)
+        RET("cuEventSynchronize", CUDA_ERROR_INVALID_HANDLE);
+    return traced(CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize, "cuEventSynchronize", NULL, NULL,
+                  event_sync_body, e);
 }
 
 CUresult CUDAAPI cuEventElapsedTime(float *ms, CUevent a, CUevent b)
@@ -1866,6 +1926,30 @@ CUresult CUDAAPI cuLogsUnregisterCallback(CUlogsCallbackHandle h)
 }
 
 /* ================================================== control API ========= */
+
+/* A forked child (os.fork, multiprocessing's fork): the device threads are
+ * the parent's and do not exist here; a lock one of them (or another thread)
+ * held is free, and the op a device thread was running is gone, so the child's
+ * own synchronising calls run what is left, and the next launch in async mode
+ * starts a device thread of the child's. (The real driver is unusable after a
+ * fork; this one goes on working, so tests can tell what cuda_debug records of
+ * the child's own launches.) */
+static void fake_after_fork_child(void)
+{
+    dev_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    dev_cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    print_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    sub_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    for (fake_stream *s = all_streams; s; s = s->next_all) {
+        s->has_worker = 0;
+        s->running = 0;
+    }
+}
+
+__attribute__((constructor)) static void fake_register_atfork(void)
+{
+    pthread_atfork(NULL, NULL, fake_after_fork_child);
+}
 
 /* Alive again, nothing queued, default kernel behaviours, no refused ids.
  * Waits for the device threads to finish what runs now. Keeps subscriptions,
@@ -2267,6 +2351,7 @@ FAKE_EXPORT int fake_glibc_error_done(int join)
  * symbolName pointer stays the same). 0 on success, -1 if `new` is longer. */
 FAKE_EXPORT int fake_rename_function(const char *old, const char *new_name)
 {
+    fire_resource(CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING, NULL);   /* as an unload does */
     pthread_mutex_lock(&dev_lock);
     fake_func *f = function_named(old);
     int ok = strlen(new_name) <= strlen(f->name);
@@ -2416,3 +2501,34 @@ FAKE_EXPORT int fake_stats(long long *out, int n)
         out[i] = v[i];
     return m;
 }
+
+/* ------------------------------------------------ signal chaining tests -- */
+
+#include <signal.h>
+
+/* fake_count_signal(sig, sleep_us): a C handler for `sig` (installed before
+ * cuda_debug's, which then chains to it) that counts its calls and sleeps
+ * sleep_us in each: a window in which another thread's signal arrives. */
+static atomic_int sig_calls;
+static long sig_sleep_us;
+
+static void counting_handler(int sig)
+{
+    (void)sig;
+    atomic_fetch_add(&sig_calls, 1);
+    struct timespec ts = {sig_sleep_us / 1000000, (sig_sleep_us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+FAKE_EXPORT int fake_count_signal(int sig, long sleep_us)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = counting_handler;
+    sigemptyset(&sa.sa_mask);
+    sig_sleep_us = sleep_us;
+    return sigaction(sig, &sa, NULL);
+}
+
+FAKE_EXPORT int fake_signal_calls(void) { return atomic_load(&sig_calls); }
