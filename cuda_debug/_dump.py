@@ -232,8 +232,22 @@ def records(doc: dict):
                           thread_id=e["thread_id"], thread_name=e["thread_name"],
                           device=e["device"], stack=_locations.stack_from_frames(e["frames"]),
                           age_ns=e["age_ns"], queued=e["queued"],
-                          candidates=e.get("candidates", 1))
+                          candidates=e.get("candidates", 1), **_graph_fields(e))
             for e in doc.get("streams", ())]
+
+
+def _graph_fields(e: dict) -> dict:
+    """A graph replay's candidates from the document (inflight_doc.c)."""
+    if not e.get("graph") or "graph_nodes" not in e:
+        return {}
+    from . import _graph_names, _locations
+    nodes = tuple(dict(node=n["node"], kernel=n["kernel"] or "", short=n["short"],
+                       collective=n["collective"], annotation=None,
+                       captured_at=_locations.where(_locations.stack_from_frames(n["frames"])))
+                  for n in e["graph_nodes"])
+    status = e.get("graph_status")
+    return {"graph_nodes": nodes,
+            "graph_note": None if nodes else _graph_names.GRAPH_NOTES.get(status)}
 
 
 def as_json(doc: dict) -> dict:
@@ -271,6 +285,11 @@ def _where(r) -> str:
 
 
 def _what(r) -> str:
+    if r.graph and r.graph_node is not None:
+        name = "%s (%s)" % (r.collective, r.short) if r.collective else r.short or r.kernel
+        return "%s, node %d of a CUDA graph%s" % (
+            name, r.graph_node, " (one of %d nodes)" % len(r.graph_nodes)
+            if len(r.graph_nodes) > 1 else "")
     if r.graph:
         return "a CUDA graph replay"
     if r.collective:

@@ -324,12 +324,17 @@ with cuda_debug.watch(hang_after=0.5):
     fake.fake_graph_launch(g, s)  # REPLAYED
     time.sleep(1.3)                                # the hang watcher's report
     rec = cuda_debug.in_flight()
-    os.kill(os.getpid(), signal.SIGUSR1)           # the dump's
+    from cuda_debug import _dump                   # what `dump PID` (--json) gets
+    doc = _dump.local_document()
+    d = _dump.records(doc)[0]
+    os.kill(os.getpid(), signal.SIGUSR1)           # the dump signal's
     fake.fake_stream_sync(s)
 r = rec[0]
 report(dict(n=len(rec), graph=r.graph, kernel=r.kernel, short=r.short, node=r.graph_node,
             collective=r.collective, captured_at=r.captured_at, lineno=r.lineno,
-            nodes=r.graph_nodes, note=r.graph_note))
+            nodes=r.graph_nodes, note=r.graph_note,
+            doc=[d.graph_node, d.short, d.captured_at, d.graph_nodes == r.graph_nodes],
+            doc_text=doc["text"]))
 '''
 
 
@@ -352,7 +357,9 @@ def test_a_hang_inside_a_replay_names_the_running_node_in_every_report(fake_chil
     assert r["captured_at"] == "%s:%d" % (c.script, cap) and r["lineno"] == rep, r
     assert r["nodes"] == [[6, slow, r["collective"], "%s:%d" % (c.script, cap)]], r
     assert r["note"] is None, r
+    assert r["doc"] == [6, slow, "%s:%d" % (c.script, cap), True], r   # dump's document
     head = "  %s (node 6 of a CUDA graph) on stream " % name
+    assert head in r["doc_text"], r["doc_text"]
     assert c.stderr.count(head) == 2, c.stderr           # the watcher's and the dump's
     for block in c.stderr.split("cuda_debug (watch): ")[1:]:
         lines = block.splitlines()

@@ -19,7 +19,10 @@
  *    "streams": [{"seq", "stream", "device", "kernel", "short", "collective",
  *                 "graph", "thread_id", "thread_name", "age_ns", "queued",
  *                 "last_seq", "cbid", "candidates", "open_seq",
- *                 "frames": [[file, line, func, kind]...]}],
+ *                 "frames": [[file, line, func, kind]...],
+ *                 a graph replay's: "graph_status", "graph_candidates",
+ *                 "graph_nodes": [{"node", "kernel", "short", "collective",
+ *                 "frames"}]}],
  *    "recent": [{"seq", "stream", "device", "kernel", "short", "collective",
  *                "graph", "thread_id", "thread_name", "age_ns", "done",
  *                "frames"}]}                   (the last `recent` launches)
@@ -272,6 +275,49 @@ static void put_launch(cd_out *o, const cd_watch_record *r, uint64_t now_ns, nam
     put_frames(o, r);
 }
 
+/* A graph replay's candidates (graph_report.c: the node still running, or the
+ * nodes after the last marker written): "graph_status" (CD_GRAPH_*),
+ * "graph_candidates" (how many), "graph_nodes": [{"node", "kernel", "short",
+ * "collective", "frames" (where it was captured)}] (the first 16). */
+static void put_graph_nodes(cd_out *o, const cd_watch_record *r)
+{
+    uint32_t nodes[16];
+    int status, capture;
+    int k = cd_graph_report_nodes(r, nodes, 16, &status, &capture, 1);
+    key(o, "graph_status", 0);
+    snum(o, status);
+    key(o, "graph_candidates", 0);
+    num(o, (unsigned)(k > 0 ? k : 0));
+    key(o, "graph_nodes", 0);
+    lit(o, "[");
+    int shown = 0;
+    for (int j = 0; j < k && j < 16; j++) {
+        cd_watch_record nr;
+        uint32_t index;
+        int done;
+        char coll[96];
+        if (cd_graph_node(nodes[j], &nr, &index, &done) != 0)
+            continue;
+        size_t cl = cd_collective_name(&nr, coll, sizeof coll);
+        lit(o, shown++ ? ", {" : "{");
+        key(o, "node", 1);
+        num(o, index);
+        key(o, "kernel", 0);
+        jcstr(o, cd_interned(nr.kernel));
+        key(o, "short", 0);
+        jcstr(o, cd_interned(nr.kernel_short));
+        key(o, "collective", 0);
+        if (cl)
+            jstr(o, coll, cl);
+        else
+            lit(o, "null");
+        key(o, "frames", 0);
+        put_frames(o, &nr);
+        lit(o, "}");
+    }
+    lit(o, "]");
+}
+
 static void put_text(cd_out *o, const cd_inflight *t, int n, const cd_inflight_summary *sum,
                      cd_buf *text)
 {
@@ -375,6 +421,8 @@ int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p)
         num(o, t[i].candidates);
         key(o, "open_seq", 0);
         num(o, t[i].open_seq);
+        if (t[i].rec.flags & CD_WATCH_GRAPH)
+            put_graph_nodes(o, &t[i].rec);
         lit(o, "}");
     }
     lit(o, "]");
