@@ -2,7 +2,7 @@
 report does not need: no typing, NumPy, torch, C extension), the public names
 that type checkers and IDEs see (py.typed, the imports under TYPE_CHECKING, the
 same names as the lazy table), where the CUDA_DEBUG_* warnings point (the line
-that imported cuda_debug), and what the README documents of the command line.
+that imported cuda_debug), and what the README and docs/ document of the command line.
 Timing lives in benchmarks/import_cost.py; nothing here is timed."""
 import ast
 import importlib.util
@@ -235,12 +235,17 @@ def test_mypy_sees_the_public_names(tmp_path):
     assert "cuda_debug.bench._results.GemmResult" in notes[3], out
 
 
-# -- the README documents the command line ---------------------------------------------------
+# -- the README and docs/ document the command line -------------------------------------------
 
 def test_readme_documents_every_option_and_setting():
-    if SOURCE_TREE is None:
-        pytest.skip("the README is not next to the tests")
-    readme = open(os.path.join(SOURCE_TREE, "README.md"), encoding="utf-8").read()
+    """Every option of the command line, every doctor problem and every
+    CUDA_DEBUG_* setting is named in the README or a page of docs/."""
+    if SOURCE_TREE is None or not os.path.isdir(os.path.join(SOURCE_TREE, "docs")):
+        pytest.skip("the README and docs/ are not next to the tests")
+    import glob
+    readme = "".join(open(p, encoding="utf-8").read() for p in
+                     [os.path.join(SOURCE_TREE, "README.md")] +
+                     sorted(glob.glob(os.path.join(SOURCE_TREE, "docs", "*.md"))))
     from cuda_debug import _cli
     from cuda_debug.bench import _cli as bench_cli
     wanted = ["run -m", "run - <", "doctor --json", '"ok"', '"problem"']
