@@ -35,6 +35,19 @@ def need_source_tree(what):
     return SOURCE_TREE
 
 
+@pytest.fixture(scope="session")
+def build_python():
+    """An interpreter that can run this checkout's setup.py: this one, or a venv
+    holding pyproject.toml's build requirements (tests/build_env.py); the test
+    is skipped, saying why, where they cannot be had (no package index)."""
+    root = need_source_tree("running setup.py")
+    import build_env
+    try:
+        return build_env.python(root)
+    except build_env.Unavailable as e:
+        pytest.skip(str(e))
+
+
 def gpu_unavailable_reason():
     """None if a GPU is usable here, else why not (said in the skip reason)."""
     try:

@@ -170,11 +170,13 @@ def test_every_report_field_is_declared_for_type_checkers():
     assert [f for f in _errors.REPORT_FIELDS if f not in declared] == []
 
 
-def test_py_typed_is_in_the_package_and_the_wheel(tmp_path):
+def test_py_typed_is_in_the_package_and_the_wheel(tmp_path, build_python):
+    """With the build requirements (setuptools >= 77), as pip builds the wheel:
+    not the venv's own setuptools, which may be older or absent."""
     assert os.path.isfile(os.path.join(os.path.dirname(INIT), "py.typed"))
     root = need_source_tree("building the package")
     # build_py is what bdist_wheel copies the pure-Python files with.
-    p = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib",
+    p = subprocess.run([build_python, "setup.py", "-q", "build_py", "--build-lib",
                         str(tmp_path / "lib")], cwd=root, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
