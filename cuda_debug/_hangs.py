@@ -17,7 +17,7 @@ are stuck. Three ways to ask:
 """
 import threading
 import warnings
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
 from . import _core, _locations, _options
 
@@ -38,7 +38,8 @@ class InFlight(NamedTuple):
     age_s: float                   # since the launch
     queue_depth: int               # launches recorded after it on the same stream
     seq: int                       # its watch-ring number ("launch #seq" in the report)
-    stack: list                    # (filename, lineno, function, line), outermost first
+    stack: List[Tuple[str, int, str, Optional[str]]]   # (filename, lineno, function, line),
+    #                                                    outermost first
 
 
 def in_flight() -> List[InFlight]:
