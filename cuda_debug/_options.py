@@ -50,7 +50,8 @@ _CHOICES = {
     "CUDA_DEBUG_CAPTURE_CHECK": (_BOOL, True),
     "CUDA_DEBUG_WATCH_OPS": (_BOOL, False),
     "CUDA_DEBUG_GUARD": (_BOOL, False),
-    "CUDA_DEBUG_GRAPH_MARKERS": (dict({k: 2 * int(v) for k, v in _BOOL.items()}, memop=1, kernel=2),
+    # kernel first: the warning names the default by its first name (not "1")
+    "CUDA_DEBUG_GRAPH_MARKERS": (dict(kernel=2, memop=1, **{k: 2 * int(v) for k, v in _BOOL.items()}),
                                  2),
 }
 _FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER")

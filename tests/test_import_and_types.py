@@ -126,6 +126,12 @@ def test_read_warns_at_its_caller():
     assert rec[0].filename == __file__
 
 
+def test_a_bad_graph_markers_value_names_the_real_default():
+    with pytest.warns(RuntimeWarning, match=r"CUDA_DEBUG_GRAPH_MARKERS='bogus' is not one of "
+                                            r"kernel\|memop\|1\|0.*; using the default \(kernel\)"):
+        assert _options.read({"CUDA_DEBUG_GRAPH_MARKERS": "bogus"}).graph_markers == 2
+
+
 def test_capture_stdio_is_gone():
     """CUDA_DEBUG_CAPTURE=stdio was a left-over spelling of `on` (from when capture
     had stdio|fd modes): now warned about like any unknown value."""
