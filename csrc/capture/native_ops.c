@@ -20,11 +20,12 @@
  *     object that holds _PyEval_EvalFrameDefault (the python executable, or
  *     libpython): the operators of a launch are between it and the launch,
  *     and stack switchers that run Python (greenlet) do so above it. Not the
- *     symbol's own size: CPython built with LTO and PGO, as distributions
- *     build it (Debian's 3.14), runs its eval loop in a clone GCC split off
- *     (`_PyEval_EvalFrameDefault.part.0`, a local symbol, stripped), and the
- *     exported function is a 1 KiB stub around it: the walk never met it and
- *     unwound into the stale frames above (SIGSEGV in the unwinder);
+ *     symbol's own size: in CPython built with LTO and PGO, as distributions
+ *     build it, the exported function can be a stub around code the compiler
+ *     moved out of it (Debian's 3.14.10: 1184 bytes; the interpreter's frames
+ *     return into local, stripped code elsewhere in the executable): the walk
+ *     never met it and unwound into the stale frames above (SIGSEGV in the
+ *     unwinder);
  *   - stops at a frame outside the stack, or below the one before.
  *
  * A return address is attributed to a symbol only inside that symbol's size
