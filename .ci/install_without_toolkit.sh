@@ -8,14 +8,18 @@
 #     C_INCLUDE_PATH unset;
 #   - cuda_debug's own header search (cuda_debug/_cuda_headers.py) must then
 #     find nothing, or the step fails: it would prove nothing;
-#   - pip builds the sdist from PyPI's setuptools and NumPy alone, then the
-#     package is imported, `cuda-debug doctor` runs, and a few CPU tests run
-#     against the install, from outside the source tree.
+#   - pip builds the sdist from PyPI's setuptools and NumPy alone (with the
+#     [test] extra), then the package is imported, `cuda-debug doctor` runs, and
+#     the sdist's own whole suite runs against the install, in the unpacked
+#     sdist: the fake CUDA driver is built from csrc/base/cuda_api.h, so its
+#     tests run here too. With SKIPPED_WITH_TOOLKIT (the skips of the same suite
+#     where the toolkit is seen), the skips here must be within 5% of it.
 #
-# usage: .ci/install_without_toolkit.sh SDIST [PYTHON]
+# usage: .ci/install_without_toolkit.sh SDIST [PYTHON [SKIPPED_WITH_TOOLKIT]]
 set -euo pipefail
 SDIST=$(readlink -f "$1")
 PY=${2:-python3}
+REF_SKIPPED=${3:-}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 
 if [ "${CD_IN_NAMESPACE:-}" != 1 ]; then
@@ -59,11 +63,12 @@ for wanted in (("cuda.h",), ("cupti.h",), ("cublas_api.h",)):
         sys.exit("FAIL: %s is still found, in %s: the toolkit is not hidden" % (wanted[0], dirs))
 print("no CUDA header found; looked in: %s" % ", ".join(tried))
 EOF
-"$V/python" -m pip install --no-cache-dir "$SDIST" pytest
+"$V/python" -m pip install -q --no-cache-dir "cuda_debug[test] @ file://$SDIST"
 
-mkdir "$WORK/t"
-cp -r "$SRC/tests" "$SRC/pyproject.toml" "$WORK/t/"
-cd "$WORK/t"
+mkdir "$WORK/sd"
+tar -xzf "$SDIST" -C "$WORK/sd"
+SD=$(ls -d "$WORK"/sd/cuda_debug-*/)
+cd /
 where=$("$V/python" -c 'import cuda_debug._core as c; print(c.__file__)')
 case $where in "$WORK/venv/"*) echo "built without a toolkit: $where" ;;
     *) echo "FAIL: cuda_debug._core was not imported from the fresh venv ($where)"; exit 1 ;; esac
@@ -72,5 +77,20 @@ case $where in "$WORK/venv/"*) echo "built without a toolkit: $where" ;;
 # crash (a signal, an exception) is a failure
 doctor_rc=0; "$V/cuda-debug" doctor || doctor_rc=$?
 [ "$doctor_rc" -le 1 ] || { echo "FAIL: cuda-debug doctor exited $doctor_rc"; exit 1; }
-"$V/python" -m pytest -p no:cacheprovider -q tests/test_core_cpu.py tests/test_error_table.py tests/test_cli.py
+# The sdist's own suite, in the unpacked sdist (pytest, not `python -m pytest`: the
+# current folder first on sys.path would put the unbuilt sources before the install).
+cd "$SD"
+rc=0; "$V/pytest" -p no:cacheprovider -q -n 2 -ra 2>&1 | tee "$WORK/pytest.log" || rc=$?
+summary=$(tail -1 "$WORK/pytest.log")
+[ "$rc" = 0 ] || { echo "FAIL: the suite without a toolkit: $summary"; exit 1; }
+skipped=$(echo "$summary" | grep -oE '[0-9]+ skipped' | cut -d' ' -f1 || true)
+echo "without a toolkit: $summary"
+if [ -n "$REF_SKIPPED" ]; then
+    # within 5% of the skips where the toolkit is seen (at least the same tests run)
+    if [ "${skipped:-0}" -gt $(( REF_SKIPPED + REF_SKIPPED / 20 )) ]; then
+        echo "FAIL: ${skipped:-0} skipped without a toolkit, $REF_SKIPPED with one (more than 5% more)"
+        exit 1
+    fi
+    echo "skipped: ${skipped:-0} without a toolkit, $REF_SKIPPED with one"
+fi
 echo "installed and tested without a CUDA toolkit"
