@@ -47,7 +47,7 @@ def met(reqs, python=sys.executable):
             "for name in sys.argv[1:]:\n"
             "    try: print(m.version(name))\n"
             "    except m.PackageNotFoundError: print('-')\n")
-    names = [re.split(r"[<>=!~ ;\[]", r, 1)[0] for r in reqs]
+    names = [re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0] for r in reqs]
     p = subprocess.run([python, "-c", code] + names, capture_output=True, text=True, timeout=60)
     if p.returncode:
         return False

@@ -37,7 +37,7 @@ def need_source_tree(what):
 def short_reason(text):
     """A skip reason as one short sentence: the first clause of `text`, without
     its parenthesised detail (`pytest -ra` prints it once per skipped group)."""
-    first = re.split(r"(?<=[a-z0-9)])\. ", text.strip(), 1)[0].rstrip(".")
+    first = re.split(r"(?<=[a-z0-9)])\. ", text.strip(), maxsplit=1)[0].rstrip(".")
     first = re.sub(r" \([^()]*(\([^()]*\)[^()]*)*\)", "", first)
     return (first if len(first) <= 100 else first[:97] + "...") + "."
 
