@@ -42,8 +42,9 @@ _HEAVY = ("typing", "numpy", "torch", "ctypes", "cuda_debug._core", "cuda.pathfi
 
 def test_import_loads_only_cuda_debug_and_its_options():
     """In an interpreter without `site` (-S: nothing preloaded, so nothing hides
-    what cuda_debug itself imports)."""
-    code = ("import sys\nbefore = set(sys.modules)\nimport cuda_debug\n"
+    what cuda_debug itself imports), after `os` (which `site` imports anyway;
+    without it, 3.14 starts with neither `os` nor the `abc` and `errno` it brings)."""
+    code = ("import sys, os\nbefore = set(sys.modules)\nimport cuda_debug\n"
             "added = sorted(set(sys.modules) - before)\n"
             "print(repr(added))\n")
     p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
