@@ -8,11 +8,11 @@
 #     C_INCLUDE_PATH unset;
 #   - cuda_debug's own header search (cuda_debug/_cuda_headers.py) must then
 #     find nothing, or the step fails: it would prove nothing;
-#   - pip builds the sdist from PyPI's setuptools and NumPy alone (with the
-#     [test] extra), then the package is imported, `cuda-debug doctor` runs, and
-#     the sdist's own whole suite runs against the install, in the unpacked
-#     sdist: the fake CUDA driver is built from csrc/base/cuda_api.h, so its
-#     tests run here too. With REFERENCE_LOG (the output of the same suite run
+#   - the sdist, unpacked, is installed as the README says (pip install -e
+#     '.[test]' in it: pip builds it with PyPI's setuptools and NumPy alone),
+#     then the package is imported, `cuda-debug doctor` runs, and the sdist's
+#     own whole suite runs there: the fake CUDA driver is built from
+#     csrc/base/cuda_api.h, so its tests run here too. With REFERENCE_LOG (the output of the same suite run
 #     where the toolkit is seen, with -ra: its SKIPPED lines), every test file
 #     must skip no more here than there, but those that test the toolkit itself
 #     (TOOLKIT_TESTS: its headers compared with csrc/base/cuda_api.h and the error
@@ -68,25 +68,24 @@ for wanted in (("cuda.h",), ("cupti.h",), ("cublas_api.h",)):
         sys.exit("FAIL: %s is still found, in %s: the toolkit is not hidden" % (wanted[0], dirs))
 print("no CUDA header found; looked in: %s" % ", ".join(tried))
 EOF
-"$V/python" -m pip install -q --no-cache-dir "cuda_debug[test] @ file://$SDIST"
-
+# The sdist, unpacked, installed as the README says (`pip install -e '.[test]'` in
+# it: the extension is built there, in place, without a toolkit), then its own suite
+# run there (the unpacked sources are the installed package).
 mkdir "$WORK/sd"
 tar -xzf "$SDIST" -C "$WORK/sd"
 SD=$(ls -d "$WORK"/sd/cuda_debug-*/)
-cd /
-where=$("$V/python" -c 'import cuda_debug._core as c; print(c.__file__)')
-case $where in "$WORK/venv/"*) echo "built without a toolkit: $where" ;;
-    *) echo "FAIL: cuda_debug._core was not imported from the fresh venv ($where)"; exit 1 ;; esac
+cd "$SD"
+"$V/python" -m pip install -q --no-cache-dir -e '.[test]'
+where=$(cd / && "$V/python" -c 'import cuda_debug._core as c; print(c.__file__)')
+case $where in "$SD"*) echo "built without a toolkit: $where" ;;
+    *) echo "FAIL: cuda_debug._core was not imported from the unpacked sdist ($where)"; exit 1 ;; esac
 "$V/python" -c 'from cuda_debug import _core; print("CUDA_HEADER_VERSION", _core.CUDA_HEADER_VERSION, "CUPTI_HEADER_VERSION", _core.CUPTI_HEADER_VERSION)'
 # doctor exits 1 where watch() and launch_blocking() cannot work (no GPU here); a
 # crash (a signal, an exception) is a failure
 doctor_rc=0; "$V/cuda-debug" doctor || doctor_rc=$?
 [ "$doctor_rc" -le 1 ] || { echo "FAIL: cuda-debug doctor exited $doctor_rc"; exit 1; }
-# The sdist's own suite, in the unpacked sdist (pytest, not `python -m pytest`: the
-# current folder first on sys.path would put the unbuilt sources before the install).
-cd "$SD"
 # (the venv first on PATH, as after `activate`: the tests look for the cuda-debug script)
-rc=0; PATH="$V:$PATH" "$V/pytest" -p no:cacheprovider -q -n 2 -ra 2>&1 | tee "$WORK/pytest.log" || rc=$?
+rc=0; PATH="$V:$PATH" "$V/python" -m pytest -p no:cacheprovider -q -n 2 -ra 2>&1 | tee "$WORK/pytest.log" || rc=$?
 summary=$(tail -1 "$WORK/pytest.log")
 [ "$rc" = 0 ] || { echo "FAIL: the suite without a toolkit: $summary"; exit 1; }
 echo "without a toolkit: $summary"
