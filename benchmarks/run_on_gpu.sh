@@ -2,7 +2,7 @@
 # Build cuda_debug on the GPU machine, run the GPU tests and the benchmarks.
 # Usage (from the repo root, on a machine with a GPU and no package registry):
 #   OUT=/tmp/out CUDA_DEBUG_COMMIT=$(git rev-parse --short HEAD) \
-#     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [ab] [watch] [graphs] [guard] [seed] [ddp] [gemm]
+#     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [ab] [watch] [alwayson] [graphs] [replay] [guard] [seed] [ddp] [gemm]
 # tests: NPROC workers (default 4), TESTS (default tests), TEST_ARGS; CUDA 12's CUPTI
 # wheel in .whl12/ (kept apart: on the path it would be found first) runs tests/test_cuda12_gpu.py.
 # ab: the launch path of this tree against an older one built from .carry/base (git
@@ -88,6 +88,20 @@ if [[ " $what " == *" graphs "* ]]; then
   python3 benchmarks/graph_watch.py --reps ${REPS:-3} --json "$OUT/graph_watch.json" >"$OUT/graph_watch.log" 2>&1
   summary+=("graphs: see graph_watch.log")
   tail -14 "$OUT/graph_watch.log"
+fi
+
+if [[ " $what " == *" alwayson "* ]]; then   # issue 26: the always-on watch's targets and split
+  python3 benchmarks/always_on.py --rounds ${ROUNDS:-3} --split-rounds ${SPLIT_ROUNDS:-12} \
+     --json "$OUT/always_on.json" >"$OUT/always_on.log" 2>&1
+  summary+=("alwayson: see always_on.log")
+  grep -v "^round" "$OUT/always_on.log" | tail -24
+fi
+
+if [[ " $what " == *" replay "* ]]; then     # issue 29: what reaching a fault costs under replay
+  python3 benchmarks/replay_cost.py --rounds ${REPLAY_ROUNDS:-2} --json "$OUT/replay_cost.json" \
+     >"$OUT/replay_cost.log" 2>&1
+  summary+=("replay: see replay_cost.log")
+  tail -12 "$OUT/replay_cost.log"
 fi
 
 if [[ " $what " == *" seed "* ]]; then
