@@ -1218,7 +1218,8 @@ def child_torch(a):
     shim = Shim(a.so, a.lib)
     res = dict(init_rc=shim.init_rc)
     import torch
-    torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+    res["torch"] = torch.__version__
+    torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python",
                                              max_entries=100000)
     big = torch.randn(1 << 20, device="cuda")
     x = torch.zeros(300, device="cuda")            # the victim: 1,200 bytes
@@ -1274,7 +1275,8 @@ def child_triton(a):
 
     x = torch.zeros(300, device="cuda")
     torch.cuda.synchronize()
-    shim.config("cd_probe_store_past", first=1, count=1)
+    store = {}
+    shim.config("cd_probe_store_past", first=1, count=1, ranges_fn=torch_ranges(shim, store))
     err = None
     try:
         cd_probe_store_past[(3,)](x, 300, BLOCK=128)
@@ -1282,8 +1284,11 @@ def child_triton(a):
     except Exception as e:
         err = "%s: %s" % (type(e).__name__, str(e)[:200])
     r = shim.result()
-    res.update(error=err, x=hex(x.data_ptr()), **{k: r[k] for k in ("n_recs", "recs", "rc", "n_global",
-                                                                    "times_ms", "function", "counts")})
+    res.update(error=err, x=hex(x.data_ptr()), triton=triton.__version__, cb=store.get("calls"),
+               **{k: r[k] for k in ("n_recs", "recs", "rc", "n_global", "times_ms", "function",
+                                    "counts")})
+    if r["recs"]:
+        res["mapped"] = where_block(store, int(r["recs"][0]["addr"], 16))
     try:
         torch.cuda.synchronize()
         res["after"] = "context ok"
@@ -1313,7 +1318,7 @@ def child_cupy(a):
     except Exception as e:
         err = "%s: %s" % (type(e).__name__, str(e)[:200])
     r = shim.result()
-    res.update(error=err, x=hex(x.data.ptr), **{k: r[k] for k in ("n_recs", "recs", "rc", "n_global",
+    res.update(error=err, x=hex(x.data.ptr), cupy=cupy.__version__, **{k: r[k] for k in ("n_recs", "recs", "rc", "n_global",
                                                                  "times_ms", "counts")})
     emit(res)
 
@@ -1349,7 +1354,7 @@ def child_cost(a):
         watch = cuda_debug.watch()
         watch.__enter__()
     if v in ("sub_hist", "patch"):
-        torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+        torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python",
                                                  max_entries=100000)
     step = model_step()
     for _ in range(3):
