@@ -34,6 +34,11 @@ REPORT_FIELDS = (
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
     "recent_launches", "surfaced_at", "provenance", "op_stack", "later_exception",
     "compiled_function", "graph_node", "captured_at", "replayed_at", "graph_note",
+    # the launch's number as watch() counted it, and the command that replays it
+    "launch_seq", "replay_command",
+    # cuda-debug replay: the bad access and the memory it missed
+    "address", "access", "access_size", "fault_thread", "fault_block", "allocation",
+    "access_text", "bad_accesses", "replay",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -84,6 +89,17 @@ class CudaError(RuntimeError):
     captured_at: Optional[str]
     replayed_at: Optional[str]
     graph_note: Optional[str]
+    launch_seq: Optional[int]
+    replay_command: Optional[str]
+    address: Optional[int]
+    access: Optional[str]
+    access_size: Optional[int]
+    fault_thread: Optional[Tuple[int, int, int]]
+    fault_block: Optional[Tuple[int, int, int]]
+    allocation: Optional[Any]
+    access_text: Optional[str]
+    bad_accesses: Optional[List[Dict[str, Any]]]
+    replay: Optional[Dict[str, Any]]
 
     def __init__(self, message: Optional[str] = None, *, code: Optional[int] = None,
                  **fields):
@@ -343,6 +359,8 @@ def format_report(err: CudaError) -> str:
                 where += "  (not exact: %s)" % err.graph_note
             elif err.exact is False:
                 where += "  (a guess: the last launch recorded; its completion is unknown)"
+        elif err.mechanism == "replay":
+            where = where.replace("at ", "launched at ", 1)
         lines.append("  " + where)
     if err.graph_node is not None and err.replayed_at:
         lines.append("  replayed at %s" % err.replayed_at)
@@ -357,9 +375,15 @@ def format_report(err: CudaError) -> str:
     dev = _device_line(err)
     if dev:
         lines.append("  " + dev)
+    if err.mechanism == "replay":
+        from ._replay_memory import report_lines
+        lines += ["  " + line for line in report_lines(err)]
+        return "\n".join(lines)
     if err.consequences:
         lines.append("  (%d later launch%s failed on the dead context: consequences, not causes)"
                      % (err.consequences, "" if err.consequences == 1 else "es"))
+    if err.replay_command:
+        lines.append("  to find the thread, the address and the tensor: " + err.replay_command)
     if err.sticky:
         lines.append("  " + RESTART)
     elif isinstance(err, LaunchError):

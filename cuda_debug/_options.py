@@ -25,6 +25,8 @@ and handed to the C core before the first scope or watch opens.
                                    node per replay on the H200) or a stream write node
                                    (memop: 2.9-3.3 us); 0: a replay is one launch, its
                                    nodes unnamed
+    CUDA_DEBUG_SANITIZER=PATH      cuda-debug replay: NVIDIA's libsanitizer-public.so (the
+                                   file or its folder), instead of looking for it
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
     CUDA_DEBUG_TEST_FRAME_READER=none  tests only: run as if this Python had no frame
                                    reader (read by the C core when it is imported)
@@ -53,7 +55,7 @@ _CHOICES = {
     "CUDA_DEBUG_GRAPH_MARKERS": (dict({k: 2 * int(v) for k, v in _BOOL.items()}, memop=1, kernel=2),
                                  2),
 }
-_FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER")
+_FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER", "CUDA_DEBUG_SANITIZER")
 _OFF = ("", "0", "off", "no", "false")
 #: CUDA_DEBUG_DUMP_SIGNAL's values (and `dump --signal`'s): name -> number, 0 off
 DUMP_SIGNALS = {"sigusr1": _signal.SIGUSR1, "usr1": _signal.SIGUSR1,

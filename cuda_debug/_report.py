@@ -16,7 +16,7 @@ import threading
 import traceback
 from typing import List, NamedTuple, Optional, Sequence
 
-from . import _core, _cuda_errors, _dispatch_fallback, _torch_ops
+from . import _core, _cuda_errors, _dispatch_fallback, _replay_command, _torch_ops
 from . import _locations
 from ._locations import compiled_frame, is_user_file, stack_from, stack_from_ids, user_frame
 from ._errors import CudaError, class_for
@@ -216,6 +216,7 @@ def _launch_dict(rec: WatchRecord) -> dict:
     compiled = compiled_frame(stack, complete=False)
     return {
         "seq": rec.seq, "kernel": (_core.demangle(kernel) or kernel) if kernel else None,
+        "kernel_mangled": kernel or None,
         "short": _core.short_kernel_name(kernel) if kernel else None,
         "graph": bool(rec.flags & _core.WATCH_GRAPH), "stream": rec.stream,
         "captured": bool(rec.flags & _core.WATCH_CAPTURED),
@@ -435,6 +436,7 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             thread="%s (tid %d)" % (_text(raw.thread_name), raw.thread_id),
             launch_api=_core.CALLBACK_IDS.get(raw.cbid),
             launch_refused=bool(raw.at_launch),
+            launch_seq=raw.launch_seq or None,
             driver_log=[_text(b).rstrip() for b in
                         _core.driver_log(_previous_log_end(raw), raw.log_end)] or None,
         )
@@ -454,7 +456,9 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
                       provenance=inductor_provenance(
                           c["kernel"], traceback.StackSummary.from_list(c["stack"]), compiled))
         fields.update(
-            kernel=c["kernel"], grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
+            kernel=c["kernel"], kernel_mangled=c.get("kernel_mangled"),
+            launch_seq=None if c["graph"] or c.get("graph_node") is not None else c["seq"],
+            grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
             stream=c["stream"], device=c["device"], exact=watch["exact"],
             candidates=watch["candidates"], recent_launches=watch["recent"],
             launch_stack=traceback.StackSummary.from_list(c["stack"]), filename=c["filename"], lineno=c["lineno"],
@@ -475,8 +479,20 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             text = _text(_core.recent_asserts())
             fields["device_message"] = text or None
         fields["surfaced_at"] = _where_str(surfaced) if surfaced else None
+    fields["replay_command"] = _replay_command_for(code, fields)
     cls = class_for(code, at_launch=bool(raw.at_launch) if raw is not None else False)
     return cls(code=code, **fields)
+
+
+def _replay_command_for(code, fields) -> Optional[str]:
+    """The ``cuda-debug replay`` command for an address fault with no assert
+    text whose launch is known (not a graph node: the replay instruments a
+    launch, not a node of a replayed graph)."""
+    if not _replay_command.wanted(code, fields.get("device_message")) or \
+            fields.get("graph_node") is not None or \
+            (fields.get("launch_api") or "").startswith("cuGraphLaunch"):
+        return None
+    return _replay_command.command(fields.get("kernel_mangled"), fields.get("launch_seq"))
 
 
 def build_dispatch(rec: dict, *, tb=None, frame=None, found_at: str = "launch") -> CudaError:

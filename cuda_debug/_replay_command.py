@@ -1,0 +1,84 @@
+"""The ``cuda-debug replay`` command a fault's report prints.
+
+A sticky fault without assert text (an illegal or misaligned address) names
+its kernel and launch, but not the thread, the address or whose memory it
+was; the replay finds those. The command re-runs the same program with the
+same arguments, instrumenting that launch (its number, as watch() counted it,
+and its kernel). Imported by the report (_report) and the command line
+(_cli); it imports nothing of the package's.
+"""
+import os
+import shlex
+import shutil
+import sys
+from typing import List, Optional
+
+#: The faults a replay can explain: an access the check sees as outside every
+#: allocation, or not aligned to its size.
+REPLAYABLE = {700: "an illegal address", 716: "a misaligned address"}
+
+#: Set by ``cuda-debug run`` when it opened watch() before the script ran: its
+#: launch numbers then count from the start of the program, as the replay's do.
+#: Otherwise they count from the script's own first watch(), and the command
+#: says so (``--from-watch``).
+run_watch = False
+#: The command as it was invoked (``cuda-debug``, ``python -m cuda_debug``), set by the CLI.
+prog: Optional[str] = None
+#: The program ``cuda-debug run`` runs (``[script, args...]`` or ``["-m", module, args...]``),
+#: set by it; else sys.argv (and ``__main__``'s spec) say what it is.
+program: Optional[List[str]] = None
+
+
+def wanted(code: Optional[int], device_message: Optional[str]) -> bool:
+    """A fault the replay can tell more about: an address fault with no
+    device-side assert text (an assert names its own thread and condition)."""
+    return code in REPLAYABLE and "Assertion" not in (device_message or "")
+
+
+def _prog() -> str:
+    if prog:
+        return prog
+    if shutil.which("cuda-debug"):
+        return "cuda-debug"
+    return "%s -m cuda_debug" % (os.path.basename(sys.executable) or "python")
+
+
+def _program(argv: List[str]) -> Optional[List[str]]:
+    """The program to re-run, as the replay command line spells it: a script
+    and its arguments, or ``-m module`` and its arguments; None for a program
+    that cannot be re-run (``python -c``, an interactive session)."""
+    if program is not None:
+        return list(program)
+    if not argv or argv[0] in ("", "-c", "-"):
+        return None
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    if name:                                   # python -m module
+        return ["-m", name[:-len(".__main__")] if name.endswith(".__main__") else name] + \
+            list(argv[1:])
+    if not os.path.exists(argv[0]):
+        return None
+    return list(argv)
+
+
+def command(kernel: Optional[str], launch: Optional[int], argv: Optional[List[str]] = None,
+            from_watch: Optional[bool] = None) -> Optional[str]:
+    """``cuda-debug replay --launch 1234 --kernel _ZN... train.py --lr 3e-4``,
+    or None when there is nothing to name the launch by or no program to
+    re-run. `from_watch`: launch numbers count from the script's own watch()
+    (default: unless ``cuda-debug run`` opened watch for the whole script)."""
+    if not kernel and not launch:
+        return None
+    program = _program(list(sys.argv if argv is None else argv))
+    if program is None:
+        return None
+    if from_watch is None:
+        from_watch = bool(launch) and not run_watch
+    words = shlex.split(_prog()) + ["replay"]
+    if launch:
+        words += ["--launch", str(launch)]
+    if kernel:
+        words += ["--kernel", kernel]
+    if from_watch:
+        words.append("--from-watch")
+    return " ".join(shlex.quote(w) for w in words + program)
