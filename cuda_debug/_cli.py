@@ -633,13 +633,19 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
         inst = _replay.found()
         if inst is not None:
             return _replay_found(inst, e, full_traceback)
-        status = _report(e, full_traceback, prog)
         code = _sticky.sticky_code(e)
-        finished = ("faulted for real (%s), in a launch that was not instrumented"
-                    % _sticky.describe(code)) if code is not None else \
-            "raised %s" % type(e).__name__
+        if code is not None:           # a real fault, where nothing was instrumented
+            if full_traceback:
+                _print_traceback(e)
+            sys.stderr.write("cuda-debug replay: the program faulted for real, in a launch that "
+                             "was not instrumented: %s (raised as %s)\n"
+                             % (_sticky.describe(code), _sticky.first_line(e)))
+            finished = "faulted"
+        else:                          # an ordinary exception: as run reports it
+            _report(e, full_traceback, prog)
+            finished = "raised %s" % type(e).__name__
         sys.stderr.write(_replay.outcome_text(spec, finished) + "\n")
-        return EXIT_NOT_REPRODUCED if status in (0, EXIT_ERROR, EXIT_STICKY) else status
+        return EXIT_NOT_REPRODUCED
 
     status = _run(target, args, module=module, mode="none", all_threads=False,
                   full_traceback=full_traceback, prog=prog, on_exception=on_exception)

@@ -43,15 +43,19 @@ def _prog() -> str:
     return "%s -m cuda_debug" % (os.path.basename(sys.executable) or "python")
 
 
-def _program(argv: List[str]) -> Optional[List[str]]:
+def _program(argv: Optional[List[str]]) -> Optional[List[str]]:
     """The program to re-run, as the replay command line spells it: a script
     and its arguments, or ``-m module`` and its arguments; None for a program
-    that cannot be re-run (``python -c``, an interactive session)."""
-    if program is not None:
+    that cannot be re-run (``python -c``, an interactive session). `argv`
+    None: this process's (sys.argv, and __main__'s spec for ``python -m``)."""
+    if program is not None and argv is None:
         return list(program)
+    spec = None
+    if argv is None:
+        argv = list(sys.argv)
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if not argv or argv[0] in ("", "-c", "-"):
         return None
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     name = getattr(spec, "name", None)
     if name:                                   # python -m module
         return ["-m", name[:-len(".__main__")] if name.endswith(".__main__") else name] + \
@@ -69,8 +73,8 @@ def command(kernel: Optional[str], launch: Optional[int], argv: Optional[List[st
     (default: unless ``cuda-debug run`` opened watch for the whole script)."""
     if not kernel and not launch:
         return None
-    program = _program(list(sys.argv if argv is None else argv))
-    if program is None:
+    words_program = _program(None if argv is None else list(argv))
+    if words_program is None:
         return None
     if from_watch is None:
         from_watch = bool(launch) and not run_watch
@@ -81,4 +85,4 @@ def command(kernel: Optional[str], launch: Optional[int], argv: Optional[List[st
         words += ["--kernel", kernel]
     if from_watch:
         words.append("--from-watch")
-    return " ".join(shlex.quote(w) for w in words + program)
+    return " ".join(shlex.quote(w) for w in words + words_program)

@@ -274,6 +274,19 @@ EXPORT SanitizerResult sanitizerGetResultString(SanitizerResult r, const char **
 
 /* ------------------------------------------------- test controls -- */
 
+/* FAKE_SAN_FAIL=fn:rc makes `fn` return rc from the start (for the calls made
+ * before a test script runs: the subscription). */
+__attribute__((constructor)) static void fail_from_env(void)
+{
+    const char *e = getenv("FAKE_SAN_FAIL");
+    const char *colon = e ? strchr(e, ':') : NULL;
+    if (!colon || colon - e >= (long)sizeof F.fail_fn)
+        return;
+    memcpy(F.fail_fn, e, (size_t)(colon - e));
+    F.fail_fn[colon - e] = 0;
+    F.fail_rc = atoi(colon + 1);
+}
+
 EXPORT void fake_san_reset(void)
 {
     Sanitizer_CallbackFunc cb = F.cb;
