@@ -1071,7 +1071,8 @@ static PyObject *py_replay_subscribe(PyObject *self, PyObject *args, PyObject *k
 {
     (void)self;
     static char *kwlist[] = {"launch", "start", "kernel", "match", "max_launches", "exit_warp",
-                             "fail_launches", "while_watching", "check_shared", "ranges", NULL};
+                             "fail_launches", "while_watching", "check_shared", "ranges",
+                             "driver_always", NULL};
     cd_replay_target t;
     memset(&t, 0, sizeof t);
     unsigned long long launch = 0, start = 0;
@@ -1079,9 +1080,10 @@ static PyObject *py_replay_subscribe(PyObject *self, PyObject *args, PyObject *k
     PyObject *ranges = Py_None;
     t.max_launches = 1;
     t.exit_warp = t.fail_launches = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKsiiiiiiO", kwlist, &launch, &start, &kernel,
-                                     &t.match, &t.max_launches, &t.exit_warp, &t.fail_launches,
-                                     &t.while_watching, &t.check_shared, &ranges))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKsiiiiiiOi", kwlist, &launch, &start,
+                                     &kernel, &t.match, &t.max_launches, &t.exit_warp,
+                                     &t.fail_launches, &t.while_watching, &t.check_shared,
+                                     &ranges, &t.driver_always))
         return NULL;
     if (strlen(kernel) >= sizeof t.kernel) {
         PyErr_Format(PyExc_ValueError, "kernel name longer than %d bytes", CD_REPLAY_NAME - 1);
@@ -1126,11 +1128,21 @@ static PyObject *py_replay_status(PyObject *self, PyObject *noargs)
     (void)noargs;
     cd_replay_status st;
     cd_replay_get_status(&st);
-    return Py_BuildValue("(KKiiKKKni)", (unsigned long long)st.launches,
+    return Py_BuildValue("(KKiiKKKnii)", (unsigned long long)st.launches,
                          (unsigned long long)st.launches_seen, st.n_results, st.violated,
                          (unsigned long long)st.failed_launches, (unsigned long long)st.n_allocs,
                          (unsigned long long)st.n_frees, (Py_ssize_t)st.live_allocs,
-                         st.patches_contexts);
+                         st.patches_contexts, st.driver_rc);
+}
+
+static PyObject *py_replay_watching(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long d = PyLong_AsLong(arg);
+    if (d == -1 && PyErr_Occurred())
+        return NULL;
+    cd_replay_watching((int)d);
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_replay_at(PyObject *self, PyObject *noargs)
@@ -1313,8 +1325,10 @@ static PyMethodDef core_methods[] = {
     METH(replay_unsubscribe, METH_NOARGS, "give the Sanitizer subscription up -> rc"),
     METH(replay_result_string, METH_O, "a SanitizerResult's text, or None"),
     METH(replay_status, METH_NOARGS, "replay counters: (launches, seen, results, violated, "
-                                     "failed_launches, allocs, frees, live_allocs, contexts)"),
+                                     "failed_launches, allocs, frees, live_allocs, contexts, "
+                                     "driver_rc)"),
     METH(replay_at, METH_NOARGS, "what the culprit's launch number was, or None"),
+    METH(replay_watching, METH_O, "replay_watching(+1 | -1): the script entered / left watch()"),
     METH(replay_results, METH_NOARGS, "the instrumented launches, each a tuple"),
     METH(replay_allocations, METH_NOARGS, "the Sanitizer's allocation table: [(address, size, "
                                           "flags, cbid)]"),

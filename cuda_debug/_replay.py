@@ -169,6 +169,9 @@ def _short(kernel: Optional[str]) -> str:
 
 #: Tests: a callable returning a PyTorch-shaped memory snapshot (else torch's own).
 snapshot_provider: Optional[Callable[[], dict]] = None
+#: The driver-API callbacks that make the calls fail, enabled from the start
+#: instead of when a bad access is found (probes: they cost a step ~15%).
+DRIVER_ALWAYS = False
 
 _target: Optional[Target] = None
 _library: Optional[Found] = None
@@ -195,7 +198,8 @@ def start(target: Target, found: Found) -> None:
         launch=target.launch or 0, start=start_at, kernel=target.kernel or "",
         match=match_mode(target.kernel) if target.kernel else _core.REPLAY_MATCH_ANY,
         max_launches=target.max_launches if target.kernel else 1, exit_warp=1, fail_launches=1,
-        while_watching=1 if target.from_watch else 0, check_shared=0, ranges=_ranges_hook)
+        while_watching=1 if target.from_watch else 0, check_shared=0, ranges=_ranges_hook,
+        driver_always=1 if DRIVER_ALWAYS else 0)
     if rc:
         step, code = divmod(rc, 1000)
         raise ReplayError("NVIDIA's Sanitizer API (%s) refused the subscription: %s (%s)%s"
@@ -205,6 +209,28 @@ def start(target: Target, found: Found) -> None:
                              ": another tool (compute-sanitizer, a profiler) holds it"
                              if code == 10 else ""))
     _target, _library = target, found
+
+
+class ScopeStandIn:
+    """What watch() and launch_blocking() open in a replay: nothing. The Sanitizer
+    API holds the tools interface CUPTI would need (measured: CUPTI refuses a
+    second client), and the replay itself stops at the culprit. A watch() is
+    counted, so that launch numbers can count from the script's first one
+    (``--from-watch``)."""
+
+    def __init__(self, kind: int):
+        self.kind = kind
+        self.open = 1
+        self.fault_mark = _core.fault_seq()
+        self.watch_mark = 0
+        if kind == _core.SCOPE_WATCH:
+            _core.replay_watching(1)
+
+    def close(self):
+        if self.open:
+            self.open = 0
+            if self.kind == _core.SCOPE_WATCH:
+                _core.replay_watching(-1)
 
 
 def _result_text(rc: int) -> str:
@@ -355,6 +381,7 @@ class Status(NamedTuple):
     n_frees: int
     live_allocs: int
     contexts: int
+    driver_rc: int                   # enabling the callbacks that fail the calls: 0 or why not
 
 
 def status() -> Status:

@@ -163,11 +163,13 @@ def _covered(a: Allocation, segments: List[Allocation], starts: List[int]) -> bo
 def valid_ranges(sanitizer: Sequence[Allocation], live: Sequence[Allocation] = (),
                  segments: Sequence[Allocation] = ()) -> List[Tuple[int, int]]:
     """Sorted, merged [lo, hi) ranges an instrumented kernel may touch: the
-    Sanitizer's allocations outside PyTorch's segments, and inside them only
-    the live blocks' requested bytes."""
+    Sanitizer's allocations (not its reserved address ranges) outside PyTorch's
+    segments, and inside them only the live blocks' requested bytes."""
     segments = sorted(segments, key=lambda a: a.address)
     starts = [s.address for s in segments]
-    spans = [(a.address, a.end) for a in sanitizer if not _covered(a, segments, starts)]
+    # A reserved address range is no memory (the driver reserves large ones).
+    spans = [(a.address, a.end) for a in sanitizer
+             if a.kind != RESERVED and not _covered(a, segments, starts)]
     spans += [(a.address, a.end) for a in live if a.size > 0]
     spans.sort()
     merged: List[List[int]] = []

@@ -580,3 +580,190 @@ def test_results_are_named_from_raw_records():
     assert a.pc_offset == 0x40
     assert i.accesses[1].misaligned and i.accesses[1].access == "read"
     assert _replay.access_kind(_core.REPLAY_ACCESS_READ | _core.REPLAY_ACCESS_WRITE) == "atomic"
+
+
+# -- csrc/replay/sanitizer_api.h against the real headers ---------------------------------
+
+# (our struct, the real struct, the fields replay/ reads)
+STRUCTS = [
+    ("Sanitizer_LaunchData", ["context", "stream", "hStream", "module", "function",
+                              "functionName", "gridDim_x", "gridDim_z", "blockDim_x",
+                              "blockDim_z", "clusterDim_z", "gridId", "hLaunch", "device",
+                              "apiContext", "apiStream", "hApiStream"]),
+    ("Sanitizer_CallbackData", ["callbackSite", "functionName", "functionParams",
+                                "functionReturnValue", "symbolName", "context"]),
+    ("Sanitizer_ResourceMemoryData", ["address", "size", "context", "device", "stream",
+                                      "hStream", "memoryPool", "flags", "permissions",
+                                      "visibility", "sourceDevice"]),
+    ("Sanitizer_ResourceModuleData", ["context", "module", "cubinSize", "pCubin", "library"]),
+    ("Sanitizer_ResourceVirtualRange", ["address", "size"]),
+]
+# (our constant, the real one)
+CONSTANTS = [
+    ("CD_SAN_DOMAIN_DRIVER_API", "SANITIZER_CB_DOMAIN_DRIVER_API"),
+    ("CD_SAN_DOMAIN_RESOURCE", "SANITIZER_CB_DOMAIN_RESOURCE"),
+    ("CD_SAN_DOMAIN_LAUNCH", "SANITIZER_CB_DOMAIN_LAUNCH"),
+    ("CD_SAN_DOMAIN_GRAPHS", "SANITIZER_CB_DOMAIN_GRAPHS"),
+    ("CD_SAN_API_EXIT", "SANITIZER_API_EXIT"),
+    ("CD_SAN_LAUNCH_BEGIN", "SANITIZER_CBID_LAUNCH_BEGIN"),
+    ("CD_SAN_LAUNCH_END", "SANITIZER_CBID_LAUNCH_END"),
+    ("CD_SAN_GRAPHS_LAUNCH_BEGIN", "SANITIZER_CBID_GRAPHS_LAUNCH_BEGIN"),
+    ("CD_SAN_INSTRUCTION_GLOBAL_MEMORY_ACCESS", "SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS"),
+    ("CD_SAN_INSTRUCTION_SHARED_MEMORY_ACCESS", "SANITIZER_INSTRUCTION_SHARED_MEMORY_ACCESS"),
+    ("CD_SAN_INSTRUCTION_MEMCPY_ASYNC", "SANITIZER_INSTRUCTION_MEMCPY_ASYNC"),
+    ("CD_SAN_MEMORY_FLAG_MODULE", "SANITIZER_MEMORY_FLAG_MODULE"),
+    ("CD_SAN_MEMORY_FLAG_MANAGED", "SANITIZER_MEMORY_FLAG_MANAGED"),
+    ("CD_SANITIZER_ERROR_NOT_INITIALIZED", "SANITIZER_ERROR_NOT_INITIALIZED"),
+    ("CD_SANITIZER_ERROR_NOT_COMPATIBLE", "SANITIZER_ERROR_NOT_COMPATIBLE"),
+    ("CD_ACCESS_READ", "SANITIZER_MEMORY_DEVICE_FLAG_READ"),
+    ("CD_ACCESS_WRITE", "SANITIZER_MEMORY_DEVICE_FLAG_WRITE"),
+    ("CD_ACCESS_ATOMSYS", "SANITIZER_MEMORY_DEVICE_FLAG_ATOMSYS"),
+] + [("CD_SAN_RESOURCE_" + n, "SANITIZER_CBID_RESOURCE_" + n) for n in (
+    "MODULE_LOADED", "MODULE_UNLOAD_STARTING", "DEVICE_MEMORY_ALLOC", "DEVICE_MEMORY_FREE",
+    "HOST_MEMORY_ALLOC", "HOST_MEMORY_FREE", "MEMORY_ALLOC_ASYNC", "MEMORY_FREE_ASYNC",
+    "VIRTUAL_RESERVE", "VIRTUAL_RELEASE")]
+
+
+def _real_sanitizer_includes():
+    """Folders holding NVIDIA's sanitizer.h: $CD_TEST_SANITIZER_INCLUDE (several,
+    os.pathsep), else next to the library the replay would use."""
+    env = os.environ.get("CD_TEST_SANITIZER_INCLUDE")
+    if env:
+        return [d for d in env.split(os.pathsep) if d]
+    f = _replay.find_library()
+    if not f.path:
+        return []
+    d = os.path.dirname(f.path)
+    return [p for p in (os.path.join(d, "include"), os.path.join(d, "..", "include"))
+            if os.path.exists(os.path.join(p, "sanitizer.h"))][:1]
+
+
+def _layout_program(header_side):
+    lines = ["#include <stddef.h>", "#include <stdio.h>"]
+    if header_side == "real":
+        lines += ["#include <sanitizer.h>", '#include "replay/check.h"']
+    else:
+        lines += ['#include "replay/sanitizer_api.h"', '#include "replay/check.h"']
+    lines.append("int main(void) {")
+    for name, fields in STRUCTS:
+        for f in fields:
+            lines.append('    printf("%s.%s %%zu %%zu\\n", offsetof(%s, %s), sizeof(((%s *)0)->%s));'
+                         % (name, f, name, f, name, f))
+    for ours, real in CONSTANTS:
+        lines.append('    printf("%s %%lld\\n", (long long)%s);'
+                     % (ours, ours if header_side == "ours" else real))
+    if header_side == "ours":
+        lines.append('#define CBID(name, id) printf("cbid %s %d\\n", name, id);')
+        lines.append("    CD_SAN_LAUNCH_CBIDS(CBID)")
+    else:
+        for n in ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx",
+                  "cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel",
+                  "cuLaunchCooperativeKernel_ptsz"):
+            lines.append('    printf("cbid %s %%d\\n", (int)SANITIZER_CBID_DRIVER_API_%s);' % (n, n))
+    lines += ["    return 0;", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_sanitizer_api_h_matches_the_real_headers(tmp_path):
+    """Every field replay/ reads sits where NVIDIA's headers put it, every
+    number it uses is theirs (checked against each header folder found:
+    $CD_TEST_SANITIZER_INCLUDE, or the installed Sanitizer's)."""
+    from conftest import need_source_tree
+    import shutil
+    root = need_source_tree("csrc/replay/sanitizer_api.h")
+    incs = _real_sanitizer_includes()
+    if not incs:
+        pytest.skip("no NVIDIA sanitizer.h here (install cuda_debug[replay], or set "
+                    "CD_TEST_SANITIZER_INCLUDE)")
+    sys.path.insert(0, os.path.join(root, "cuda_debug"))
+    try:
+        import _cuda_headers
+    finally:
+        sys.path.pop(0)
+    cuda_dirs, _ = _cuda_headers.find()
+    if not cuda_dirs:
+        pytest.skip("no cuda.h here (the real sanitizer.h includes it)")
+    cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+
+    def run(side, inc):
+        src = tmp_path / ("%s.c" % side)
+        src.write_text(_layout_program(side))
+        exe = tmp_path / side
+        flags = ["-I" + os.path.join(root, "csrc")] + (
+            ["-I" + inc] + ["-I" + d for d in cuda_dirs] if side == "real" else [])
+        p = subprocess.run([cc, "-std=gnu11", "-o", str(exe), str(src)] + flags,
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        return subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+
+    ours = run("ours", None)
+    for inc in incs:
+        assert run("real", inc) == ours, "csrc/replay/sanitizer_api.h differs from %s" % inc
+
+
+# -- scopes inside a replay; run --replay -------------------------------------------------
+
+def test_watch_in_the_script_does_nothing_and_counts_from_its_entry(tmp_path, fake_san):
+    """In a replay the Sanitizer holds the tools interface: the script's watch()
+    and launch_blocking() open nothing (no ToolConflictError), and with
+    --from-watch the launch numbers count from the script's first watch()."""
+    script = _script(tmp_path, """\
+        import cuda_debug
+        fk.fake_san_alloc(0x10000000, 1200, 0, 11)
+        a, n = acc([(0x10000000 + 4 * i, 4, 2, i) for i in range(300)])
+        b, m = acc([(0x10000000 + 4 * i, 4, 2, i) for i in range(301)])
+        check(fk.fake_san_launch(b"_Z4fillPfi", 10, 32, a, n))      # before watch: not counted
+        with cuda_debug.launch_blocking():
+            check(fk.fake_san_launch(b"_Z4fillPfi", 10, 32, a, n))  # not counted either
+        with cuda_debug.watch():
+            print("watching", cuda_debug.is_watching())
+            check(fk.fake_san_launch(b"_Z4fillPfi", 10, 32, a, n))  # watch's launch 1
+            check(fk.fake_san_launch(b"_Z4fillPfi", 10, 32, b, m))  # watch's launch 2: the culprit
+        """)
+    p = _replay_child(tmp_path, fake_san, script, "--launch", "2", "--from-watch")
+    assert p.returncode == 3, p.stderr
+    assert "found by cuda-debug replay: launch #2 instrumented" in p.stderr
+    assert "right past the end of a 1,200-byte allocation" in p.stderr
+    assert "ToolConflictError" not in p.stderr
+    # counted from the start instead, launch #2 is the clean one inside launch_blocking()
+    p = _replay_child(tmp_path, fake_san, script, "--launch", "2")
+    assert p.returncode == 4 and "made no bad access" in p.stderr, p.stderr
+
+
+def test_run_replay_prints_the_report_then_replays(tmp_path, fake_child, fake_san):
+    """run --replay: the original run (watch, the fake driver) dies of an
+    illegal address; its report, with the replay command, is printed and
+    kept; the replay runs in a fresh process and says what it found (here:
+    nothing, the fake driver's launches are not the fake Sanitizer's)."""
+    inner = tmp_path / "prog.py"
+    inner.write_text(textwrap.dedent("""\
+        from fake_cuda.child import fake
+        fake.fake_set_kernel(b"_Z4fillPfi", 700, 0, None, 0, 0)
+        fake.fake_launch(b"_Z2okv", 0, 1, 1, 1, 32, 1, 1)
+        fake.fake_launch(b"_Z4fillPfi", 0, 1, 1, 1, 32, 1, 1)   # CULPRIT
+        rc = fake.fake_ctx_sync()
+        if rc:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        """))
+    c = fake_child('''
+        import sys
+        from cuda_debug import _cli
+        sys.path.insert(0, %r)
+        rc = _cli.main(["run", "--replay", %r])
+        print("RESULT {\\"rc\\": %%d}" %% rc)
+    ''' % (TESTS, str(inner)), env={_replay.ENV: fake_san,
+                                    "PYTHONPATH": TESTS + os.pathsep + PKG_PARENT},
+        preload=False, ld_library_path=True)
+    assert c.result == {"rc": 3}, c.stderr
+    err = c.stderr
+    assert "IllegalAddressError: illegal memory access in fill" in err
+    assert "launched at %s:4" % inner in err
+    cmd = "to find the thread, the address and the tensor: "
+    assert cmd in err
+    command = err.split(cmd, 1)[1].splitlines()[0]
+    assert "replay --launch 2 --kernel _Z4fillPfi %s" % inner in command
+    assert "cuda_debug run: replaying it to find the thread, the address and the allocation" in err
+    assert err.index(cmd) < err.index("cuda_debug run: replaying it")      # the report first
+    assert "launch #2 was never reached" in err

@@ -8,7 +8,9 @@
  * the module unpatched. A bad access never happens (its warp exits), so the
  * context stays usable; the launch call itself is made to fail with 700 (as a
  * real illegal address would make the next call fail), and so is every later
- * launch, so that the program stops at the launching line.
+ * launch and wait, so that the program stops at the launching line. (The
+ * driver-API callbacks that do that are enabled then: subscribed from the
+ * start they cost a training step ~15%.)
  *
  *   sanitizer.c   loading, the subscription, the callback, the allocation table,
  *                 the instrumented launch (patch, state, records)
@@ -40,8 +42,11 @@ typedef struct {
     int max_launches;              /* instrumented launches at most */
     int exit_warp;                 /* 1: a bad access's warp exits (no fault happens) */
     int fail_launches;             /* 1: the launch that had one, and every later, fails */
-    int while_watching;            /* 1: count only while cd_state.watching (a user's watch()) */
+    int while_watching;            /* 1: count only while the script's watch() is open */
     int check_shared;              /* 1: shared accesses too (against the launch's size) */
+    int driver_always;             /* 1: the driver-API callbacks from the start (they cost
+                                    * ~15% of a training step); 0: enabled when a bad access
+                                    * is found, from that launch's end */
 } cd_replay_target;
 
 /* What the launch at the culprit's number was (whether it matched or not). */
@@ -98,6 +103,9 @@ int cd_replay_load(const char *path, char *error, size_t error_len);
  * see sanitizer.c). */
 int cd_replay_subscribe(const cd_replay_target *target, cd_replay_ranges_fn ranges);
 int cd_replay_unsubscribe(void);
+/* The script entered (+1) or left (-1) a watch(), which does nothing in a
+ * replay (the Sanitizer API holds the tools interface CUPTI would need). */
+void cd_replay_watching(int delta);
 const char *cd_replay_result_string(int rc);
 
 /* Counters and what was found so far (copies; any thread). */
@@ -110,6 +118,7 @@ typedef struct {
     uint64_t n_allocs, n_frees;
     size_t live_allocs;
     int patches_contexts;          /* contexts the patches were added to */
+    int driver_rc;                 /* enabling the driver-API callbacks: 0, or the failure */
 } cd_replay_status;
 void cd_replay_get_status(cd_replay_status *out);
 void cd_replay_get_at(cd_replay_at *out);

@@ -63,6 +63,9 @@ static struct {
 
     atomic_uint_fast64_t launches, launches_seen, failed_launches, n_allocs, n_frees;
     atomic_int violated;
+    atomic_int watching;           /* the script's open watch() blocks (while_watching) */
+    atomic_int driver_on;          /* the driver-API callbacks are enabled */
+    int driver_rc;
 
     pthread_mutex_t alloc_lock;
     alloc_entry *allocs;
@@ -213,11 +216,15 @@ static cd_replay_range *table_ranges(size_t *n)
     pthread_mutex_lock(&rp.alloc_lock);
     size_t count = rp.n_live;
     cd_replay_range *r = malloc((count ? count : 1) * sizeof *r);
-    if (r)
-        for (size_t i = 0; i < count; i++)
-            r[i] = (cd_replay_range){rp.allocs[i].address, rp.allocs[i].address + rp.allocs[i].size};
+    size_t k = 0;
+    /* A reserved address range (cuMemAddressReserve: the driver reserves large
+     * ones for its own allocations) is not memory: mapped or not, it cannot tell. */
+    for (size_t i = 0; r && i < count; i++)
+        if (rp.allocs[i].cbid != CD_SAN_RESOURCE_VIRTUAL_RESERVE)
+            r[k++] = (cd_replay_range){rp.allocs[i].address,
+                                       rp.allocs[i].address + rp.allocs[i].size};
     pthread_mutex_unlock(&rp.alloc_lock);
-    *n = r ? merge_ranges(r, count) : 0;
+    *n = r ? merge_ranges(r, k) : 0;
     return r;
 }
 
@@ -284,6 +291,26 @@ static int is_target(uint64_t n, const Sanitizer_LaunchData *ld)
     if (t->launch && n < t->from)
         return 0;
     return name_matches(ld);
+}
+
+/* ------------------------------------------------ failing the calls -- */
+
+/* Enable the driver-API callbacks of the launches and waits (once): from the
+ * start (target.driver_always), or when the first bad access is found. */
+static int enable_driver_callbacks(void)
+{
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&rp.driver_on, &expected, 1))
+        return rp.driver_rc;
+    int rc = 0;
+#define SAN_ENABLE(name, id)                                                    \
+    if (!rc)                                                                    \
+        rc = rp.f.sanitizerEnableCallback(1, rp.sub, CD_SAN_DOMAIN_DRIVER_API, id);
+    CD_SAN_LAUNCH_CBIDS(SAN_ENABLE)
+    CD_SAN_SYNC_CBIDS(SAN_ENABLE)
+#undef SAN_ENABLE
+    rp.driver_rc = rc;
+    return rc;
 }
 
 /* -------------------------------------------- the instrumented launch -- */
@@ -442,6 +469,7 @@ static __attribute__((noinline, cold)) void finish(const Sanitizer_LaunchData *l
         if (st.n_bad) {
             atomic_store(&rp.violated, 1);
             tls_fail = 1;
+            enable_driver_callbacks();     /* this launch's API exit comes after */
         }
     }
     if (tls_function) {
@@ -456,11 +484,21 @@ static __attribute__((noinline, cold)) void finish(const Sanitizer_LaunchData *l
 
 /* ------------------------------------------------------ the callback -- */
 
+#define SAN_CBID_CASE(name, id) case id:
 static int is_launch_cbid(uint32_t cbid)
 {
-#define SAN_CBID_CASE(name, id) case id:
     switch (cbid) {
         CD_SAN_LAUNCH_CBIDS(SAN_CBID_CASE)
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int is_sync_cbid(uint32_t cbid)
+{
+    switch (cbid) {
+        CD_SAN_SYNC_CBIDS(SAN_CBID_CASE)
         return 1;
     default:
         return 0;
@@ -475,7 +513,7 @@ static void on_event(void *userdata, int domain, uint32_t cbid, const void *data
         if (cbid == CD_SAN_LAUNCH_BEGIN) {
             atomic_fetch_add_explicit(&rp.launches_seen, 1, memory_order_relaxed);
             if (rp.target.while_watching &&
-                !atomic_load_explicit(&cd_state.watching, memory_order_relaxed))
+                atomic_load_explicit(&rp.watching, memory_order_relaxed) <= 0)
                 return;
             uint64_t n = atomic_fetch_add_explicit(&rp.launches, 1, memory_order_relaxed) + 1;
             if (is_target(n, ld))
@@ -487,8 +525,8 @@ static void on_event(void *userdata, int domain, uint32_t cbid, const void *data
     }
     if (domain == CD_SAN_DOMAIN_DRIVER_API) {
         const Sanitizer_CallbackData *cb = data;
-        if (cb->callbackSite != CD_SAN_API_EXIT || !is_launch_cbid(cbid) ||
-            !rp.target.fail_launches)
+        if (cb->callbackSite != CD_SAN_API_EXIT || !rp.target.fail_launches ||
+            !(is_launch_cbid(cbid) || is_sync_cbid(cbid)))
             return;
         if (tls_fail || atomic_load_explicit(&rp.violated, memory_order_relaxed)) {
             CUresult *ret = (CUresult *)cb->functionReturnValue;
@@ -560,11 +598,14 @@ int cd_replay_subscribe(const cd_replay_target *target, cd_replay_ranges_fn rang
         if ((rc = rp.f.sanitizerEnableCallback(1, rp.sub, CD_SAN_DOMAIN_RESOURCE,
                                                resource_cbids[i])))
             return 3000 + rc;
-#define SAN_ENABLE(name, id)                                                    \
-    if ((rc = rp.f.sanitizerEnableCallback(1, rp.sub, CD_SAN_DOMAIN_DRIVER_API, id))) \
+    if (rp.target.driver_always && (rc = enable_driver_callbacks()))
         return 4000 + rc;
-    CD_SAN_LAUNCH_CBIDS(SAN_ENABLE)
     return 0;
+}
+
+void cd_replay_watching(int delta)
+{
+    atomic_fetch_add(&rp.watching, delta);
 }
 
 int cd_replay_unsubscribe(void)
@@ -584,6 +625,7 @@ void cd_replay_get_status(cd_replay_status *out)
     out->n_frees = atomic_load(&rp.n_frees);
     out->violated = atomic_load(&rp.violated);
     out->live_allocs = cd_replay_allocation_count();
+    out->driver_rc = rp.driver_rc;
     pthread_mutex_lock(&rp.inst_lock);
     out->n_results = rp.n_results;
     out->patches_contexts = rp.n_patched_ctx;

@@ -63,6 +63,12 @@ enum { CD_SAN_MEMORY_FLAG_MODULE = 0x1, CD_SAN_MEMORY_FLAG_MANAGED = 0x2 };
     X("cuLaunchKernel", 307) X("cuLaunchKernel_ptsz", 442)                      \
     X("cuLaunchKernelEx", 652) X("cuLaunchKernelEx_ptsz", 653)                  \
     X("cuLaunchCooperativeKernel", 477) X("cuLaunchCooperativeKernel_ptsz", 478)
+/* ... and the waits a framework makes after a launch (they fail too once a bad
+ * access was found, as they would on a dead context). */
+#define CD_SAN_SYNC_CBIDS(X)                                                    \
+    X("cuCtxSynchronize", 17) X("cuCtxSynchronize_v2", 800)                     \
+    X("cuStreamSynchronize", 126) X("cuStreamSynchronize_ptsz", 440)            \
+    X("cuEventSynchronize", 121)
 
 typedef struct Sanitizer_Subscriber_st *Sanitizer_SubscriberHandle;
 typedef struct Sanitizer_Stream_st *Sanitizer_StreamHandle;
