@@ -1128,11 +1128,12 @@ static PyObject *py_replay_status(PyObject *self, PyObject *noargs)
     (void)noargs;
     cd_replay_status st;
     cd_replay_get_status(&st);
-    return Py_BuildValue("(KKiiKKKnii)", (unsigned long long)st.launches,
+    return Py_BuildValue("(KKiiKKKniiK)", (unsigned long long)st.launches,
                          (unsigned long long)st.launches_seen, st.n_results, st.violated,
                          (unsigned long long)st.failed_launches, (unsigned long long)st.n_allocs,
                          (unsigned long long)st.n_frees, (Py_ssize_t)st.live_allocs,
-                         st.patches_contexts, st.driver_rc);
+                         st.patches_contexts, st.driver_rc,
+                         (unsigned long long)st.first_instrumented);
 }
 
 static PyObject *py_replay_watching(PyObject *self, PyObject *arg)
@@ -1191,7 +1192,10 @@ static PyObject *py_replay_results(PyObject *self, PyObject *noargs)
         Py_XDECREF(out);
         return PyErr_NoMemory();
     }
-    for (int i = 0; out && cd_replay_launch_result(i, r) == 0; i++) {
+    cd_replay_status st;
+    cd_replay_get_status(&st);
+    int first = st.n_results > CD_REPLAY_RESULTS ? st.n_results - CD_REPLAY_RESULTS : 0;
+    for (int i = first; out && cd_replay_launch_result(i, r) == 0; i++) {
         PyObject *t = replay_launch_tuple(r);
         if (!t || PyList_Append(out, t) < 0)
             Py_CLEAR(out);
@@ -1326,7 +1330,7 @@ static PyMethodDef core_methods[] = {
     METH(replay_result_string, METH_O, "a SanitizerResult's text, or None"),
     METH(replay_status, METH_NOARGS, "replay counters: (launches, seen, results, violated, "
                                      "failed_launches, allocs, frees, live_allocs, contexts, "
-                                     "driver_rc)"),
+                                     "driver_rc, first_instrumented)"),
     METH(replay_at, METH_NOARGS, "what the culprit's launch number was, or None"),
     METH(replay_watching, METH_O, "replay_watching(+1 | -1): the script entered / left watch()"),
     METH(replay_results, METH_NOARGS, "the instrumented launches, each a tuple"),

@@ -767,3 +767,24 @@ def test_run_replay_prints_the_report_then_replays(tmp_path, fake_child, fake_sa
     assert "cuda_debug run: replaying it to find the thread, the address and the allocation" in err
     assert err.index(cmd) < err.index("cuda_debug run: replaying it")      # the report first
     assert "launch #2 was never reached" in err
+
+
+def test_the_last_instrumented_launches_are_kept(tmp_path, fake_san):
+    """More launches instrumented than C keeps (a ring of the last ones): the
+    bad one, the last, is still there."""
+    assert _core.REPLAY_RESULTS < 20
+    script = _script(tmp_path, """\
+        fk.fake_san_alloc(0x10000000, 1200, 0, 11)
+        a, n = acc([(0x10000000 + 4 * i, 4, 2, i) for i in range(300)])
+        b, m = acc([(0x10000000 + 4 * i, 4, 2, i) for i in range(301)])
+        for _ in range(19):
+            check(fk.fake_san_launch(b"_Z4fillPfi", 10, 32, a, n))
+        check(fk.fake_san_launch(b"_Z4fillPfi", 10, 32, b, m))      # the 20th
+        """)
+    p = _replay_child(tmp_path, fake_san, script, "--kernel", "_Z4fillPfi", "--max-launches",
+                      "20")
+    assert p.returncode == 3, p.stderr
+    assert "found by cuda-debug replay: launch #20 instrumented" in p.stderr
+    p = _replay_child(tmp_path, fake_san, script, "--kernel", "_Z4fillPfi", "--max-launches",
+                      "19")
+    assert p.returncode == 4 and "19 launches, from #1" in p.stderr, p.stderr

@@ -112,17 +112,20 @@ const char *cd_replay_result_string(int rc);
 typedef struct {
     uint64_t launches;             /* launches counted */
     uint64_t launches_seen;        /* every LAUNCH_BEGIN, counted or not */
-    int n_results;                 /* instrumented launches (cd_replay_launch_result) */
+    int n_results;                 /* launches instrumented (cd_replay_launch_result) */
     int violated;                  /* a bad access was found */
     uint64_t failed_launches;      /* launch calls made to fail */
     uint64_t n_allocs, n_frees;
     size_t live_allocs;
     int patches_contexts;          /* contexts the patches were added to */
     int driver_rc;                 /* enabling the driver-API callbacks: 0, or the failure */
+    uint64_t first_instrumented;   /* the first launch instrumented, 0 none */
 } cd_replay_status;
 void cd_replay_get_status(cd_replay_status *out);
 void cd_replay_get_at(cd_replay_at *out);
-int cd_replay_launch_result(int i, cd_replay_launch *out);   /* 0, -1: no such */
+/* Instrumented launch i (0-based, in order; the last CD_REPLAY_RESULTS are
+ * kept): 0, or -1 when it is not (or no longer) there. */
+int cd_replay_launch_result(int i, cd_replay_launch *out);
 
 /* The allocation table: (address, size, flags, resource cbid) quadruples, up
  * to max; returns how many were written (the table's size may be larger). */

@@ -49,7 +49,8 @@ typedef struct {
  *   launches ...     relaxed atomics (counters);
  *   allocs           alloc_lock;
  *   results, n_results, patched_ctx, at: inst_lock (the instrumented launches,
- *                    which the Sanitizer wants serialised anyway);
+ *                    which the Sanitizer wants serialised anyway); results is a
+ *                    ring of the last CD_REPLAY_RESULTS, n_results counts them all;
  *   violated         atomic: once set, stays set.
  */
 static struct {
@@ -75,6 +76,7 @@ static struct {
     cd_replay_launch results[CD_REPLAY_RESULTS];
     int n_results;
     int n_instrumented;
+    uint64_t first_instrumented;   /* the number of the first launch instrumented */
     CUcontext patched_ctx[64];
     int n_patched_ctx;
     cd_replay_at at;
@@ -339,8 +341,9 @@ static __attribute__((noinline, cold)) void instrument(uint64_t n, const Sanitiz
         pthread_mutex_unlock(&rp.inst_lock);
         return;
     }
-    rp.n_instrumented++;
-    int slot = rp.n_results < CD_REPLAY_RESULTS ? rp.n_results++ : CD_REPLAY_RESULTS - 1;
+    if (!rp.n_instrumented++)
+        rp.first_instrumented = n;
+    int slot = rp.n_results++ % CD_REPLAY_RESULTS;     /* the last ones kept, in a ring */
     cd_replay_launch *r = &rp.results[slot];
     memset(r, 0, sizeof *r);
     r->launch = n;
@@ -628,6 +631,7 @@ void cd_replay_get_status(cd_replay_status *out)
     out->driver_rc = rp.driver_rc;
     pthread_mutex_lock(&rp.inst_lock);
     out->n_results = rp.n_results;
+    out->first_instrumented = rp.first_instrumented;
     out->patches_contexts = rp.n_patched_ctx;
     pthread_mutex_unlock(&rp.inst_lock);
 }
@@ -642,9 +646,9 @@ void cd_replay_get_at(cd_replay_at *out)
 int cd_replay_launch_result(int i, cd_replay_launch *out)
 {
     pthread_mutex_lock(&rp.inst_lock);
-    int ok = i >= 0 && i < rp.n_results;
+    int ok = i >= 0 && i < rp.n_results && i >= rp.n_results - CD_REPLAY_RESULTS;
     if (ok)
-        *out = rp.results[i];
+        *out = rp.results[i % CD_REPLAY_RESULTS];
     pthread_mutex_unlock(&rp.inst_lock);
     return ok ? 0 : -1;
 }
