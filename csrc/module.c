@@ -310,13 +310,10 @@ static PyObject *py_file_kind(PyObject *self, PyObject *arg)
         PyErr_SetString(PyExc_TypeError, "file_kind() takes a str");
         return NULL;
     }
-    /* As frames.c copies code objects' names: lone surrogates become U+FFFD. */
-    PyObject *b = PyUnicode_AsEncodedString(arg, "utf-8", "replace");
-    if (!b)
-        return NULL;
-    int kind = cd_file_kind(PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
-    Py_DECREF(b);
-    return PyLong_FromLong(kind);
+    /* The bytes frames.c keeps of a code object's file name. */
+    char file[CD_NAME_MAX];
+    size_t n = cd_frames_copy_name(arg, file, sizeof file);
+    return PyLong_FromLong(cd_file_kind(file, n));
 }
 
 /* _check_debug_offsets(table) -> None, or why the frame reader would refuse
@@ -575,7 +572,7 @@ static PyObject *py_faults(PyObject *self, PyObject *arg)
     for (int i = 0; out && i < n; i++) {
         const cd_fault *f = &fs[i];
         PyObject *r = Py_BuildValue(
-            "(KiiiiNn(III)(III)IKKil" "NdKNiNnKN)",
+            "(KiiiiNn(III)(III)IKKil" "NdKNiNnKN" "iKl)",
             (unsigned long long)f->seq, f->code, f->at_launch, f->consequence, f->cbid,
             PyBytes_FromString(f->kernel), (Py_ssize_t)f->kernel_len, f->grid[0], f->grid[1],
             f->grid[2], f->block[0], f->block[1], f->block[2], f->shared_mem,
@@ -586,7 +583,7 @@ static PyObject *py_faults(PyObject *self, PyObject *arg)
             ids_tuple(f->frames, f->n_frames), f->frames_complete,
             PyBytes_FromStringAndSize(f->device_message, (Py_ssize_t)f->device_message_len),
             (Py_ssize_t)f->device_message_cut, (unsigned long long)f->log_end,
-            ops_tuple(f));
+            ops_tuple(f), f->assert_level, (unsigned long long)f->cause_seq, f->cause_thread);
         if (!r || PyList_Append(out, r) < 0)
             Py_CLEAR(out);
         Py_XDECREF(r);
@@ -601,6 +598,15 @@ static PyObject *str_or_none(uint32_t id)
     if (!s)
         Py_RETURN_NONE;
     return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+}
+
+/* A file name as frames.c kept it, as os.fsdecode spells it (surrogateescape). */
+static PyObject *filename_or_none(uint32_t id)
+{
+    const char *s = cd_interned(id);
+    if (!s)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "surrogateescape");
 }
 
 /* code_kind(code) -> LOC_USER | LOC_LIBRARY | LOC_PSEUDO | LOC_COMPILED: the
@@ -625,7 +631,7 @@ static PyObject *py_location(PyObject *self, PyObject *arg)
     cd_location loc;
     if (id > UINT32_MAX || cd_location_get((uint32_t)id, &loc) != 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(NNii)", str_or_none(loc.file), str_or_none(loc.func), loc.lineno,
+    return Py_BuildValue("(NNii)", filename_or_none(loc.file), str_or_none(loc.func), loc.lineno,
                          loc.kind);
 }
 
@@ -830,7 +836,9 @@ static PyObject *py_recent_asserts(PyObject *self, PyObject *noargs)
     return PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
 }
 
-/* asserts_for(kernel) -> bytes: the device-assert lines kept that name `kernel`. */
+/* asserts_for(kernel) -> (bytes, level): the device-assert lines kept that
+ * belong best to `kernel`, and how (ASSERT_NONE: none; ASSERT_GENERIC, _FITS,
+ * _NAMES: capture/capture.h). */
 static PyObject *py_asserts_for(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -838,8 +846,9 @@ static PyObject *py_asserts_for(PyObject *self, PyObject *arg)
     if (!k)
         return NULL;
     char buf[8192];
-    size_t cut = 0, n = cd_tee_asserts_since(0, k, buf, sizeof buf, &cut);
-    return PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
+    int level = CD_ASSERT_NONE;
+    size_t cut = 0, n = cd_tee_asserts_since(0, k, buf, sizeof buf, &cut, &level);
+    return Py_BuildValue("(y#i)", buf, (Py_ssize_t)n, level);
 }
 
 static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
@@ -907,11 +916,12 @@ static PyObject *py_set_hang_after(PyObject *self, PyObject *arg)
     double s = PyFloat_AsDouble(arg);
     if (s == -1.0 && PyErr_Occurred())
         return NULL;
-    if (!(s >= 0 && s < 1e9)) {
+    uint64_t ns = s >= 0 && s < 1e9 ? (uint64_t)(s * 1e9) : 0;
+    if (!(s >= 0 && s < 1e9) || (s > 0 && ns == 0)) {     /* never 0 (off) by rounding */
         PyErr_SetString(PyExc_ValueError, "hang_after must be 0 (off) or a positive number of seconds");
         return NULL;
     }
-    int rc = cd_hang_watch_set((uint64_t)(s * 1e9));
+    int rc = cd_hang_watch_set(ns);
     if (rc) {
         errno = rc;
         return PyErr_SetFromErrno(PyExc_OSError);
@@ -1002,6 +1012,37 @@ static PyObject *py_stderr_references(PyObject *self, PyObject *arg)
     if (h)
         dlclose(h);
     return PyLong_FromLong(n);
+}
+
+/* _test_report_pause(seconds): tests: the watch block written from a call
+ * pauses that long after claiming the report, before writing it. */
+static PyObject *py__test_report_pause(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    double s = PyFloat_AsDouble(arg);
+    if (s == -1.0 && PyErr_Occurred())
+        return NULL;
+    cd_report_test_pause(s > 0 ? (uint64_t)(s * 1e9) : 0);
+    Py_RETURN_NONE;
+}
+
+/* _test_fork_hold(hold): tests: a thread of ours takes every lock a forked
+ * child's handler resets and holds them (True) until given back (False). */
+static PyObject *py__test_fork_hold(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int hold = PyObject_IsTrue(arg);
+    if (hold < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cd_fork_test_hold(hold);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_install_tee(PyObject *self, PyObject *noargs)
@@ -1310,7 +1351,8 @@ static PyMethodDef core_methods[] = {
     METH(graph_capture, METH_O, "graph_capture(c) -> (id, nodes, multi_stream, unmarked, state)"),
     METH(graph_stats, METH_NOARGS, "graph-marker and context-table counters"),
     METH(recent_asserts, METH_NOARGS, "the latest device-assert lines written to stderr"),
-    METH(asserts_for, METH_O, "the device-assert lines kept that name a kernel"),
+    METH(asserts_for, METH_O, "asserts_for(kernel) -> (the assert lines kept that belong best "
+                              "to it, ASSERT_* level)"),
     METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
     METH(stats, METH_NOARGS, "launch-hook counters"),
     METH(set_op, METH_O, "set_op(token): this thread's current op for watch(ops=True)"),
@@ -1336,6 +1378,10 @@ static PyMethodDef core_methods[] = {
     METH(replay_results, METH_NOARGS, "the instrumented launches, each a tuple"),
     METH(replay_allocations, METH_NOARGS, "the Sanitizer's allocation table: [(address, size, "
                                           "flags, cbid)]"),
+    METH(_test_report_pause, METH_O, "tests: the watch block from a call pauses this long "
+                                     "before it is written"),
+    METH(_test_fork_hold, METH_O, "tests: hold (True) or give back (False) every lock a forked "
+                                  "child resets, from a thread of ours"),
     {"fault_launch", (PyCFunction)(void (*)(void))cd_py_fault_launch,
      METH_VARARGS | METH_KEYWORDS, "launch an embedded test kernel -> CUresult"},
     {"gemm", (PyCFunction)(void (*)(void))cd_py_gemm, METH_VARARGS | METH_KEYWORDS,
@@ -1423,6 +1469,9 @@ static int core_exec(PyObject *m)
         {"GRAPH_NOT_STARTED", CD_GRAPH_NOT_STARTED}, {"GRAPH_ALL_DONE", CD_GRAPH_ALL_DONE},
         {"GRAPH_BROKEN", CD_GRAPH_BROKEN},
         {"GRAPH_NODES", CD_GRAPH_NODES}, {"FRAMES_SUPPORTED", 0},
+        {"HANG_STEP_MIN_NS", CD_HANG_STEP_MIN_NS},
+        {"ASSERT_NONE", CD_ASSERT_NONE}, {"ASSERT_GENERIC", CD_ASSERT_GENERIC},
+        {"ASSERT_FITS", CD_ASSERT_FITS}, {"ASSERT_NAMES", CD_ASSERT_NAMES},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         long v = ints[i].value;
@@ -1450,6 +1499,13 @@ static int core_exec(PyObject *m)
     if (add_replay_constants(m) < 0)
         return -1;
     cd_frames_watch_code();
+    /* A forked child starts clean (hooks/after_fork.c). */
+    int frc = cd_fork_init(cd_bench_fork);
+    if (frc) {
+        errno = frc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
     /* Frame reads stop before the finalizer frees thread states: an atexit
      * hook, registered now, runs before that (and after those registered
      * later). */

@@ -237,6 +237,9 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
             hang_after = _options.parse_seconds(argv[i + 1]) if i + 1 < len(argv) else None
             if hang_after is None:
                 return _usage_error(parser, "--hang-after takes a number of seconds > 0")
+            if _options.hang_after_too_short(hang_after):
+                return _usage_error(parser, "--hang-after %s: %s" % (
+                    argv[i + 1], _options.hang_after_too_short(hang_after)))
             i += 1
         elif a == "-m" or (a.startswith("-m") and len(a) > 2):
             target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)

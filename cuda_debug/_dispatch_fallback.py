@@ -21,6 +21,7 @@ torch is imported and a scope holds CUPTI) hands CUPTI over first
 (csrc/base/subscription.c: cd_cupti_hand_over). The open scopes stop seeing
 launches; scopes entered later use the fallback above.
 """
+import os
 import sys
 import threading
 import warnings
@@ -32,6 +33,16 @@ _local = threading.local()
 _faults = []                    # (thread id, record dict): dispatch-level faults
 _lock = threading.Lock()
 _warned_fallback = False
+
+
+def _after_fork_in_child():
+    """A forked child: a free lock, none of the parent's faults."""
+    global _lock
+    _lock = threading.Lock()
+    del _faults[:]
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _hand_over_where = None          # "file:line" where a profiler took CUPTI from open scopes
 _mode_cls = None
 

@@ -33,7 +33,7 @@ REPORT_FIELDS = (
     "driver_log", "op", "inputs", "thread", "launch_api", "found_at", "launch_refused",
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
     "recent_launches", "surfaced_at", "provenance", "op_stack", "later_exception",
-    "compiled_function", "graph_node", "captured_at", "replayed_at", "graph_note",
+    "compiled_function", "graph_node", "captured_at", "replayed_at", "graph_note", "met_by",
     # the launch's number as watch() counted it, and the command that replays it
     "launch_seq", "replay_command",
     # cuda-debug replay: the bad access and the memory it missed
@@ -89,6 +89,7 @@ class CudaError(RuntimeError):
     captured_at: Optional[str]
     replayed_at: Optional[str]
     graph_note: Optional[str]
+    met_by: Optional[str]          # another thread's fault: where this thread met it
     launch_seq: Optional[int]
     replay_command: Optional[str]
     address: Optional[int]
@@ -364,6 +365,9 @@ def format_report(err: CudaError) -> str:
         lines.append("  " + where)
     if err.graph_node is not None and err.replayed_at:
         lines.append("  replayed at %s" % err.replayed_at)
+    if err.met_by:
+        lines.append("  met by %s: the fault is the kernel above, launched by %s" % (
+            err.met_by, "thread %s" % err.thread if err.thread else "another thread"))
     if err.mechanism == "watch" and err.surfaced_at:
         lines.append("  surfaced at %s (kernels run asynchronously; watch() named the launch)"
                      % err.surfaced_at)

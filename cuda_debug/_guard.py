@@ -26,15 +26,24 @@ while torch.compile traces or a CUDA graph is being captured (a host read would
 break the capture).
 """
 import functools
+import os
 import sys
 import threading
 
 from ._errors import GuardError, GuardIndexError, GuardValueError
-from ._scope import _Region, _check_bool
+from ._scope import _Region, _check_bool, _entered
 
 # -- who is guarded, now ------------------------------------------------------------
 
 _lock = threading.Lock()
+
+
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()       # another thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _open = 0             # enabled guard()s open in the process (every thread): the wrappers' gate
 _all_threads = 0      # of which all_threads=True
 _installed = False
@@ -128,7 +137,11 @@ class guard(_Region):
         if self.enabled:
             install()
         self._handles.append(_Entry(self.enabled, self.all_threads))
-        return self
+        try:                           # kept until exited (cuda_debug/_scope.py: _entered)
+            return _entered.add(self) or self
+        except BaseException:
+            _entered.discard(self)
+            raise
 
     def __exit__(self, exc_type, exc, tb):
         self._exit_handle()

@@ -15,6 +15,7 @@ are stuck. Three ways to ask:
   ``python -m cuda_debug dump PID``: the same report, from the signal handler;
 - :func:`in_flight`: the report's fields as records, for tools that print their own.
 """
+import os
 import threading
 import warnings
 from typing import List, NamedTuple, Optional
@@ -73,6 +74,17 @@ _active = []                   # hang_after of each open watch() that has one
 _warned = []
 
 
+def _after_fork_in_child():
+    """A forked child watches nothing (csrc/hooks/after_fork.c): the parent's
+    open watches are not its own, and a lock another thread held is free."""
+    global _lock
+    _lock = threading.Lock()
+    _active.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def check_hang_after(value) -> Optional[float]:
     """watch(hang_after)'s value: seconds, or None for off (None: the
     CUDA_DEBUG_HANG_AFTER default; 0: off)."""
@@ -84,6 +96,9 @@ def check_hang_after(value) -> Optional[float]:
         return None
     if not 0 < value < 1e9:
         raise ValueError("watch(hang_after=%r): a number of seconds > 0 (0: off)" % (value,))
+    why = _options.hang_after_too_short(value)
+    if why:
+        raise ValueError("watch(hang_after=%r): %s" % (value, why))
     return float(value)
 
 
@@ -111,5 +126,7 @@ def enter(hang_after: Optional[float]) -> None:
 def leave(hang_after: Optional[float]) -> None:
     if hang_after:
         with _lock:
+            if hang_after not in _active:
+                return             # a watch() of the parent, left in a forked child
             _active.remove(hang_after)
             _core.set_hang_after(min(_active) if _active else 0)

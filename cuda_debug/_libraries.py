@@ -63,6 +63,14 @@ _lock = threading.Lock()
 _cache = {}
 
 
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()       # another thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _cuda_roots() -> List[str]:
     """Toolkit folders named by the environment (doctor reports them): those that
     hold a toolkit (its include/ or lib64/), not an empty folder of that name."""

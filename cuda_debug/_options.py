@@ -157,15 +157,34 @@ def parse_seconds(text):
     return value if 0 < value < 1e9 else None
 
 
+#: The shortest hang_after the hang watcher honours: it looks at the launches
+#: every hang_after/4, 50 ms at the shortest (csrc/hooks/hang_watcher.c,
+#: _core.HANG_STEP_MIN_NS), so below two of its steps a report would come late
+#: by more than half the time asked for; and its report gives tenths of a second.
+HANG_AFTER_MIN = 0.1
+
+
+def hang_after_too_short(value) -> "str | None":
+    """Why `value` seconds (> 0) cannot be a hang_after, or None when it can."""
+    if value >= HANG_AFTER_MIN:
+        return None
+    return ("%g s is below %g s, the shortest the hang watcher honours (it looks at the "
+            "launches every 50 ms at the shortest); 0 turns it off" % (value, HANG_AFTER_MIN))
+
+
 def hang_after_seconds(raw):
-    """CUDA_DEBUG_HANG_AFTER's value: seconds (> 0), or None for off (warned
-    about, and off, when it is neither)."""
+    """CUDA_DEBUG_HANG_AFTER's value: seconds (>= HANG_AFTER_MIN), or None for
+    off (warned about, and off, when it is neither)."""
     if raw is None or raw.strip().lower() in _OFF:
         return None
     value = parse_seconds(raw)
     if value is None:
         _warn("cuda_debug: CUDA_DEBUG_HANG_AFTER=%r is not a number of seconds > 0 "
               "(or off); the hang report is off" % raw)
+    elif hang_after_too_short(value):
+        _warn("cuda_debug: CUDA_DEBUG_HANG_AFTER=%r refused: %s; the hang report is off"
+              % (raw, hang_after_too_short(value)))
+        return None
     return value
 
 

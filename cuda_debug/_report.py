@@ -47,6 +47,9 @@ class RawFault(NamedTuple):
     device_message_cut: int   # bytes that did not fit (all of them went to stderr)
     log_end: int
     ops: tuple                # at::_ops::<name> frames of the native stack, innermost first
+    assert_level: int         # _core.ASSERT_*: how the assert text belongs to this kernel
+    cause_seq: int            # a consequence: the record of its context's cause, 0 unknown
+    cause_thread: int         # and that record's thread
 
 
 class WatchRecord(NamedTuple):
@@ -325,6 +328,17 @@ _last_error: Optional[CudaError] = None
 _log_marks = {}                  # fault seq -> log_end, to cut the driver log between faults
 
 
+def _after_fork_in_child():
+    """A forked child reports nothing of the parent's (csrc/hooks/after_fork.c:
+    the parent's fault records are not read there): no last error, a free lock."""
+    global _state_lock, _last_error
+    _state_lock = threading.Lock()
+    _last_error = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def claim(seq: int, thread_id: Optional[int] = None) -> bool:
     """True the first time a fault record is claimed for reporting to a thread
     (each thread that met the fault gets its report once)."""
@@ -372,23 +386,40 @@ def _where_str(stack) -> Optional[str]:
     return s
 
 
+def assert_level(r: RawFault) -> int:
+    """How the device's assert text belongs to a record's kernel (_core.ASSERT_*):
+    as the fault path saw it, or the lines kept now (printed late)."""
+    if r.code != 710 or r.at_launch:
+        return _core.ASSERT_NONE
+    return max(r.assert_level, _core.asserts_for(_text(r.kernel))[1])
+
+
 def pick_cause(records: Sequence[RawFault], thread_id: Optional[int] = None):
     """(cause, consequences): the record to report among `records` (oldest
-    first). This thread's own fault first; else the earliest fault that is not
-    an echo of an earlier one; else the earliest record."""
+    first).
+
+    The kernel the device's assert text belongs to is the cause: when the
+    text names kernels, each of those faulted (two kernels that asserted at
+    once); when it names none (a lambda's ``operator()``, Triton's ``unknown``)
+    but fits some records' kernels, the first recorded of those; a thread
+    whose wait met another thread's fault, its own kernel innocent, is never
+    the cause (issue 25 item 4). Without assert text: the faults that are not
+    echoes of an earlier one in their context. Among the causes, this thread's
+    own first, else the earliest; with none, the earliest record."""
     if not records:
         return None, 0
     def first(rs):
         return rs[0] if rs else None
     sticky = [r for r in records if _cuda_errors.is_sticky(r.code)]
-    causes = [r for r in sticky if not r.consequence]
-    # A device assert names its kernel: the records whose kernel the assert
-    # lines name are the causes (another thread's wait may have found the
-    # fault first and been recorded first).
-    named = [r for r in sticky if r.code == 710 and not r.at_launch and
-             _core.asserts_for(_text(r.kernel))]
-    if named:
-        causes = named
+    levels = {r.seq: assert_level(r) for r in sticky}
+    best = max(levels.values(), default=_core.ASSERT_NONE)
+    if best == _core.ASSERT_NAMES:     # each kernel its own text names faulted
+        causes = [r for r in sticky if levels[r.seq] == best]
+    elif best == _core.ASSERT_FITS:    # which of the fitting ones: the first recorded
+        fits = [r for r in sticky if levels[r.seq] == best]
+        causes = [r for r in fits if not r.consequence] or fits
+    else:
+        causes = [r for r in sticky if not r.consequence]
     own = [r for r in causes if thread_id is not None and r.thread_id == thread_id]
     cause = first(own) or first(causes)
     if cause is None:
@@ -398,17 +429,37 @@ def pick_cause(records: Sequence[RawFault], thread_id: Optional[int] = None):
     return cause, consequences
 
 
+def _met_by(cause: RawFault, records: Sequence[RawFault], thread_id: Optional[int]):
+    """When `cause` is another thread's fault and this thread has a record of
+    its own among `records` (its wait or launch met the dead context): where
+    this thread met it ("thread t (tid 4243) at its launch of k<...> at
+    b.py:20 in worker_b"), else None."""
+    if thread_id is None or cause.thread_id == thread_id:
+        return None
+    mine = next((r for r in records if r.thread_id == thread_id and r is not cause), None)
+    if mine is None:
+        return None
+    kernel = _text(mine.kernel)
+    s = "thread %s (tid %d) at its %s of %s" % (
+        _text(mine.thread_name), mine.thread_id, "launch" if mine.at_launch else "wait after the launch",
+        _core.short_kernel_name(kernel) if kernel else "a CUDA graph")
+    where = _where_str(stack_from_ids(mine.frames)) if mine.frames else None
+    if where:
+        s += " at " + where
+    return s
+
+
 def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None, frame=None,
           found_at: str = "launch", watch: Optional[dict] = None, consequences: int = 0,
-          before_scope: bool = False, surfaced: Optional[traceback.StackSummary] = None
-          ) -> CudaError:
+          before_scope: bool = False, surfaced: Optional[traceback.StackSummary] = None,
+          met_by: Optional[str] = None) -> CudaError:
     """A cuda_debug exception: for a fault record `raw`, a watch culprit, or
     just a code. Located by the record's own frames (captured at the launch),
     else by the traceback `tb`, else by `frame`."""
     if raw is not None:
         code = raw.code
     fields = dict(found_at=found_at, consequences=consequences, before_scope=before_scope,
-                  mechanism="cupti")
+                  mechanism="cupti", met_by=met_by)
     stack, complete = None, True
     if raw is not None and raw.frames:
         stack, complete = stack_from_ids(raw.frames), raw.frames_complete == 1
@@ -420,7 +471,7 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
         mangled = _text(raw.kernel)
         message = raw.device_message
         if not message and _cuda_errors.is_sticky(raw.code) and not raw.consequence:
-            message = _core.asserts_for(mangled)     # printed by another thread, or late
+            message = _core.asserts_for(mangled)[0]  # printed by another thread, or late
         compiled = compiled_frame(stack, complete) if stack else None
         fields.update(
             provenance=inductor_provenance(mangled, stack, compiled),
@@ -586,7 +637,8 @@ def _error_for(exc: Optional[BaseException] = None, *, mark: int = 0,
                 if r.consequence or r is cause:
                     claim(r.seq, thread_id)
             return remember(build(cause, tb=tb, frame=frame, found_at=found_at,
-                                  consequences=consequences))
+                                  consequences=consequences,
+                                  met_by=_met_by(cause, records, thread_id) if sticky else None))
     surfaced_code = code if code is not None and _cuda_errors.is_sticky(code) else \
         (_sticky.sticky_code(exc) if exc is not None else None)
     if watch_mark is not None and surfaced_code is not None:

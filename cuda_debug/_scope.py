@@ -29,6 +29,13 @@ CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
 
 _watch_epoch = None            # watch_seq() when the first watch() opened
 
+# Regions entered and not yet exited, kept alive until they are: a block entered
+# without a reference kept (``cuda_debug.watch().__enter__()``, the notebook idiom
+# of ``torch.no_grad().__enter__()``) stays open until its __exit__ (the object
+# __enter__ returned) or the end of the process, instead of closing when the
+# object is freed, on the next line (issue 25 item 6).
+_entered = set()
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -156,6 +163,8 @@ class _Region(contextlib.ContextDecorator):
         if not self._handles:
             raise RuntimeError("%s: __exit__ without a matching __enter__" % self._what)
         handle = self._handles.pop()
+        if not self._handles:
+            _entered.discard(self)
         handle.close()
         return handle
 
@@ -224,7 +233,11 @@ class launch_blocking(_Region):
     def __enter__(self):
         kind = _core.SCOPE_BLOCK if self.enabled else _core.SCOPE_OPT_OUT
         self._handles.append(_open(kind, self.all_threads, self._what, _locations.current_frame(1)))
-        return self
+        try:      # kept open until exited (_entered); in one line: an interrupt before it frees
+            return _entered.add(self) or self      # the region, and the handle closes
+        except BaseException:
+            _entered.discard(self)
+            raise
 
     def __exit__(self, exc_type, exc, tb):
         handle = self._exit_handle()
@@ -346,7 +359,11 @@ class watch(_Region):
         self._hang.append(hang)
         if _watch_epoch is None:       # no lock: two first watches differ by a few launches
             _watch_epoch = handle.watch_mark
-        return self
+        try:                           # kept open until exited (see launch_blocking)
+            return _entered.add(self) or self
+        except BaseException:
+            _entered.discard(self)
+            raise
 
     def __exit__(self, exc_type, exc, tb):
         recorder = self._recorders.pop() if self._recorders else None

@@ -67,6 +67,7 @@ SECTION = "cuda_debug"
 PROPERTY = "cuda_debug.sticky"       # user_properties keys: they cross xdist to the controller
 PROPERTY_DEAD = "cuda_debug.dead_context"
 PROPERTY_NOTE = "cuda_debug.note"    # a scope could not be had: said once at the end
+PROPERTY_BLAME = "cuda_debug.blame"  # how the poisoner is known: "surfaced", or the launcher's id
 WORKER_EXIT_STATUS = 3               # os._exit status of a poisoned xdist worker
 
 
@@ -74,14 +75,29 @@ class _Culprit:
     """A test after which this process's CUDA context was dead."""
 
     def __init__(self, nodeid: str, report: str, outcome: str, worker: Optional[str] = None,
-                 consequence: bool = False):
+                 consequence: bool = False, blame: Optional[str] = None):
         self.nodeid = nodeid
         self.report = report          # the short report, several lines
         self.outcome = outcome        # "failed", "passed", "xfailed", "skipped"
         self.worker = worker          # xdist worker id, None in a single process
         self.consequence = consequence  # it only met a context an earlier test killed
+        # None: cuda_debug saw this test's launch fault; SURFACED: the fault only
+        # surfaced here (no watch: an earlier test may have launched it); else the
+        # node id of the earlier test whose launch watch() named
+        self.blame = blame
+
+    def blamed(self) -> str:
+        """Why this test is named, for the summary's line."""
+        if self.blame == SURFACED:
+            return "the CUDA context died in it (the fault surfaced here; an earlier test may " \
+                   "have launched the kernel: %s names it)" % WATCH_OPTION
+        if self.blame:
+            return "the CUDA context died in it, poisoned by %s (watch() recorded that test's " \
+                   "launch of the faulting kernel)" % self.blame
+        return None
 
 
+SURFACED = "surfaced"                    # _Culprit.blame: the test where the fault surfaced
 _SEQ = pytest.StashKey[int]()            # fault_seq() when the test started
 _WANT = pytest.StashKey[bool]()          # the fixture was requested (maybe dynamically)
 _WANT_WATCH = pytest.StashKey[bool]()    # the cuda_watch fixture was requested
@@ -224,28 +240,28 @@ def _cudaish(exc) -> bool:
 
 
 def _report_text(item, exc, tb, may_probe: bool):
-    """(short report, located) when the CUDA context died in this test, else
-    (None, False). `located`: cuda_debug saw the fault (kernel and line known),
-    rather than a framework saying so later."""
+    """(short report, located, the cuda_debug error) when the CUDA context died
+    in this test, else (None, False, None). `located`: cuda_debug saw the fault
+    (kernel and line known), rather than a framework saying so later."""
     from ._errors import CudaError
     if isinstance(exc, CudaError) and exc.sticky:
-        return "%s: %s" % (type(exc).__name__, exc), True
+        return "%s: %s" % (type(exc).__name__, exc), True, exc
     err = _new_report(item, exc)
     if err is not None:
         text = "%s: %s" % (type(err).__name__, err)
         if exc is not None and not isinstance(exc, CudaError):
             text += "\n  (raised as %s)" % _sticky.first_line(exc)
-        return text, True
+        return text, True, err
     if exc is None or not may_probe:
-        return None, False
+        return None, False, None
     # A framework's words are not enough (a test may raise them, or a child
     # process's): only the driver, asked now, says whether the context is dead.
     named = _sticky.sticky_code(exc)
     if named is None and not _cudaish(exc):
-        return None, False
+        return None, False, None
     code = _probe_context(exc)
     if code is None:
-        return None, False
+        return None, False, None
     how = None if code == named else \
         "cuCtxSynchronize after this failure returned " + _sticky.describe(code)
     return "\n".join([
@@ -256,7 +272,27 @@ def _report_text(item, exc, tb, may_probe: bool):
         "  To name the kernel, the launching line and the assert text, run with %s (kernels "
         "stay asynchronous) or the test inside cuda_debug.launch_blocking() (%s, "
         "@pytest.mark.%s or the %s fixture)." % (WATCH_OPTION, OPTION, MARKER, FIXTURE),
-    ]), False
+    ]), False, None
+
+
+def _launching_test(session, item, err) -> Optional[str]:
+    """With watch(): the node id of the earlier test whose function is on the
+    recorded stack of the faulting launch (the fault launched there surfaced in
+    `item`), or None (this test's own launch, or not known)."""
+    stack = getattr(err, "launch_stack", None)
+    if session is None or getattr(err, "mechanism", None) != "watch" or not stack:
+        return None
+    frames = {(os.path.realpath(f.filename), f.name) for f in stack}
+
+    def runs(it):
+        code = getattr(getattr(it, "obj", None), "__code__", None)
+        return code is not None and (os.path.realpath(code.co_filename), code.co_name) in frames
+
+    if runs(item):
+        return None
+    items = session.items
+    earlier = items[:items.index(item)] if item in items else []
+    return next((it.nodeid for it in reversed(earlier) if runs(it)), None)
 
 
 class CudaDebugPlugin:
@@ -423,7 +459,7 @@ class CudaDebugPlugin:
             return                          # the common case: nothing happened
         tb = call.excinfo.tb if call.excinfo is not None else None
         may_probe = (rep.failed or hasattr(rep, "wasxfail")) and self.poisoner is None
-        text, located = _report_text(item, exc, tb, may_probe=may_probe)
+        text, located, err = _report_text(item, exc, tb, may_probe=may_probe)
         if text is None:
             if not (rep.failed and self.poisoner is not None and _cudaish(exc)):
                 return
@@ -432,8 +468,12 @@ class CudaDebugPlugin:
         item.stash[_SEEN] = True
         culprit = self.poisoner
         if culprit is None:
-            culprit = self.poisoner = _Culprit(item.nodeid, text, _outcome(rep), self.worker)
+            blame = _launching_test(self.session, item, err) if located else SURFACED
+            culprit = self.poisoner = _Culprit(item.nodeid, text, _outcome(rep), self.worker,
+                                               blame=blame)
             rep.user_properties.append((PROPERTY, text))
+            if blame:
+                rep.user_properties.append((PROPERTY_BLAME, blame))
         else:
             rep.user_properties.append((PROPERTY_DEAD, "%s\n  (the CUDA context was already "
                                         "dead: %s poisoned it)" % (
@@ -448,17 +488,26 @@ class CudaDebugPlugin:
         if text is not None and not isinstance(exc, StickyCudaError):
             lines.append(text)              # the traceback above does not show it
         if culprit.nodeid != item.nodeid:
-            lines.append("The CUDA context of this process was already dead: %s poisoned it:"
-                         % culprit.nodeid)
+            lines.append("The CUDA context of this process was already dead: %s:" % (
+                "it died in %s" % culprit.nodeid if culprit.blame == SURFACED else
+                "%s poisoned it" % (culprit.blame or culprit.nodeid)))
             lines.append(_indent(culprit.report))
-        elif located:
+        elif culprit.blame == SURFACED:
+            # No watch: which test launched the kernel is not known (kernels run
+            # asynchronously). Say where it surfaced, and how to name the launch.
+            lines.append("The CUDA context of this process died during this test: every later "
+                         "CUDA call in it fails. The fault surfaced in this test; an earlier "
+                         "test may have launched the faulting kernel%s. To name the test, the "
+                         "kernel and the line that launched it, run with %s." % (
+                             " (the previous one was %s)" % self.previous if self.previous
+                             else "", WATCH_OPTION))
+        elif culprit.blame:
+            lines.append("The fault surfaced in this test; %s launched the faulting kernel "
+                         "(watch() recorded the launch, above): every later CUDA call in this "
+                         "process fails." % culprit.blame)
+        else:
             lines.append("This test poisoned the CUDA context of this process: every later "
                          "CUDA call in it fails.")
-        else:
-            lines.append("The CUDA context of this process died during this test: every later "
-                         "CUDA call in it fails. (The faulting kernel may have been launched "
-                         "by an earlier test%s.)" % (
-                             ": the previous one was %s" % self.previous if self.previous else ""))
         if self.worker is not None:
             lines.append("pytest-xdist worker %s exits after this test; a fresh worker runs "
                          "the rest." % self.worker)
@@ -468,8 +517,18 @@ class CudaDebugPlugin:
             self.stopped_at = item.nodeid
             lines.append("pytest stops here: %s not run." % _plural(self.not_run))
             kind = culprit.report.splitlines()[0].split(":")[0]
-            self.session.shouldfail = "cuda_debug: %s poisoned the CUDA context (%s): " \
-                "stopping, %s not run" % (culprit.nodeid, kind, _plural(self.not_run))
+            if culprit.blame == SURFACED:
+                self.session.shouldfail = "cuda_debug: the CUDA context died in %s (%s; it " \
+                    "surfaced there, an earlier test may have launched the kernel: %s names " \
+                    "it): stopping, %s not run" % (culprit.nodeid, kind, WATCH_OPTION,
+                                                   _plural(self.not_run))
+            elif culprit.blame:
+                self.session.shouldfail = "cuda_debug: %s poisoned the CUDA context (%s, " \
+                    "surfaced in %s): stopping, %s not run" % (
+                        culprit.blame, kind, culprit.nodeid, _plural(self.not_run))
+            else:
+                self.session.shouldfail = "cuda_debug: %s poisoned the CUDA context (%s): " \
+                    "stopping, %s not run" % (culprit.nodeid, kind, _plural(self.not_run))
         rep.sections.append((SECTION, "\n".join(lines)))
 
     @pytest.hookimpl(trylast=True)
@@ -486,7 +545,9 @@ class CudaDebugPlugin:
     # -- reports: the controller side (and the single process) ----------------------------
 
     def pytest_runtest_logreport(self, report):
-        for key, value in getattr(report, "user_properties", None) or ():
+        props = getattr(report, "user_properties", None) or ()
+        blame = next((v for k, v in props if k == PROPERTY_BLAME), None)
+        for key, value in props:
             if key == PROPERTY_NOTE and value not in self.notes:
                 self.notes.append(value)
             if key in (PROPERTY, PROPERTY_DEAD) and \
@@ -494,7 +555,8 @@ class CudaDebugPlugin:
                 node = getattr(report, "node", None)
                 worker = getattr(getattr(node, "gateway", None), "id", None) or self.worker
                 self.culprits.append(_Culprit(report.nodeid, value, _outcome(report), worker,
-                                              consequence=key == PROPERTY_DEAD))
+                                              consequence=key == PROPERTY_DEAD,
+                                              blame=blame if key == PROPERTY else None))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem, report, sched):
@@ -518,6 +580,8 @@ class CudaDebugPlugin:
             where = " (xdist worker %s)" % c.worker if controller and c.worker else ""
             if c.consequence:
                 tr.write_line("%s%s failed on the dead CUDA context:" % (c.nodeid, where))
+            elif c.blamed():
+                tr.write_line("%s%s %s: %s:" % (c.nodeid, where, c.outcome, c.blamed()))
             else:
                 tr.write_line("%s%s %s the CUDA context:" % (
                     c.nodeid, where, "failed: it poisoned" if c.outcome == "failed"

@@ -394,3 +394,39 @@ def test_cupti_is_never_called_before_the_driver_initialised(fake_child):
     assert r["init"]["code"] == 100 and r["cupti"] is True
     assert r["version"] is None and r["text"] is None
     assert r["entered"] == "gpu"
+
+
+def test_a_block_entered_without_a_reference_stays_open_until_exited(fake_child):
+    """Issue 25 item 6: ``cuda_debug.watch().__enter__()`` (the notebook idiom
+    of ``torch.no_grad().__enter__()``) kept no reference, so the scope handle
+    was freed, and the watch closed, on the same line: is_watching() was False
+    on the next. The same for launch_blocking() (guard()'s entry lived on in
+    its thread's stack already). Each stays open until exited: through the
+    object __enter__ returned, or at the end of the process."""
+    c = fake_child('''
+        import gc
+        import cuda_debug
+        L = (1, 1, 1, 32, 1, 1)
+        out = {}
+        cuda_debug.watch().__enter__()
+        gc.collect()
+        out["watching"] = cuda_debug.is_watching()
+        fake.fake_launch(b"recorded_while_watching", 0, *L)
+        out["recorded"] = cuda_debug._core.stats()["watched"]
+        cuda_debug.launch_blocking().__enter__()
+        gc.collect()
+        out["blocking"] = cuda_debug.is_launch_blocking()
+        g = cuda_debug.guard().__enter__()
+        gc.collect()
+        out["guarding"] = cuda_debug.is_guarding()
+        g.__exit__(None, None, None)
+        w = cuda_debug.watch()
+        held = w.__enter__()
+        del w
+        gc.collect()
+        held.__exit__(None, None, None)
+        out["after_one_exit"] = cuda_debug._core.stats()["watching"]
+        report(out)
+    ''')
+    assert c.result == {"watching": True, "recorded": 1, "blocking": True, "guarding": True,
+                        "after_one_exit": 1}, c

@@ -436,3 +436,74 @@ def test_kernel_name_of_a_module_reloaded_at_the_same_address(fake_child):
     assert c.result is not None, c
     assert c.result == ["kernel_with_a_long_common_prefix_" + "A" * 20,
                         "kernel_with_a_long_common_prefix_" + "B" * 20], c.result
+
+
+# -- file names (issue 25 item 8) ---------------------------------------------------------
+
+NAMED_FILE = '''
+import os, re, cuda_debug
+import cuda_debug.testing as t
+fake.fake_set_kernel(b"named_file_kernel", 710, -1, b"cond", -1, 0)
+name = sys.argv[1] if sys.argv[1:] else None
+
+def run_in(filename):
+    """A launch from a function whose code says it is in `filename`."""
+    g = {"fake": fake}
+    exec(compile("def launch():\\n    fake.fake_launch(b'named_file_kernel', 0, 1, 1, 1, 32, 1, 1)\\n",
+                 filename, "exec"), g)
+    try:
+        with cuda_debug.launch_blocking():
+            g["launch"]()
+    except cuda_debug.DeviceAssertError as e:
+        return e
+'''
+
+
+@pytest.mark.parametrize("case", ["long", "latin1", "both"])
+def test_file_names_are_kept_as_python_spells_them(fake_child, tmp_path, case):
+    """A path of 1,500 bytes (a real file: PATH_MAX is 4,096) and a non-UTF-8
+    name (os.fsdecode: b'caf\\xe9' is 'caf\\udce9'): before, the name was cut to
+    1,020 characters, silently, and the undecodable bytes became U+FFFD, in
+    the fd-2 block and in .filename. Now .filename is the name Python has
+    (the code object's co_filename) and the block holds every byte (an
+    undecodable one escaped, \\xe9)."""
+    folder = bytes(tmp_path).rstrip(b"/")
+    if case in ("long", "both"):
+        for i in range(8):
+            folder += b"/" + (b"d%d_" % i) + b"x" * 180
+    os.makedirs(folder, exist_ok=True)
+    leaf = b"caf\xe9.py" if case in ("latin1", "both") else b"cafe.py"
+    path = folder + b"/" + leaf
+    with open(path, "wb") as f:
+        f.write(b"")
+    c = run(fake_child, NAMED_FILE + '''
+e = run_in(os.fsdecode(os.fsencode(name)))
+report(dict(filename=os.fsencode(e.filename).hex(), lineno=e.lineno,
+            stack=[os.fsencode(f.filename).hex() for f in e.launch_stack]))
+''', args=[os.fsdecode(path)])
+    r = c.result
+    assert r is not None, c
+    assert bytes.fromhex(r["filename"]) == path, (len(bytes.fromhex(r["filename"])), len(path))
+    assert r["lineno"] == 2, r
+    shown = path.decode("utf-8", "backslashreplace")      # \xe9, as the block escapes it
+    block = c.stderr[c.stderr.index("cuda_debug: device-side assert"):]
+    assert "launched at %s:2 in launch" % shown in block, (shown[-80:], block[:3000])
+
+
+def test_a_file_name_longer_than_kept_is_cut_visibly(fake_child):
+    """A code object's file name of 6,000 bytes (no file system has it; exec of
+    compile(src, name)): kept as its start, "...", and its end (the file name),
+    4,095 bytes at most, in .filename and in the fd-2 block; never cut
+    silently."""
+    c = run(fake_child, NAMED_FILE + '''
+long_name = "/start_of_the_path/" + "p" * 6000 + "/end_of_the_path.py"
+e = run_in(long_name)
+report(dict(filename=e.filename, n=len(long_name)))
+''')
+    r = c.result
+    assert r is not None, c
+    f = r["filename"]
+    assert f.startswith("/start_of_the_path/ppp") and f.endswith("ppp/end_of_the_path.py"), f[:40]
+    assert "p...p" in f and len(f.encode()) <= 4095 < r["n"], len(f)
+    block = c.stderr[c.stderr.index("cuda_debug: device-side assert"):]
+    assert "launched at " + f + ":2 in launch" in block, block[:300]

@@ -84,6 +84,110 @@ def test_two_threads_faulting_at_once_each_get_their_own_report(fake_child):
     assert "a_cond_only_in_A" in c.stderr and "b_cond_only_in_B" in c.stderr
 
 
+# PyTorch's kernels, as the H200 names them: the index kernel runs a lambda (its
+# closure type, "EUl...E_", is in the name) whose assert prints "operator()";
+# x * 2 runs a functor (no closure).
+INDEX_KERNEL = (b"_ZN2at6native24index_elementwise_kernelILi128ELi4EZNS0_16gpu_index_kernelIZNS0_"
+                b"17index_kernel_implINS0_10OpaqueTypeILi4EEEEEvRNS_18TensorIteratorBaseEN3c108"
+                b"ArrayRefIlEES9_EUlPcPKclE_EEvS6_S9_S9_RKT_bEUliE_EEvlT1_")
+MUL_KERNEL = (b"_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_13BinaryFunctorIfffNS0_15"
+              b"binary_internal10MulFunctorIfEEEESt5arrayIPcLm3EEEEviT0_T1_")
+INDEX_ASSERT = b'-sizes[i] <= index && index < sizes[i] && "index out of bounds"'
+
+
+def test_a_thread_that_meets_another_threads_fault_names_that_fault(fake_child):
+    """Issue 25 item 4 (3 of 3 on the H200, a regression of 3074885): thread A
+    in launch_blocking() runs PyTorch's index kernel, which asserts
+    ("IndexKernel.cu:111: operator(): ... index out of bounds", printed by the
+    driver's own thread); thread B, in its own launch_blocking(), runs x * 2,
+    whose wait finds the context dead. B's exception named B's own
+    MulFunctor kernel with A's assert text. The kernel the text belongs to is
+    the cause: B's report names A's kernel and A's line, and says where B met
+    it; B's fd-2 line is a consequence naming A's kernel."""
+    c = run(fake_child, '''
+        import threading
+        import cuda_debug
+        INDEX, MUL = %r, %r
+        fake.fake_set_async(1)
+        fake.fake_set_print_thread(1)
+        fake.fake_set_kernel(INDEX, 710, -1, %r, -1, 100000)
+        fake.fake_set_assert_site(INDEX, b"/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu",
+                                  111, b"operator()")
+        fake.fake_set_kernel(MUL, 0, 0, None, 0, 300000)    # in flight when A's dies
+        barrier = threading.Barrier(2)
+        results = {}
+
+        def worker(name, kernel):
+            s = fake.fake_stream_create()
+            try:
+                with cuda_debug.launch_blocking():
+                    barrier.wait()
+                    if name == "A":
+                        fake.fake_launch(kernel, s, 1, 1, 1, 128, 1, 1)    # LAUNCH_A
+                    else:
+                        fake.fake_launch(kernel, s, 1, 1, 1, 128, 1, 1)    # LAUNCH_B
+                results[name] = None
+            except BaseException as e:
+                results[name] = dict(cls=type(e).__name__, text=str(e),
+                                     kernel=getattr(e, "kernel_mangled", None),
+                                     msg=getattr(e, "device_message", None),
+                                     lineno=getattr(e, "lineno", None),
+                                     met_by=getattr(e, "met_by", None),
+                                     tid=threading.get_native_id())
+
+        ts = [threading.Thread(target=worker, args=a) for a in (("A", INDEX), ("B", MUL))]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        report(results)
+    ''' % (INDEX_KERNEL, MUL_KERNEL, INDEX_ASSERT))
+    r = c.result
+    assert r is not None, c
+    a, b = r["A"], r["B"]
+    for got in (a, b):
+        assert got["cls"] == "DeviceAssertError", (got, c.stderr)
+        assert got["kernel"] == INDEX_KERNEL.decode(), got          # A's kernel, both
+        assert got["lineno"] == c.line_of("# LAUNCH_A"), got         # A's line, both
+        assert "index out of bounds" in (got["msg"] or ""), got
+        assert "MulFunctor" not in got["text"].splitlines()[0], got["text"]
+    assert a["met_by"] is None, a
+    assert "(tid %d) at its wait after the launch of vectorized_elementwise_kernel" % b["tid"] \
+        in (b["met_by"] or ""), b
+    assert "user_script.py:%d" % c.line_of("# LAUNCH_B") in b["met_by"], b
+    assert "  met by thread" in b["text"], b["text"]
+    # fd 2: A's block names A's kernel; B's line is a consequence naming it too
+    assert "cuda_debug: device-side assert (CUDA_ERROR_ASSERT) in index_elementwise_kernel" \
+        in c.stderr, c.stderr
+    assert "CUDA_ERROR_ASSERT) in vectorized_elementwise_kernel" not in c.stderr, c.stderr
+    assert re.search(r"a wait after vectorized_elementwise_kernel<4, .*> failed because the CUDA "
+                     r"context was already dead \(thread tid %d\): it met the fault of "
+                     r"index_elementwise_kernel<.*> \(thread tid %d\)" % (b["tid"], a["tid"]),
+                     c.stderr), c.stderr
+
+
+def test_an_operator_assert_alone_is_its_kernels_own(fake_child):
+    """An "operator()" assert line that the kernel's name does not fit (a
+    functor's operator(), no closure type) in a thread of its own: no other
+    thread's fault comes, so the text is this kernel's, reported in full."""
+    c = run(fake_child, '''
+        import cuda_debug
+        fake.fake_set_print_thread(1)
+        fake.fake_set_kernel(%r, 710, -1, b"functor_cond", -1, 0)
+        fake.fake_set_assert_site(%r, b"Functor.cu", 9, b"operator()")
+        try:
+            with cuda_debug.launch_blocking():
+                fake.fake_launch(%r, 0, 1, 1, 1, 32, 1, 1)    # LAUNCH
+        except cuda_debug.DeviceAssertError as e:
+            report(dict(kernel=e.kernel_mangled, msg=e.device_message, lineno=e.lineno,
+                        met_by=e.met_by))
+    ''' % (MUL_KERNEL, MUL_KERNEL, MUL_KERNEL))
+    r = c.result
+    assert r is not None, c
+    assert r["kernel"] == MUL_KERNEL.decode() and r["lineno"] == c.line_of("# LAUNCH"), r
+    assert "functor_cond" in (r["msg"] or "") and r["met_by"] is None, r
+    assert "already dead" not in c.stderr, c.stderr
+    assert "CUDA_ERROR_ASSERT) in vectorized_elementwise_kernel" in c.stderr, c.stderr
+
+
 def test_thread_name_cut_inside_a_utf8_character(fake_child):
     """The OS thread name is 15 bytes: "worker" + 4 x "é" + the first byte of
     a fifth one. The report still comes (no UnicodeDecodeError)."""

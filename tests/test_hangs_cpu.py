@@ -280,6 +280,10 @@ def test_run_hang_after(fake_child, tmp_path):
     (["--hang-after"], "--hang-after takes a number of seconds > 0"),
     (["--hang-after", "soon"], "--hang-after takes a number of seconds > 0"),
     (["--hang-after", "-3"], "--hang-after takes a number of seconds > 0"),
+    (["--hang-after", "1e-12"], "--hang-after 1e-12: 1e-12 s is below 0.1 s, the shortest the "
+                                "hang watcher honours (it looks at the launches every 50 ms at "
+                                "the shortest); 0 turns it off"),
+    (["--hang-after", "0.05"], "--hang-after 0.05: 0.05 s is below 0.1 s"),
     (["--hang-after", "5", "--no-watch"], "--hang-after goes with watching (not with --no-watch)"),
     (["--launch-blocking", "--hang-after", "5"], "(not with --launch-blocking)"),
 ])
@@ -358,3 +362,38 @@ def test_more_streams_than_the_report_holds_are_counted(fake_child):
     assert c.stderr.count("  k on stream 0x") == 32, c.stderr
     assert "  and 32 more streams\n" in c.stderr, c.stderr
     assert "  and 6 unfinished launches on streams beyond the 64 followed\n" in c.stderr, c.stderr
+
+
+@pytest.mark.parametrize("value", [1e-12, 1e-9, 0.01, 0.0999])
+def test_a_hang_after_shorter_than_the_watcher_honours_is_refused(value):
+    """Issue 25 item 7: watch(hang_after=1e-12) was accepted and rounded to
+    0 ns, which means off: silently no hang report. Below 0.1 s (two of the
+    watcher's shortest steps) it is refused, saying why; 0.1 is taken."""
+    import cuda_debug
+    with pytest.raises(ValueError) as e:
+        cuda_debug.watch(hang_after=value)
+    assert str(e.value) == ("watch(hang_after=%r): %g s is below 0.1 s, the shortest the hang "
+                            "watcher honours (it looks at the launches every 50 ms at the "
+                            "shortest); 0 turns it off" % (value, value)), e.value
+    assert cuda_debug.watch(hang_after=0.1).hang_after == 0.1
+
+
+def test_the_shortest_hang_after_is_two_of_the_watchers_steps():
+    from cuda_debug import _core, _options
+    assert _options.HANG_AFTER_MIN == 2 * _core.HANG_STEP_MIN_NS / 1e9
+    with pytest.raises(ValueError):             # C: never 0 (off) by rounding
+        _core.set_hang_after(1e-12)
+
+
+def test_a_hang_after_too_short_in_the_environment_is_refused(fake_child):
+    c = fake_child('''
+        import warnings
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            import cuda_debug._options as o
+        report(dict(value=o.OPTIONS.hang_after, warned=[str(x.message) for x in w]))
+    ''', env={"CUDA_DEBUG_HANG_AFTER": "1e-12"})
+    assert c.result["value"] is None, c
+    assert "cuda_debug: CUDA_DEBUG_HANG_AFTER='1e-12' refused: 1e-12 s is below 0.1 s, the " \
+           "shortest the hang watcher honours (it looks at the launches every 50 ms at the " \
+           "shortest); 0 turns it off; the hang report is off" in c.result["warned"], c

@@ -59,6 +59,9 @@ FAKE_IMPORT = "import sys; sys.path.insert(0, %r)\nfrom fake_cuda.child import f
 
 # The summary's line for a failed poisoner: its report is shown once, in the failure.
 ONCE = "  (its report is in the failure above)"
+# The summary's line for a test where a fault surfaced that cuda_debug did not see launched.
+SURFACED_LINE = "%s failed: the CUDA context died in it (the fault surfaced here; an earlier " \
+                "test may have launched the kernel: --cuda-watch names it):"
 
 
 def run(pytester, *args, timeout=120):
@@ -489,13 +492,79 @@ def fault():
         "*run with --cuda-watch (kernels stay asynchronous) or the test inside "
         "cuda_debug.launch_blocking() (--cuda-launch-blocking, "
         "@pytest.mark.cuda_launch_blocking or the cuda_launch_blocking fixture).",
-        "The CUDA context of this process died during this test*the previous one was "
-        "test_five.py::test_1.)",
+        "The CUDA context of this process died during this test: every later CUDA call in it "
+        "fails. The fault surfaced in this test; an earlier test may have launched the faulting "
+        "kernel (the previous one was test_five.py::test_1). To name the test, the kernel and "
+        "the line that launched it, run with --cuda-watch.",
         "pytest stops here: 3 tests not run.",
     ])
-    result.stdout.fnmatch_lines(["test_five.py::test_2 failed: it poisoned the CUDA context:",
-                                 "  RuntimeError: *" + ONCE])
+    result.stdout.fnmatch_lines([SURFACED_LINE % "test_five.py::test_2", "  RuntimeError: *" + ONCE])
     assert out(result).count("a sticky CUDA error.") == 1, out(result)
+
+
+# test_c launches a kernel that faults asynchronously and passes; test_d's next
+# CUDA call meets the dead context (the framework raises its words, as torch does).
+SURFACES_LATER = FAKE_IMPORT + '''
+import cuda_debug.testing as t
+
+def test_b(): pass
+
+def test_c():
+    t.device_assert()                  # LAUNCHED_IN_C: returns at once, faults on the device
+
+def test_d():
+    fake.fake_ctx_sync()
+    raise RuntimeError("CUDA error: device-side assert triggered")
+
+def test_e(): pass
+'''
+
+
+def test_a_fault_that_surfaces_later_is_not_blamed_on_the_test_it_surfaced_in(fake_inner):
+    """Issue 25 item 5: plain pytest (no option): test_c launches a bad kernel
+    asynchronously and passes, test_d meets the dead context. The plugin said
+    "test_d poisoned the CUDA context"; without watch it cannot know which test
+    launched the kernel. Now it says the fault surfaced in test_d, that an
+    earlier test may have launched it, and that --cuda-watch names it."""
+    fake_inner.makepyfile(test_t=SURFACES_LATER)
+    result = run(fake_inner)
+    result.assert_outcomes(passed=2, failed=1)
+    text = without_pytest_summary(out(result))
+    assert "poisoned" not in text, text
+    result.stdout.fnmatch_lines([
+        "*The fault surfaced in this test; an earlier test may have launched the faulting "
+        "kernel (the previous one was test_t.py::test_c). To name the test, the kernel and the "
+        "line that launched it, run with --cuda-watch.",
+        "pytest stops here: 1 test not run.",
+    ])
+    result.stdout.fnmatch_lines([SURFACED_LINE % "test_t.py::test_d"])
+    result.stdout.fnmatch_lines(["*cuda_debug: the CUDA context died in test_t.py::test_d "
+                                 "(RuntimeError; it surfaced there, an earlier test may have "
+                                 "launched the kernel: --cuda-watch names it): stopping, 1 test "
+                                 "not run*"])
+
+
+def test_with_watch_a_fault_that_surfaces_later_names_the_test_that_launched_it(fake_inner):
+    """The same suite with --cuda-watch: watch() recorded the launch in test_c,
+    so the plugin names test_c as the poisoner, the fault surfacing in test_d."""
+    fake_inner.makepyfile(test_t=SURFACES_LATER)
+    result = run(fake_inner, "--cuda-watch")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "DeviceAssertError: device-side assert in check_index<int>",
+        "  launched at *test_t.py:%d in test_c:  t.device_assert()*"
+        % line_of(SURFACES_LATER, "# LAUNCHED_IN_C"),
+    ])
+    result.stdout.fnmatch_lines([
+        "*The fault surfaced in this test; test_t.py::test_c launched the faulting kernel "
+        "(watch() recorded the launch, above): every later CUDA call in this process fails.",
+    ])
+    result.stdout.fnmatch_lines([
+        "test_t.py::test_d failed: the CUDA context died in it, poisoned by test_t.py::test_c "
+        "(watch() recorded that test's launch of the faulting kernel):",
+    ])
+    result.stdout.fnmatch_lines(["*cuda_debug: test_t.py::test_c poisoned the CUDA context "
+                                 "(*, surfaced in test_t.py::test_d): stopping, 1 test not run*"])
 
 
 def test_xfail_on_a_dead_context_is_named_from_the_driver(fake_inner):
@@ -514,7 +583,7 @@ def test_3(): pass
 ''')
     result = run(fake_inner)
     result.assert_outcomes(passed=2, xfailed=1)
-    result.stdout.fnmatch_lines(["test_*::test_2 xfailed, but poisoned the CUDA context:",
+    result.stdout.fnmatch_lines([(SURFACED_LINE % "test_*::test_2").replace(" failed:", " xfailed:"),
                                  "  RuntimeError: CUDA error: device-side assert triggered",
                                  "    CUDA_ERROR_ASSERT (*): a sticky CUDA error."])
 
@@ -779,6 +848,58 @@ def test_gpu_torch_device_assert_without_a_scope(inner):
     ])
     result.stdout.fnmatch_lines(["pytest stopped after test_torch.py::test_2: 1 test not run*"])
     assert out(result).count("a sticky CUDA error.") == 1, out(result)     # said once
+
+
+# test_c launches an out-of-range index and passes (nothing synchronises in it);
+# test_d's synchronize meets the dead context (issue 25 item 5).
+_TORCH_SURFACES_LATER = '''
+import torch
+
+def test_b():
+    torch.ones(2, device="cuda").sum().item()
+
+def test_c():
+    x = torch.zeros(4, device="cuda")
+    i = torch.tensor([10], device="cuda")
+    y = x[i]  # LAUNCHED_IN_C
+
+def test_d():
+    torch.cuda.synchronize()
+
+def test_e():
+    torch.ones(2, device="cuda").sum().item()
+'''
+
+
+@pytest.mark.gpu
+def test_gpu_torch_fault_surfacing_in_a_later_test_is_not_blamed_on_it(inner):
+    pytest.importorskip("torch")
+    inner.makepyfile(test_torch=_TORCH_SURFACES_LATER)
+    result = run(inner)
+    result.assert_outcomes(passed=2, failed=1)
+    assert "poisoned" not in without_pytest_summary(out(result)), out(result)
+    result.stdout.fnmatch_lines([
+        "*The fault surfaced in this test; an earlier test may have launched the faulting "
+        "kernel (the previous one was test_torch.py::test_c). To name the test, the kernel and "
+        "the line that launched it, run with --cuda-watch.",
+    ])
+    result.stdout.fnmatch_lines([SURFACED_LINE % "test_torch.py::test_d"])
+
+
+@pytest.mark.gpu
+def test_gpu_torch_fault_surfacing_later_with_watch_names_the_launching_test(inner):
+    pytest.importorskip("torch")
+    inner.makepyfile(test_torch=_TORCH_SURFACES_LATER)
+    result = run(inner, "--cuda-watch")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "  launched at *test_torch.py:%d in test_c:  y = x[[]i]*"
+        % line_of(_TORCH_SURFACES_LATER, "# LAUNCHED_IN_C"),
+    ])
+    result.stdout.fnmatch_lines([
+        "test_torch.py::test_d failed: the CUDA context died in it, poisoned by "
+        "test_torch.py::test_c (watch() recorded that test's launch of the faulting kernel):",
+    ])
 
 
 # -- recognising a framework's sticky error (cuda_debug._sticky), in process -------------------

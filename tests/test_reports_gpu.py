@@ -113,6 +113,54 @@ report(out)
     assert "check_index" in (h["kernel"] or ""), h
 
 
+def test_a_thread_meeting_another_threads_index_assert_names_that_kernel(child):
+    """Issue 25 item 4 (3 of 3 before): thread A in launch_blocking() indexes
+    out of range (PyTorch's index kernel: its assert prints "operator()");
+    thread B, in its own launch_blocking(), runs x * 2 until its wait finds
+    the context dead. B's report names A's index kernel and A's line and says
+    where B met it, never B's MulFunctor kernel with A's text."""
+    needs("torch")
+    c = child(CATCH + """
+import threading, torch
+out = {}
+go = threading.Event()
+x = torch.zeros(1 << 20, device="cuda")
+i = torch.tensor([1 << 22], device="cuda")
+y = torch.ones(1 << 24, device="cuda")
+torch.cuda.synchronize()
+def faulty():
+    try:
+        with cuda_debug.launch_blocking():
+            go.wait()
+            x[i]  # LAUNCH_A
+    except BaseException as e:
+        out["A"] = describe(e) if isinstance(e, cuda_debug.CudaError) else repr(e)
+def healthy():
+    try:
+        with cuda_debug.launch_blocking():
+            go.set()
+            for _ in range(20000):
+                y * 2  # LAUNCH_B
+    except BaseException as e:
+        out["B"] = dict(describe(e), met_by=e.met_by) if isinstance(e, cuda_debug.CudaError) \
+            else repr(e)
+a, b = threading.Thread(target=faulty), threading.Thread(target=healthy)
+a.start(); b.start(); a.join(); b.join()
+report(out)
+""")
+    r = c.result
+    assert r is not None, c
+    a, b = r.get("A"), r.get("B")
+    assert isinstance(a, dict) and a["cls"] == "DeviceAssertError", r
+    assert "index" in a["kernel"] and a["lineno"] == c.line_of("# LAUNCH_A"), a
+    assert isinstance(b, dict) and b["cls"] == "DeviceAssertError", r
+    assert "MulFunctor" not in (b["kernel"] or ""), b
+    assert b["kernel"] == a["kernel"] and b["lineno"] == c.line_of("# LAUNCH_A"), b
+    assert "index out of bounds" in (b["device_message"] or ""), b
+    assert "user_script.py:%d" % c.line_of("# LAUNCH_B") in (b["met_by"] or ""), b
+    print(b["text"])                  # the two-thread report, for the lead's note
+
+
 def test_thread_name_cut_inside_utf8(child):
     c = child(CATCH + """
 import ctypes, threading

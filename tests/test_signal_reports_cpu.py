@@ -120,3 +120,39 @@ def test_a_sigterm_during_the_sigabrt_report_does_not_cut_it(fake_live):
         assert rc == -signal.SIGABRT, live
         assert "cuda_debug (watch): SIGABRT while watching" in err, err[-3000:]
         assert "launched at %s:%d" % (live.script, live.line_of("# LAUNCH")) in err, err[-3000:]
+
+
+def test_a_sigabrt_on_another_thread_while_the_watch_block_is_written_still_leaves_it(
+        fake_child, tmp_path):
+    """Issue 25 item 9(a): the watch block written at the fault (here: the
+    driver logs the sticky error during a synchronize) claims the report, then
+    builds and writes it. A SIGABRT on another thread in between (NCCL's
+    watchdog) found the report claimed, wrote nothing, and the process died
+    with no report at all. The test pauses the writer there (_core.
+    _test_report_pause) and aborts from another thread meanwhile: the block
+    (and torchrun's error file) must still come out."""
+    err_file = tmp_path / "error.json"
+    c = fake_child('''
+        import os, signal, threading, time
+        import cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core
+
+        def watchdog():                      # NCCL's: aborts while the block is written
+            time.sleep(0.3)
+            signal.pthread_kill(threading.get_ident(), signal.SIGABRT)
+
+        _core._test_report_pause(1.0)
+        with cuda_debug.watch():
+            t.device_assert()                # FAULT (found by the synchronize below)
+            threading.Thread(target=watchdog).start()
+            fake.fake_ctx_sync()
+            time.sleep(5)
+        print("NOT ABORTED", flush=True)
+    ''', env={"TORCHELASTIC_ERROR_FILE": str(err_file)})
+    assert c.returncode == -signal.SIGABRT, c
+    block = c.stderr[c.stderr.index("cuda_debug (watch): device-side assert"):] \
+        if "cuda_debug (watch): device-side assert" in c.stderr else ""
+    assert "culprit: check_index" in block, c.stderr
+    assert "user_script.py:%d" % c.line_of("# FAULT") in block, c.stderr
+    msg = json.loads(err_file.read_text())["message"]
+    assert msg["message"].startswith("device-side assert"), msg

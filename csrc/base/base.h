@@ -166,6 +166,19 @@ static inline const char *cd_nccl_kernel(const char *sym)
     return sym[0] == 'n' && sym[1] == 'c' && sym[2] == 'c' && sym[3] == 'l' ? sym : NULL;
 }
 
+/* ------------------------------------------------------------ fork -- */
+
+/* Each file that keeps a lock or per-process state has one cd_<file>_fork(op):
+ *   CD_FORK_CHILD      in a forked child (pthread_atfork's child handler, the
+ *                      child's one thread, before anything else runs): its
+ *                      locks free again, whatever a thread of the parent held
+ *                      at the fork, and its state the child's (nothing of the
+ *                      parent's launches, faults or scopes; hooks/after_fork.c
+ *                      defines the child's state and calls them all, bottom up);
+ *   CD_FORK_TEST_TAKE  tests: take its locks (and hold them: a thread of the
+ *   CD_FORK_TEST_GIVE  parent in the middle of them), then give them back. */
+enum { CD_FORK_CHILD = 0, CD_FORK_TEST_TAKE = 1, CD_FORK_TEST_GIVE = 2 };
+
 /* -------------------------------------------------------- contexts.c -- */
 
 /* The primary context of device `ordinal` (retained once per device for the
@@ -178,6 +191,7 @@ int cd_device_context(int ordinal, CUcontext *ctx);
 int cd_sync_current_or_active(void);
 /* cuCtxSynchronize of one device's primary context (pushed, then popped). */
 int cd_sync_device(int ordinal);
+void cd_contexts_fork(int op);
 
 /* ----------------------------------------------------------- state.c -- */
 
@@ -236,9 +250,15 @@ typedef struct {
     atomic_uint_fast64_t ns_marker;      /* with profile: of which in cuStreamWriteValue32 */
     atomic_int watch_alloc_rc;           /* last failed completion-slot allocation */
     atomic_int watch_write_rc;           /* last failed cuStreamWriteValue32 */
+    int inherited;                       /* a forked child: `subscriber` is the parent's
+                                            (never unsubscribed here; under sub_lock) */
 } cd_state_t;
 
 extern cd_state_t cd_state;
+/* The child's state: no scope, no watch, sub_lock free; a subscription the
+ * parent held stays (CUPTI's copy in the child has it) but is never given back
+ * from the child (hands no CUPTI call to a forked CUDA). */
+void cd_state_fork(int op);
 
 /* --------------------------------------------------- launch_params.c -- */
 
@@ -272,6 +292,7 @@ int cd_cupti_hand_over(void);
 uint32_t cd_intern(const char *s, size_t n);
 const char *cd_interned(uint32_t id);
 size_t cd_intern_used(void);
+void cd_intern_fork(int op);
 /* A kernel's name by CUPTI's symbolName pointer: lock-free lookup, copied
  * (and its short name computed) on first sight. 0 for NULL/"" or full. */
 uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id);

@@ -94,6 +94,23 @@ const char *cd_interned(uint32_t id)
 
 size_t cd_intern_used(void) { return arena_used; }
 
+/* A parent's thread inside an insert at the fork: its half-written entry has
+ * no id yet, so nothing reads it; the child may reuse the slot. */
+void cd_intern_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        atomic_flag_clear(&lock);
+        break;
+    case CD_FORK_TEST_TAKE:
+        lock_take();
+        break;
+    case CD_FORK_TEST_GIVE:
+        lock_give();
+        break;
+    }
+}
+
 /* ------------------------------------------------------------ kernels -- */
 
 /* CUPTI's symbolName points into the driver's copy of the module, stable

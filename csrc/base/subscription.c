@@ -85,7 +85,7 @@ int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size
 int cd_cupti_hand_over(void)
 {
     pthread_mutex_lock(&cd_state.sub_lock);
-    int had = cd_state.subscriber != NULL;
+    int had = cd_state.subscriber != NULL && !cd_state.inherited;
     if (had) {
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
         cd_state.subscriber = NULL;
@@ -97,7 +97,9 @@ int cd_cupti_hand_over(void)
 
 void cd_cupti_release(void)
 {
-    if (cd_state.subscriber && atomic_load(&cd_state.active) == 0 &&
+    /* A forked child keeps the subscription it inherited: CUPTI and the
+     * driver are the parent's copies there (CUDA does not survive a fork). */
+    if (cd_state.subscriber && !cd_state.inherited && atomic_load(&cd_state.active) == 0 &&
         atomic_load(&cd_state.watching) == 0) {
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
         cd_state.subscriber = NULL;

@@ -16,5 +16,7 @@ PyObject *cd_py_launch_latency(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *cd_py_gemm_types(PyObject *self, PyObject *unused);
 PyObject *cd_py_bench_release(PyObject *self, PyObject *arg);
 PyObject *cd_py_mem_info(PyObject *self, PyObject *arg);
+/* A forked child: bench_lock free (base.h: CD_FORK_*); handed to cd_fork_init. */
+void cd_bench_fork(int op);
 
 #endif

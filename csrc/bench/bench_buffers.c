@@ -35,6 +35,21 @@ pthread_mutex_t bench_lock = PTHREAD_MUTEX_INITIALIZER;
 bench_dev bench_devs[BENCH_MAX_DEVICES];
 static int devs_init;
 
+void cd_bench_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        bench_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&bench_lock);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&bench_lock);
+        break;
+    }
+}
+
 void bench_devs_init_once(void)
 {
     if (devs_init)

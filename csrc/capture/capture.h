@@ -64,6 +64,14 @@ void cd_frames_configure(const char *const *library_prefixes, int n_prefixes,
                          const char *const *user_pseudo, int n_pseudo);
 /* CD_LOC_* of a file name of n bytes (UTF-8): the one user-frame rule. */
 int cd_file_kind(const char *file, size_t n);
+/* A code location's file name, as kept: os.fsencode's bytes (UTF-8, a byte
+ * os.fsdecode escaped as U+DC80..U+DCFF that byte again, another lone
+ * surrogate U+FFFD), whole up to CD_NAME_MAX - 1 bytes (a path of PATH_MAX);
+ * a longer one cut visibly: its start, "...", its end. Function names the
+ * same, cut at 255 bytes. */
+#define CD_NAME_MAX 4096
+/* The same copy of a str (a PyObject *; compact) into out: its length. */
+size_t cd_frames_copy_name(void *str, char *out, size_t cap);
 /* CD_LOC_* of a code object (a PyCodeObject *): its file's kind, or
  * CD_LOC_COMPILED. Safe without the GIL while the code object is alive. */
 int cd_code_kind(void *code);
@@ -77,6 +85,8 @@ int cd_frames_code_watched(void);
 /* Frames are read no more (the interpreter's atexit hooks run, before it
  * frees thread states); waits, briefly, for the reads under way. */
 void cd_frames_stop(void);
+/* The child: loc_lock free, no reader of the parent's counted (base.h). */
+void cd_frames_fork(int op);
 
 /* ---------------------------------------------------- frame_readers.c -- */
 
@@ -130,6 +140,8 @@ typedef struct {
     size_t cut;            /* bytes that did not fit */
 } cd_window;
 int cd_tee_install(void);              /* once; 0 ok, -1 nothing can be captured */
+/* The child: the locks free, no window open, none of the parent's assert lines. */
+void cd_tee_fork(int op);
 /* 1 installed, 0 not yet, -1 not possible (libcuda has no `stderr` slot). */
 int cd_tee_installed(void);
 /* How many slots of the loaded object `handle` (a dlopen handle) hold the
@@ -140,11 +152,22 @@ void cd_tee_close(void);
 /* The most recent device-assert lines written by any thread (watch mode,
  * where the text comes out at whichever call finds the fault). */
 size_t cd_tee_recent_asserts(char *out, size_t cap);
-/* The ring's byte count now; then the assert lines kept since that naming
- * `kernel` (any when kernel is NULL or ""), up to cap, the rest counted in *cut. */
+/* How an assert line belongs to a kernel: it names another one (or none of
+ * the lines is an assert); its function names no kernel (a lambda's
+ * "operator()", Triton's "unknown") and this kernel's name does not fit it;
+ * it names none but fits (a kernel holding a closure type, resp. a kernel
+ * that is not C++); it names this kernel. */
+enum { CD_ASSERT_NONE = 0, CD_ASSERT_GENERIC = 1, CD_ASSERT_FITS = 2, CD_ASSERT_NAMES = 3 };
+/* The ring's byte count now; then the assert lines kept since that belong
+ * best to `kernel` (every line when kernel is NULL or ""): those of the best
+ * CD_ASSERT_* level any line has for it, none at CD_ASSERT_NONE; up to cap,
+ * the rest counted in *cut; the level in *level (when not NULL). */
 uint64_t cd_tee_assert_mark(void);
 size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t cap,
-                            size_t *cut);
+                            size_t *cut, int *level);
+/* The best CD_ASSERT_* level of the assert lines of `text` for `kernel`, and
+ * how many assert lines it holds (*asserts, when not NULL). */
+int cd_tee_text_level(const char *text, size_t n, const char *kernel, int *asserts);
 
 /* ------------------------------------------------------ watch_ring.c -- */
 
@@ -206,6 +229,10 @@ int cd_watch_get(uint64_t seq, cd_watch_record *out);
  * out[] sorted by seq; returns the count (-1: one guess in out[0]). */
 int cd_watch_incomplete(uint64_t since, uint64_t *out, int max);
 int cd_watch_context_device(int ctx_index);
+/* The child: ctx_lock free; the parent's launches are never read again
+ * (cd_watch_get refuses them: their markers would never come, the device
+ * writes the parent's memory, not the child's copy); its contexts retired. */
+void cd_watch_fork(int op);
 /* CLOCK_MONOTONIC in ns (vDSO: ~25 ns; async-signal-safe). */
 static inline uint64_t cd_clock_ns(void)
 {
@@ -296,6 +323,8 @@ typedef struct {
     int kernel_rc;                 /* the last failed marker-kernel load or launch */
 } cd_graph_counters;
 void cd_graph_stats(cd_graph_counters *out);
+/* The child: graph_lock free, this thread in no capture (base.h). */
+void cd_graph_markers_fork(int op);
 
 /* ----------------------------------------------------- graph_execs.c -- */
 
@@ -303,6 +332,8 @@ void cd_graph_stats(cd_graph_counters *out);
 void cd_graph_exec_set(CUgraphExec exec, uint32_t capture1);
 /* For a cuGraphLaunch's ring record: 1 + the capture its executable runs, 0 unknown. */
 uint16_t cd_graph_replayed(const void *launch_params);
+/* The child: exec_lock free (base.h). */
+void cd_graph_execs_fork(int op);
 
 /* ------------------------------------------------------ native_ops.c -- */
 
@@ -326,5 +357,6 @@ uint64_t cd_driver_log_count(void);
 /* Line i (0-based, of all ever logged) into out: its length, or -1 when it
  * is gone from the ring (or not logged yet). */
 long cd_driver_log_line(uint64_t i, char *out, size_t cap);
+void cd_driver_log_fork(int op);      /* the child: log_lock free */
 
 #endif

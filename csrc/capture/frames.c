@@ -105,12 +105,56 @@ int cd_file_kind(const char *file, size_t n)
     return CD_LOC_USER;
 }
 
-/* Copy a str object's text as UTF-8 without the GIL (compact strings only,
- * which is every str the interpreter makes); returns the length. */
-static size_t copy_unicode(PyObject *u, char *out, size_t cap)
+/* One code point as UTF-8, as os.fsencode writes it (UTF-8, surrogateescape):
+ * U+DC80..U+DCFF, which os.fsdecode made of a byte that is not UTF-8 (a
+ * file name in Latin-1...), is that byte again; any other lone surrogate,
+ * which no file system gives, is U+FFFD. */
+static size_t char_bytes(Py_UCS4 c)
 {
-    size_t o = 0;
-    if (!u || !PyUnicode_Check(u) || cap < 8)
+    if (c >= 0xDC80 && c <= 0xDCFF)
+        return 1;
+    return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+}
+
+static size_t put_char(Py_UCS4 c, char *out)
+{
+    if (c >= 0xDC80 && c <= 0xDCFF) {
+        out[0] = (char)(c - 0xDC00);
+        return 1;
+    }
+    if (c >= 0xD800 && c <= 0xDFFF)
+        c = 0xFFFD;
+    if (c < 0x80) {
+        out[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        out[0] = (char)(0xC0 | (c >> 6));
+        out[1] = (char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        out[0] = (char)(0xE0 | (c >> 12));
+        out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | (c >> 18));
+    out[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+#define CUT_MARK "..."
+
+/* Copy a str object's text as os.fsencode would (char_bytes) without the GIL
+ * (compact strings only, which is every str the interpreter makes); returns
+ * the length. A text longer than cap - 1 bytes: with `visibly`, its start,
+ * "...", and its end (a path's file name is at its end); else its start. */
+static size_t copy_unicode(PyObject *u, char *out, size_t cap, int visibly)
+{
+    if (!u || !PyUnicode_Check(u) || cap < 16)
         return 0;
 #if PY_VERSION_HEX < 0x030C0000
     if (!PyUnicode_IS_READY(u))
@@ -118,31 +162,49 @@ static size_t copy_unicode(PyObject *u, char *out, size_t cap)
 #endif
     if (!PyUnicode_IS_COMPACT(u))
         return 0;
-    Py_ssize_t len = PyUnicode_GET_LENGTH(u);
-    int kind = PyUnicode_KIND(u);
+    const Py_ssize_t len = PyUnicode_GET_LENGTH(u);
+    const int kind = PyUnicode_KIND(u);
     const void *data = PyUnicode_DATA(u);
-    for (Py_ssize_t i = 0; i < len && o + 4 < cap; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c < 0x80) {
-            out[o++] = (char)c;
-        } else if (c < 0x800) {
-            out[o++] = (char)(0xC0 | (c >> 6));
-            out[o++] = (char)(0x80 | (c & 0x3F));
-        } else if (c < 0x10000) {
-            if (c >= 0xD800 && c <= 0xDFFF)   /* lone surrogate: not UTF-8 */
-                c = 0xFFFD;
-            out[o++] = (char)(0xE0 | (c >> 12));
-            out[o++] = (char)(0x80 | ((c >> 6) & 0x3F));
-            out[o++] = (char)(0x80 | (c & 0x3F));
-        } else {
-            out[o++] = (char)(0xF0 | (c >> 18));
-            out[o++] = (char)(0x80 | ((c >> 12) & 0x3F));
-            out[o++] = (char)(0x80 | ((c >> 6) & 0x3F));
-            out[o++] = (char)(0x80 | (c & 0x3F));
+    const size_t room = cap - 1;
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < len && total <= room; i++)
+        total += char_bytes(PyUnicode_READ(kind, data, i));
+    size_t o = 0;
+    Py_ssize_t i = 0;
+    if (total <= room || !visibly) {
+        for (; i < len; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (o + char_bytes(c) > room)
+                break;
+            o += put_char(c, out + o);
         }
+        out[o] = '\0';
+        return o;
     }
+    const size_t budget = room - (sizeof CUT_MARK - 1);
+    for (; i < len; i++) {             /* the start: a quarter */
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (o + char_bytes(c) > budget / 4)
+            break;
+        o += put_char(c, out + o);
+    }
+    memcpy(out + o, CUT_MARK, sizeof CUT_MARK - 1);
+    o += sizeof CUT_MARK - 1;
+    size_t tail = 0;
+    Py_ssize_t j = len;                /* the end: what is left */
+    while (j > i && o + tail + char_bytes(PyUnicode_READ(kind, data, j - 1)) <= room) {
+        tail += char_bytes(PyUnicode_READ(kind, data, j - 1));
+        j--;
+    }
+    for (; j < len; j++)
+        o += put_char(PyUnicode_READ(kind, data, j), out + o);
     out[o] = '\0';
     return o;
+}
+
+size_t cd_frames_copy_name(void *str, char *out, size_t cap)
+{
+    return copy_unicode((PyObject *)str, out, cap, 1);
 }
 
 /* TorchDynamo runs a torch.compile'd function as a code object of its own
@@ -158,7 +220,7 @@ static int calls_compiled_graph(PyCodeObject *code)
     Py_ssize_t n = PyTuple_GET_SIZE(names);
     for (Py_ssize_t i = 0; i < n && i < 4096; i++) {
         char name[24];
-        if (copy_unicode(PyTuple_GET_ITEM(names, i), name, sizeof name) >= 13 &&
+        if (copy_unicode(PyTuple_GET_ITEM(names, i), name, sizeof name, 0) >= 13 &&
             !memcmp(name, "__compiled_fn", 13))
             return 1;
     }
@@ -173,9 +235,9 @@ static int kind_of(PyCodeObject *code, const char *file, size_t n)
 
 int cd_code_kind(void *code)
 {
-    char file[1024];
+    char file[CD_NAME_MAX];
     PyCodeObject *c = (PyCodeObject *)code;
-    return kind_of(c, file, copy_unicode(c->co_filename, file, sizeof file));
+    return kind_of(c, file, copy_unicode(c->co_filename, file, sizeof file, 1));
 }
 
 /* ----------------------------------------------------------- locations -- */
@@ -437,8 +499,8 @@ static uint64_t code_entry(PyCodeObject *code)
     uint64_t v = slot_find(codes, CODE_TABLE - 1, start, (uintptr_t)code);
     if (v && (uint32_t)v >> 2 == check)
         return v;
-    char file[1024];
-    size_t fn = copy_unicode(code->co_filename, file, sizeof file);
+    char file[CD_NAME_MAX];
+    size_t fn = copy_unicode(code->co_filename, file, sizeof file, 1);
     int kind = kind_of(code, file, fn);    /* 2 bits: CD_LOC_* */
     loc_lock_take();
     v = slot_find(codes, CODE_TABLE - 1, start, (uintptr_t)code);
@@ -467,12 +529,12 @@ static uint32_t intern_location(PyCodeObject *code, int offset)
         return (uint32_t)v;
     /* Miss: resolve while the code object is certainly alive (its frame is
      * on this blocked thread's stack). */
-    char file[1024], func[256];
-    size_t fn = copy_unicode(code->co_filename, file, sizeof file);
+    char file[CD_NAME_MAX], func[256];
+    size_t fn = copy_unicode(code->co_filename, file, sizeof file, 1);
 #if PY_VERSION_HEX >= 0x030B0000
-    size_t un = copy_unicode(code->co_qualname, func, sizeof func);
+    size_t un = copy_unicode(code->co_qualname, func, sizeof func, 1);
 #else
-    size_t un = copy_unicode(code->co_name, func, sizeof func);
+    size_t un = copy_unicode(code->co_name, func, sizeof func, 1);
 #endif
     int lineno = cd_reader_line((PyObject *)code, offset);
     uint32_t file_id = cd_intern(file, fn), func_id = cd_intern(func, un);
@@ -567,4 +629,24 @@ int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
         n = walk(ids, max, to_user, complete);
     atomic_fetch_sub(&frames_readers, 1);
     return n;
+}
+
+void cd_frames_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        /* A parent's thread mid-insert: its entry is published last (key,
+         * n_locs), so what it left half-written is never read. */
+        atomic_flag_clear(&loc_lock);
+        atomic_store(&frames_readers, 0);      /* the parent's readers are not here */
+        break;
+    case CD_FORK_TEST_TAKE:
+        loc_lock_take();
+        atomic_fetch_add(&frames_readers, 1);
+        break;
+    case CD_FORK_TEST_GIVE:
+        atomic_fetch_sub(&frames_readers, 1);
+        loc_lock_give();
+        break;
+    }
 }

@@ -59,3 +59,18 @@ uint16_t cd_graph_replayed(const void *launch_params)
     }
     return 0;
 }
+
+void cd_graph_execs_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        exec_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&exec_lock);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&exec_lock);
+        break;
+    }
+}

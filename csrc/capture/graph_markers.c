@@ -504,3 +504,20 @@ void cd_graph_stats(cd_graph_counters *out)
     out->write_rc = atomic_load(&write_rc);
     out->kernel_rc = atomic_load(&kernel_rc);
 }
+
+void cd_graph_markers_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        graph_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        tls_cap = -1;              /* the forking thread's capture is the parent's */
+        tls_cap_id = 0;
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&graph_lock);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&graph_lock);
+        break;
+    }
+}

@@ -19,6 +19,8 @@
  *     come out at whichever call finds the fault. A fault takes, from the
  *     ring, the assert lines written since its wait began that name its own
  *     kernel (cd_tee_asserts_since).
+ * A forked child starts with no window and none of the parent's lines
+ * (cd_tee_fork).
  * libc's own `stderr` stays what it was, for everyone else: freopen, fileno,
  * isatty, dup2 and Py_FatalError behave as without us. (Replacing libc's
  * `stderr` itself broke all of those.) When libcuda has no such relocation
@@ -142,11 +144,28 @@ static ssize_t tee_write(void *cookie, const char *buf, size_t n)
     return (ssize_t)n;             /* never stall stdio on an fd-2 error */
 }
 
-static void atfork_child(void)
+static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void cd_tee_fork(int op)
 {
-    tls_window = NULL;
-    tls_line_len = 0;
-    atomic_flag_clear(&recent_lock);
+    switch (op) {
+    case CD_FORK_CHILD:
+        tls_window = NULL;         /* the forking thread's window is the parent's */
+        tls_line_len = 0;
+        recent_len = 0;            /* the parent's assert lines are not the child's */
+        atomic_flag_clear(&recent_lock);
+        install_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&install_lock);
+        while (atomic_flag_test_and_set_explicit(&recent_lock, memory_order_acquire))
+            ;
+        break;
+    case CD_FORK_TEST_GIVE:
+        atomic_flag_clear_explicit(&recent_lock, memory_order_release);
+        pthread_mutex_unlock(&install_lock);
+        break;
+    }
 }
 
 /* ------------------------------------------ libcuda's `stderr` slot -- */
@@ -288,13 +307,11 @@ static int install(void)
     setvbuf(fp, NULL, _IONBF, 0);
     driver_stderr = fp;            /* before the slot points here */
     fflush(stderr);                /* what libcuda wrote into libc's stderr before */
-    pthread_atfork(NULL, NULL, atfork_child);
     return patch_driver_stderr();
 }
 
 int cd_tee_install(void)
 {
-    static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&install_lock);
     if (!atomic_load(&installed))
         atomic_store(&installed, install());
@@ -330,23 +347,44 @@ uint64_t cd_tee_assert_mark(void)
     return atomic_load_explicit(&recent_total, memory_order_acquire);   /* hot path: no lock */
 }
 
-/* Does an assert line ("file:line: FUNC: block: [..]...") name `kernel`?
- * FUNC is the device function as the compiler printed it: a plain name
- * (`nll_loss_forward_reduce_cuda_kernel_2d`) or a pretty signature (`void
- * ns::check_index(const T *, int, T) [with T = int]`). Its identifier (before
- * the parameters and template arguments, after the last "::" or space) is
- * found verbatim in the mangled or plain kernel name. */
-static int names_kernel(const char *line, size_t len, const char *kernel)
+/* Does the kernel's (mangled) name hold a closure type: a lambda (Itanium
+ * "EUl<params>E[n]_", or nvcc's extended-lambda wrappers)? Its operator() is
+ * what a generic "operator()" assert line ran. */
+static int has_closure(const char *k)
+{
+    if (strstr(k, "__nv_dl_wrapper_t") || strstr(k, "__nv_hdl_wrapper_t"))
+        return 1;
+    for (const char *p = strstr(k, "EUl"); p; p = strstr(p + 3, "EUl")) {
+        const char *e = p + 3;
+        for (int i = 0; *e && i < 96; e++, i++)
+            if (e[0] == 'E' && (e[1] == '_' || (e[1] >= '0' && e[1] <= '9')))
+                return 1;
+    }
+    return 0;
+}
+
+/* How an assert line ("file:line: FUNC: block: [..]...") belongs to `kernel`
+ * (CD_ASSERT_*). FUNC is the device function as the compiler printed it: a
+ * plain name (`nll_loss_forward_reduce_cuda_kernel_2d`) or a pretty signature
+ * (`void ns::check_index(const T *, int, T) [with T = int]`); its identifier
+ * (before the parameters and template arguments, after the last "::" or
+ * space) found verbatim in the mangled or plain kernel name names it. Two
+ * FUNCs name no kernel: a lambda's `operator()` (PyTorch's index and many
+ * elementwise asserts) and Triton's `unknown`; such a line fits a kernel
+ * whose name holds a closure type, resp. a kernel that is not C++ (no _Z:
+ * Triton's, an extern "C" one), and is merely generic for any other.
+ * A NULL or "" kernel: every line names it. */
+static int assert_level(const char *line, size_t len, const char *kernel)
 {
     if (!kernel || !kernel[0])
-        return 1;
+        return CD_ASSERT_NAMES;
     const char *b = memmem(line, len, ": block: [", 10);
     if (!b)
-        return 0;
+        return CD_ASSERT_NONE;
     const char *f = line;          /* FUNC starts after the second ": " (file:line: ) */
     const char *c1 = memmem(line, (size_t)(b - line), ": ", 2);
     if (!c1)
-        return 0;
+        return CD_ASSERT_NONE;
     f = c1 + 2;
     const char *end = b;
     for (const char *p = f; p < b; p++)
@@ -361,29 +399,55 @@ static int names_kernel(const char *line, size_t len, const char *kernel)
         start--;
     size_t n = (size_t)(end - start);
     if (n == 0 || n > 200)
-        return 0;
-    if ((n == 8 && !memcmp(start, "operator", 8)) || (n == 7 && !memcmp(start, "unknown", 7)))
-        return 1;                  /* a lambda's operator(), Triton's "unknown": no kernel named */
+        return CD_ASSERT_NONE;
+    if (n == 8 && !memcmp(start, "operator", 8))
+        return has_closure(kernel) ? CD_ASSERT_FITS : CD_ASSERT_GENERIC;
+    if (n == 7 && !memcmp(start, "unknown", 7))
+        return kernel[0] == '_' && kernel[1] == 'Z' ? CD_ASSERT_GENERIC : CD_ASSERT_FITS;
     char ident[201];
     memcpy(ident, start, n);
     ident[n] = '\0';
-    return strstr(kernel, ident) != NULL;
+    return strstr(kernel, ident) != NULL ? CD_ASSERT_NAMES : CD_ASSERT_NONE;
+}
+
+int cd_tee_text_level(const char *text, size_t n, const char *kernel, int *asserts)
+{
+    int best = CD_ASSERT_NONE, k = 0;
+    for (const char *p = text, *end = text + n; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = (size_t)((nl ? nl + 1 : end) - p);
+        if (len > 20 && memmem(p, len, "Assertion `", 11) && memmem(p, len, "block: [", 8)) {
+            int lv = assert_level(p, len, kernel);
+            k++;
+            if (lv > best)
+                best = lv;
+        }
+        p += len;
+    }
+    if (asserts)
+        *asserts = k;
+    return best;
 }
 
 size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t cap,
-                            size_t *cut)
+                            size_t *cut, int *level)
 {
     size_t o = 0;
+    int best = CD_ASSERT_NONE;
     *cut = 0;
     while (atomic_flag_test_and_set_explicit(&recent_lock, memory_order_acquire))
         ;
     uint64_t first = recent_total - recent_len;
-    const char *p = recent + (mark > first ? mark - first : 0), *end = recent + recent_len;
-    if (mark <= recent_total) {
-        while (p < end) {
+    const char *from = recent + (mark > first ? mark - first : 0), *end = recent + recent_len;
+    for (int pass = 0; pass < 2 && mark <= recent_total; pass++) {
+        /* pass 0: the best level of any line; pass 1: the lines of that level */
+        for (const char *p = from; p < end;) {
             const char *nl = memchr(p, '\n', (size_t)(end - p));
             size_t len = (size_t)((nl ? nl + 1 : end) - p);
-            if (names_kernel(p, len, kernel)) {
+            int lv = assert_level(p, len, kernel);
+            if (pass == 0 && lv > best)
+                best = lv;
+            if (pass == 1 && lv == best && best != CD_ASSERT_NONE) {
                 size_t c = len < cap - o ? len : cap - o;
                 memcpy(out + o, p, c);
                 o += c;
@@ -393,5 +457,7 @@ size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t
         }
     }
     atomic_flag_clear_explicit(&recent_lock, memory_order_release);
+    if (level)
+        *level = best;
     return o;
 }

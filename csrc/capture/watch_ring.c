@@ -35,6 +35,9 @@
 
 static cd_watch_record ring[CD_WATCH_RING];
 static atomic_uint_fast64_t watch_seq;
+/* A forked child's first seq of its own: the launches before it are the
+ * parent's (cd_watch_fork), never read in the child. Written only there. */
+static uint64_t fork_floor;
 static _Thread_local uint64_t tls_last_seq;
 static _Thread_local int32_t tls_tid;
 _Thread_local uint32_t cd_tls_op;
@@ -375,7 +378,7 @@ int cd_watch_done(const cd_watch_record *r, uint64_t seq)
 int cd_watch_get(uint64_t seq, cd_watch_record *out)
 {
     uint64_t now = atomic_load(&watch_seq);
-    if (seq == 0 || seq > now || now - seq >= CD_WATCH_RING)
+    if (seq <= fork_floor || seq > now || now - seq >= CD_WATCH_RING)
         return -1;
     const cd_watch_record *r = &ring[seq & (CD_WATCH_RING - 1)];
     if (atomic_load_explicit(&r->seq, memory_order_acquire) != seq)
@@ -387,6 +390,31 @@ int cd_watch_get(uint64_t seq, cd_watch_record *out)
         return -1;                 /* overwritten while we copied */
     atomic_store_explicit(&out->seq, seq, memory_order_relaxed);
     return 0;
+}
+
+void cd_watch_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        ctx_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        fork_floor = atomic_load(&watch_seq);
+        /* The contexts are the parent's (the child's copies of the slots never
+         * get a marker): retired, so that a launch of the child's own (a driver
+         * that works after fork) registers its context afresh. */
+        for (int i = 0; i < CD_MAX_CONTEXTS; i++)
+            if (atomic_load(&ctxs[i].state) == CTX_LIVE)
+                atomic_store(&ctxs[i].state, CTX_RETIRED);
+        atomic_fetch_add(&ctx_epoch, 1);
+        tls_last_seq = 0;
+        tls_tid = 0;               /* the child's thread has its own id */
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&ctx_lock);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&ctx_lock);
+        break;
+    }
 }
 
 /* Per stream, the first launch after `since` whose marker never came back.

@@ -17,6 +17,12 @@
  * the program goes on launching elsewhere is not a hang. Each stuck launch is
  * reported once, for as long as it stays its stream's oldest unfinished one;
  * a launch found stuck later (the next one, on any stream) reports again.
+ *
+ * A forked child has no watcher thread (threads do not survive fork): its
+ * mutex and condition variable are made anew (the parent's watcher may have
+ * been waiting on the condition variable: glibc's pthread_cond_signal then
+ * blocks in the child for good), hang_after is 0, and the next nonzero
+ * cd_hang_watch_set starts a thread of the child's own (cd_hang_watch_fork).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -28,7 +34,8 @@
 #include <time.h>
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv;
+static pthread_cond_t cv;                       /* CLOCK_MONOTONIC; made by init_cv */
+static int cv_made;                             /* under mu */
 static atomic_uint_fast64_t hang_after_ns;     /* 0: off */
 static int started;                             /* under mu */
 static atomic_uint_fast64_t n_reports;
@@ -95,8 +102,8 @@ static void *watcher_main(void *arg)
             continue;
         }
         uint64_t step = h / 4;
-        if (step < 50000000u)
-            step = 50000000u;
+        if (step < CD_HANG_STEP_MIN_NS)
+            step = CD_HANG_STEP_MIN_NS;
         if (step > 1000000000u)
             step = 1000000000u;
         struct timespec until;
@@ -118,25 +125,41 @@ static void *watcher_main(void *arg)
     return NULL;
 }
 
-/* A forked child has no watcher thread: the next cd_hang_watch_set starts one. */
-static void after_fork_child(void)
+static void init_cv(void)
 {
-    pthread_mutex_init(&mu, NULL);
-    started = 0;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cv, &ca);
+    pthread_condattr_destroy(&ca);
+    cv_made = 1;
+}
+
+void cd_hang_watch_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        cv_made = 0;               /* made anew at the child's first start */
+        started = 0;
+        atomic_store(&hang_after_ns, 0);
+        n_reported = 0;            /* the watcher's own: the parent's thread is gone */
+        last_seq = 0;
+        last_unfinished = 0;
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&mu);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&mu);
+        break;
+    }
 }
 
 static int start_locked(void)
 {
-    static int once;
-    if (!once) {
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&cv, &ca);
-        pthread_condattr_destroy(&ca);
-        pthread_atfork(NULL, NULL, after_fork_child);
-        once = 1;
-    }
+    if (!cv_made)
+        init_cv();
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);  /* the thread inherits it */

@@ -9,6 +9,8 @@
  *                      watch() blocks: drain, take CUPTI, push the state
  *   hang_watcher.c     watch(hang_after=s): the thread that reports stuck
  *                      launches, the process left alive
+ *   after_fork.c       a forked child's state: every lock free, nothing of
+ *                      the parent's reported (pthread_atfork)
  */
 #ifndef CD_HOOKS_H
 #define CD_HOOKS_H
@@ -29,6 +31,7 @@ int cd_thread_wants_blocking(void);
 int cd_thread_push(uint32_t token, int state);
 void cd_thread_pop(uint32_t token);
 int cd_thread_depth(void);
+void cd_thread_fork(int op);       /* the child's thread: no scope open */
 
 /* ------------------------------------------------ launch_callback.c -- */
 
@@ -49,13 +52,32 @@ void cd_on_sticky_logged(int code);
 int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int *code,
                   char *holder, size_t holder_len);
 void cd_scope_close(int kind, int all_threads, uint32_t token);
+/* The child: a scope opened before the fork (its token) closes nothing there. */
+void cd_scopes_fork(int op);
 
 /* ----------------------------------------------------- hang_watcher.c -- */
 
+/* The watcher looks every hang_after/4, this often at the shortest (Python
+ * refuses a hang_after shorter than two steps: cuda_debug/_options.py). */
+#define CD_HANG_STEP_MIN_NS 50000000u
 /* hang_after in ns (0: off). The first nonzero value starts the watcher
  * thread: 0, or pthread_create's error. */
 int cd_hang_watch_set(uint64_t ns);
 uint64_t cd_hang_watch_get(void);
 uint64_t cd_hang_reports(void);    /* reports the watcher wrote */
+/* The child: no watcher thread (the next nonzero cd_hang_watch_set starts
+ * one), hang_after 0, the mutex and condition variable made anew. */
+void cd_hang_watch_fork(int op);
+
+/* ------------------------------------------------------- after_fork.c -- */
+
+/* Once, at module init: the child handler (pthread_atfork) that gives a
+ * forked child its own state, every layer's (and `more`'s: a layer beside
+ * this one, the benchmarks) cd_*_fork(CD_FORK_CHILD). 0, or pthread_atfork's error. */
+int cd_fork_init(void (*more)(int op));
+/* Tests: a thread of ours takes every lock the child handler resets (1),
+ * and holds them until given back (0): a fork meanwhile is a fork while
+ * another thread holds them. 0, or an errno. */
+int cd_fork_test_hold(int hold);
 
 #endif

@@ -88,7 +88,27 @@ static inline int capturing(CUstream s)
     return 0;   /* the query failed otherwise (dead context): the wait will say */
 }
 
-/* The fault path: cold. */
+/* Up to 5 ms for another thread's wait, in this context, whose kernel the
+ * assert text belongs to (CD_ASSERT_FITS or NAMES) to be recorded: 1 if it was. */
+static int cause_recorded_elsewhere(uint32_t context_uid)
+{
+    for (int i = 0; i < 50 && cd_fault_context_level(context_uid) < CD_ASSERT_FITS; i++) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    return cd_fault_context_level(context_uid) >= CD_ASSERT_FITS;
+}
+
+/* The fault path: cold.
+ *
+ * Which kernel faulted: the one the device's assert text belongs to
+ * (cd_tee_asserts_since: named by it, or, for a line naming no kernel -- a
+ * lambda's "operator()", Triton's "unknown" -- one whose name fits it). A wait
+ * whose own kernel the text does not belong to (it names another function, or
+ * names none and this kernel does not fit it) may have met another thread's
+ * fault in the same context: when that thread's record comes (up to 5 ms),
+ * this one is a consequence, without the other's text; else the text is this
+ * kernel's after all (an assert in a __device__ helper names the helper). */
 static __attribute__((noinline, cold)) void
 fault_found(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult code,
             int at_launch, const cd_window *w, uint64_t assert_mark)
@@ -97,14 +117,16 @@ fault_found(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult code,
     cd_fault_fill(&f, cb, cbid);
     f.code = (int)code;
     f.at_launch = at_launch;
-    if (w && w->len) {
+    int asserts = 0;
+    if (w && w->len) {                 /* printed by this thread, in its own wait */
         memcpy(f.device_message, w->buf, w->len);
         f.device_message_len = w->len;
         f.device_message_cut = w->cut;
+        f.assert_level = cd_tee_text_level(w->buf, w->len, f.kernel, &asserts);
     } else if (w && cd_is_sticky((int)code)) {
         /* The driver printed the assert from another thread: take the lines
-         * written since the wait began that name this kernel (for an assert,
-         * give that thread up to 2 ms to print them). */
+         * written since the wait began that belong best to this kernel (for
+         * an assert, give that thread up to 2 ms to print them). */
         for (int i = 0; code == CUDA_ERROR_ASSERT && i < 20 &&
                         cd_tee_assert_mark() == assert_mark; i++) {
             struct timespec ts = {0, 100000};
@@ -112,14 +134,18 @@ fault_found(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult code,
         }
         f.device_message_len = cd_tee_asserts_since(assert_mark, f.kernel, f.device_message,
                                                     sizeof f.device_message,
-                                                    &f.device_message_cut);
-        /* Assert lines that name another kernel: that kernel faulted, this
-         * wait only found the dead context (another thread's fault). */
-        char other[256];
-        size_t cut;
-        if (!f.device_message_len && code == CUDA_ERROR_ASSERT &&
-            cd_tee_asserts_since(assert_mark, NULL, other, sizeof other, &cut))
-            f.consequence = 1;
+                                                    &f.device_message_cut, &f.assert_level);
+        if (!f.device_message_len)     /* none belongs to it: every line since */
+            f.device_message_len = cd_tee_asserts_since(assert_mark, NULL, f.device_message,
+                                                        sizeof f.device_message,
+                                                        &f.device_message_cut, NULL);
+        asserts = f.device_message_len > 0;
+    }
+    if (code == CUDA_ERROR_ASSERT && asserts && f.assert_level < CD_ASSERT_FITS &&
+        cause_recorded_elsewhere(f.context_uid)) {
+        f.consequence = 1;             /* it met another thread's fault */
+        f.device_message_len = 0;
+        f.device_message_cut = 0;
     }
     cd_fault_record(&f);
     cd_report_fault(&f);           /* before the op walk: written whatever happens next */

@@ -15,6 +15,7 @@
 #include "hooks/hooks.h"
 
 static atomic_uint next_token = 1;
+static uint32_t fork_token;        /* a forked child: tokens below it are the parent's */
 
 /* The drain before a scope: 0, or the sticky error found. The caller skips
  * it while this thread captures a CUDA graph (a synchronisation would
@@ -81,8 +82,8 @@ void cd_scope_close(int kind, int all_threads, uint32_t token)
 {
     if (kind != CD_SCOPE_WATCH)
         cd_thread_pop(token);
-    if (kind == CD_SCOPE_OPT_OUT)
-        return;
+    if (kind == CD_SCOPE_OPT_OUT || token < fork_token)
+        return;                    /* opted out, or the parent's (counted there, not here) */
     pthread_mutex_lock(&cd_state.sub_lock);
     if (all_threads && atomic_load(&cd_state.all_threads) > 0)
         atomic_fetch_sub(&cd_state.all_threads, 1);
@@ -91,4 +92,10 @@ void cd_scope_close(int kind, int all_threads, uint32_t token)
         atomic_fetch_sub(count, 1);
     cd_cupti_release();
     pthread_mutex_unlock(&cd_state.sub_lock);
+}
+
+void cd_scopes_fork(int op)
+{
+    if (op == CD_FORK_CHILD)
+        fork_token = atomic_load(&next_token);
 }

@@ -78,3 +78,13 @@ void cd_thread_pop(uint32_t token)
     }
     tls_state = tls_depth ? tls_stack[tls_depth - 1].state : 0;
 }
+
+/* The forking thread's scopes are the parent's: the child's thread has none
+ * (closing them later in the child pops nothing). */
+void cd_thread_fork(int op)
+{
+    if (op == CD_FORK_CHILD) {
+        tls_depth = 0;
+        tls_state = 0;
+    }
+}

@@ -29,11 +29,16 @@
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 static cd_fault ring[CD_FAULT_RING];
 static atomic_uint_fast64_t fault_seq;
+static uint64_t fork_floor;        /* a forked child: the records up to it are the parent's */
 
 #define MAX_DEAD 64
 /* Contexts known dead, by CUPTI's contextUid: a reset hands back the same
- * CUcontext pointer for a new context, which is alive. Under fault_lock. */
+ * CUcontext pointer for a new context, which is alive; with the record of
+ * each one's cause and the level of its assert text. Under fault_lock. */
 static uint32_t dead_contexts[MAX_DEAD];
+static uint64_t dead_cause[MAX_DEAD];
+static long dead_thread[MAX_DEAD];
+static int dead_level[MAX_DEAD];
 static int n_dead;
 
 void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
@@ -76,16 +81,35 @@ void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId c
 uint64_t cd_fault_record(cd_fault *f)
 {
     pthread_mutex_lock(&fault_lock);
+    f->seq = atomic_load(&fault_seq) + 1;
     if (cd_is_sticky(f->code)) {
         int dead = f->at_launch || f->consequence;     /* refused, or named elsewhere */
+        int k = -1;
         for (int i = 0; i < n_dead; i++)
             if (dead_contexts[i] == f->context_uid)
-                dead = 1;
-        if (!dead && n_dead < MAX_DEAD)
-            dead_contexts[n_dead++] = f->context_uid;
+                k = i;
+        if (k >= 0 && !dead && f->assert_level >= CD_ASSERT_FITS &&
+            dead_level[k] < CD_ASSERT_FITS) {
+            /* Its text belongs to it, the context's cause so far had none
+             * of its own: this is the cause, that one met it first. */
+            dead_cause[k] = f->seq;
+            dead_thread[k] = f->thread_id;
+            dead_level[k] = f->assert_level;
+        } else if (k >= 0) {
+            dead = 1;
+        } else if (!dead && n_dead < MAX_DEAD) {
+            k = n_dead++;
+            dead_contexts[k] = f->context_uid;
+            dead_cause[k] = f->seq;
+            dead_thread[k] = f->thread_id;
+            dead_level[k] = f->assert_level;
+        }
         f->consequence = dead;
+        if (dead && k >= 0) {
+            f->cause_seq = dead_cause[k];
+            f->cause_thread = dead_thread[k];
+        }
     }
-    f->seq = atomic_load(&fault_seq) + 1;
     ring[f->seq % CD_FAULT_RING] = *f;
     atomic_store(&fault_seq, f->seq);
     pthread_mutex_unlock(&fault_lock);
@@ -93,6 +117,35 @@ uint64_t cd_fault_record(cd_fault *f)
 }
 
 uint64_t cd_fault_seq(void) { return atomic_load(&fault_seq); }
+
+int cd_fault_context_level(uint32_t context_uid)
+{
+    int level = -1;
+    pthread_mutex_lock(&fault_lock);
+    for (int i = 0; i < n_dead; i++)
+        if (dead_contexts[i] == context_uid)
+            level = dead_level[i];
+    pthread_mutex_unlock(&fault_lock);
+    return level;
+}
+
+size_t cd_fault_kernel_of(uint64_t seq, char *out, size_t cap)
+{
+    size_t n = 0;
+    if (!cap)
+        return 0;
+    pthread_mutex_lock(&fault_lock);
+    const cd_fault *r = &ring[seq % CD_FAULT_RING];
+    if (seq && r->seq == seq) {
+        n = strnlen(r->kernel, sizeof r->kernel);
+        if (n >= cap)
+            n = cap - 1;
+        memcpy(out, r->kernel, n);
+    }
+    out[n] = '\0';
+    pthread_mutex_unlock(&fault_lock);
+    return n;
+}
 
 int cd_fault_add_ops(cd_fault *f)
 {
@@ -119,7 +172,7 @@ int cd_faults_since(uint64_t since, cd_fault *out, int n)
     int k = 0;
     pthread_mutex_lock(&fault_lock);
     uint64_t last = atomic_load(&fault_seq);
-    uint64_t first = since + 1;
+    uint64_t first = (since > fork_floor ? since : fork_floor) + 1;
     if (last >= CD_FAULT_RING && first <= last - CD_FAULT_RING)
         first = last - CD_FAULT_RING + 1;
     for (uint64_t s = first; s <= last && k < n; s++)
@@ -127,4 +180,21 @@ int cd_faults_since(uint64_t since, cd_fault *out, int n)
             out[k++] = ring[s % CD_FAULT_RING];
     pthread_mutex_unlock(&fault_lock);
     return k;
+}
+
+void cd_faults_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        fault_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        fork_floor = atomic_load(&fault_seq);
+        n_dead = 0;                /* the child's contexts are its own */
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&fault_lock);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&fault_lock);
+        break;
+    }
 }

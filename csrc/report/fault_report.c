@@ -44,6 +44,9 @@ static atomic_int elastic_written;      /* 0, ELASTIC_BY_SIGNAL or ELASTIC_FINAL
 atomic_int cd_report_written;          /* the culprit block of watch mode: once */
 static atomic_int signal_written;      /* the block of a SIGABRT/SIGTERM: once, apart */
 static atomic_int consequences;        /* one-line notes for refusals, a few at most */
+static atomic_uint_fast64_t test_pause_ns;  /* tests: a pause inside the watch block's writing */
+
+void cd_report_test_pause(uint64_t ns) { atomic_store(&test_pause_ns, ns); }
 
 /* Called before the first scope (Python: _report.configure_core), while no
  * fault path can run: plain stores. */
@@ -234,7 +237,18 @@ void cd_report_fault(const cd_fault *f)
         put_kernel(&o, f->kernel[0] ? f->kernel : "a graph");
         cd_out_puts(&o, " failed because the CUDA context was already dead (thread tid ");
         cd_out_u(&o, (unsigned long long)f->thread_id);
-        cd_out_puts(&o, "); the cause is reported above\n");
+        char cause[CD_KERNEL_NAME];
+        if (f->cause_seq && f->cause_thread != f->thread_id &&
+            cd_fault_kernel_of(f->cause_seq, cause, sizeof cause)) {
+            /* another thread's fault: name it (its own block is above) */
+            cd_out_puts(&o, "): it met the fault of ");
+            put_kernel(&o, cause);
+            cd_out_puts(&o, " (thread tid ");
+            cd_out_u(&o, (unsigned long long)f->cause_thread);
+            cd_out_puts(&o, "), reported in that thread's block\n");
+        } else {
+            cd_out_puts(&o, "); the cause is reported above\n");
+        }
         cd_out_flush(&o);
         return;
     }
@@ -360,10 +374,8 @@ static void put_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq,
     cd_out_location_as(o, "replayed", r->frames, r->n_frames, 0);
 }
 
-void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
+static void write_watch_culprit(int code, const char *found_at, int from_signal)
 {
-    if (!enabled)
-        return;
     uint64_t seqs[8];
     int n = cd_watch_incomplete(0, seqs, 8), guess = n < 0;
     if (guess)
@@ -382,6 +394,11 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
             return;
     } else if (atomic_exchange(&cd_report_written, 1)) {
         return;
+    }
+    uint64_t pause = from_signal ? 0 : atomic_load(&test_pause_ns);
+    if (pause) {
+        struct timespec ts = {(time_t)(pause / 1000000000u), (long)(pause % 1000000000u)};
+        nanosleep(&ts, NULL);
     }
     cd_out o = {.n = 0, .line_start = 1};
     cd_out_puts(&o, "cuda_debug (watch): ");
@@ -432,6 +449,33 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         flush_report_to(&o, from_signal == CD_FROM_DYING_SIGNAL ? 2 : 0, to_fd);
     else
         flush_report(&o);
+}
+
+/* From a call (a refused launch, the driver log, Python): the block is
+ * claimed, built and written under the report lock, with this thread's
+ * sibling signals held back. A SIGABRT or SIGTERM on another thread meanwhile
+ * (NCCL's watchdog, torchrun) waits in its handler for the lock, finds the
+ * block written and lets the process die only after it; one on this thread
+ * waits until the block is out. (Claimed first and written unlocked, a signal
+ * in between found the report claimed, wrote nothing, and the process died
+ * with no report.) From a signal handler: the handler holds the lock. */
+void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
+{
+    if (!enabled)
+        return;
+    if (from_signal) {
+        write_watch_culprit(code, found_at, from_signal);
+        return;
+    }
+    if (atomic_load(&cd_report_written))
+        return;                    /* said already (every launch the dead context refuses) */
+    sigset_t block, old;
+    cd_signal_mask(&block);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int taken = cd_report_lock();
+    write_watch_culprit(code, found_at, 0);
+    cd_report_unlock(taken);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /* ------------------------------------------------ dying of a signal --- */
@@ -527,4 +571,23 @@ int cd_install_signal_handlers(void)
     if (sigaction(SIGABRT, &sa, &old_abrt) != 0 || sigaction(SIGTERM, &sa, &old_term) != 0)
         return -1;
     return 0;
+}
+
+void cd_report_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        atomic_store(&report_busy, 0);
+        atomic_store(&cd_report_written, 0);
+        atomic_store(&signal_written, 0);
+        atomic_store(&elastic_written, 0);
+        atomic_store(&consequences, 0);
+        break;
+    case CD_FORK_TEST_TAKE:
+        atomic_store(&report_busy, 1);      /* a report being written by another thread */
+        break;
+    case CD_FORK_TEST_GIVE:
+        atomic_store(&report_busy, 0);
+        break;
+    }
 }

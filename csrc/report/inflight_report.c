@@ -257,3 +257,18 @@ int cd_install_dump_signal(int sig, int sig_is_python, int sigint_is_python)
 }
 
 int cd_dump_signal(void) { return atomic_load(&dump_signal); }
+
+void cd_inflight_report_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        atomic_store(&in_handler, 0);
+        break;
+    case CD_FORK_TEST_TAKE:
+        atomic_store(&in_handler, 1);       /* another thread inside the dump handler */
+        break;
+    case CD_FORK_TEST_GIVE:
+        atomic_store(&in_handler, 0);
+        break;
+    }
+}

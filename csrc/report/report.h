@@ -53,6 +53,9 @@ typedef struct {
     int code;                  /* CUresult */
     int at_launch;             /* 1: the launch call itself failed; 0: the wait found it */
     int consequence;           /* a sticky fault was recorded before: this is its echo */
+    int assert_level;          /* CD_ASSERT_*: how the assert text belongs to this kernel */
+    uint64_t cause_seq;        /* a consequence: the record of its context's cause, 0 unknown */
+    long cause_thread;         /* and that record's thread (gettid) */
     int cbid;                  /* CUPTI driver callback id of the launch */
     char kernel[CD_KERNEL_NAME];   /* mangled symbol name (cut), "" for graph launches */
     size_t kernel_len;         /* its full length */
@@ -79,8 +82,17 @@ typedef struct {
 /* Fill the identity fields of `f` from a launch callback (kernel, dims,
  * stream, device, thread, time, frames). Cold path. */
 void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId cbid);
-/* Copy into the ring, assign seq and `consequence`; returns the seq. */
+/* Copy into the ring, assign seq, `consequence` and its cause; returns the
+ * seq. A sticky record is a consequence when its context had a sticky record
+ * before, unless its assert text belongs to it better (CD_ASSERT_FITS or
+ * NAMES) than the text of that context's cause so far did: then it is the
+ * cause (another thread's wait was recorded first). */
 uint64_t cd_fault_record(cd_fault *f);
+/* The best assert level of the cause recorded for a context (CUPTI's id) so
+ * far; -1 when none was. */
+int cd_fault_context_level(uint32_t context_uid);
+/* The kernel (mangled, cut to cap) of record `seq` while it is in the ring: its length, 0 when gone. */
+size_t cd_fault_kernel_of(uint64_t seq, char *out, size_t cap);
 uint64_t cd_fault_seq(void);
 /* Then, for the first records, the PyTorch ops of the native stack (slow,
  * and the walk can meet stale frames: after recording, so other threads see
@@ -88,6 +100,8 @@ uint64_t cd_fault_seq(void);
 int cd_fault_add_ops(cd_fault *f);
 /* Copy the records with seq > since, oldest first, into out (at most n). */
 int cd_faults_since(uint64_t since, cd_fault *out, int n);
+/* The child: fault_lock free; the parent's records are never read there. */
+void cd_faults_fork(int op);
 
 /* ---------------------------------------------------- fault_report.c -- */
 
@@ -102,7 +116,9 @@ void cd_report_fault_ops(const cd_fault *f);
  * any wait of ours (a launch refused, the driver log, a signal). Async-signal-
  * safe when `from_signal` (CD_FROM_*). Writes at most once per process for a
  * fault, and once for a signal (code 0); torchrun's error file from a signal
- * only when it is CD_FROM_DYING_SIGNAL. */
+ * only when it is CD_FROM_DYING_SIGNAL. From a call it holds cd_report_lock
+ * (and this thread's sibling signals) until the block is out: a dying signal
+ * on another thread meanwhile waits for it. */
 enum { CD_FROM_CALL = 0, CD_FROM_SIGNAL = 1, CD_FROM_DYING_SIGNAL = 2 };
 void cd_report_watch_culprit(int code, const char *found_at, int from_signal);
 /* The texts and switches Python owns, handed down once: the block on or off,
@@ -125,6 +141,11 @@ void cd_report_unlock(int taken);
 /* Call the handler `old` was (1), or 0 when it is SIG_DFL or SIG_IGN. */
 int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx);
 extern atomic_int cd_report_written;
+/* Tests: the watch block written from a call (not a signal) pauses this long
+ * once it has claimed the report, before it is built and written (0: never). */
+void cd_report_test_pause(uint64_t ns);
+/* The child: nothing written yet, no report being written, no handler running. */
+void cd_report_fork(int op);
 
 /* -------------------------------------------------- inflight_report.c -- */
 
@@ -139,5 +160,6 @@ void cd_report_hang(uint64_t hang_after_ns);
  * recognised). 0, or -1 with errno (EBUSY: another dump signal is installed). */
 int cd_install_dump_signal(int sig, int sig_is_python, int sigint_is_python);
 int cd_dump_signal(void);          /* the one installed, 0 none */
+void cd_inflight_report_fork(int op);   /* the child: no dump handler running */
 
 #endif

@@ -1726,6 +1726,30 @@ CUresult CUDAAPI cuLogsUnregisterCallback(CUlogsCallbackHandle h)
 
 /* ================================================== control API ========= */
 
+/* A forked child (os.fork, multiprocessing's fork): the device threads are
+ * the parent's and do not exist here; a lock one of them (or another thread)
+ * held is free, and the op a device thread was running is gone, so the child's
+ * own synchronising calls run what is left, and the next launch in async mode
+ * starts a device thread of the child's. (The real driver is unusable after a
+ * fork; this one goes on working, so tests can tell what cuda_debug records of
+ * the child's own launches.) */
+static void fake_after_fork_child(void)
+{
+    dev_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    dev_cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    print_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    sub_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    for (fake_stream *s = all_streams; s; s = s->next_all) {
+        s->has_worker = 0;
+        s->running = 0;
+    }
+}
+
+__attribute__((constructor)) static void fake_register_atfork(void)
+{
+    pthread_atfork(NULL, NULL, fake_after_fork_child);
+}
+
 /* Alive again, nothing queued, default kernel behaviours, no refused ids.
  * Waits for the device threads to finish what runs now. Keeps subscriptions,
  * log callbacks and statistics (fake_reset_stats clears those). */
