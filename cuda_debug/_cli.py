@@ -623,7 +623,7 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
     except _replay.ReplayError as e:
         sys.stderr.write("cuda_debug replay: %s. The original report stands.\n" % e)
         return EXIT_ERROR
-    note = _replay.record_torch_history() if torch else None
+    note = _replay.record_torch_history_at_import() if torch else None
     sys.stderr.write("cuda_debug replay: instrumenting %s of %s (NVIDIA's Sanitizer API: %s)%s\n"
                      % (spec.describe(), " ".join(([("-m " + target) if module else target]
                                                    + list(args))[:4]),

@@ -270,6 +270,44 @@ def record_torch_history() -> Optional[str]:
     return None
 
 
+def record_torch_history_at_import() -> Optional[str]:
+    """Record PyTorch's allocations from its import on (record_torch_history,
+    run right after ``import torch`` completes, in the program): the program's
+    own settings made before it imports torch (CUDA_VISIBLE_DEVICES,
+    PYTORCH_CUDA_ALLOC_CONF) still count. None, or why not."""
+    global _torch_note
+    import importlib.abc
+    import importlib.util
+    if "torch" in sys.modules:
+        return record_torch_history()
+    if importlib.util.find_spec("torch") is None:
+        _torch_note = "PyTorch is not installed"
+        return _torch_note
+
+    class AfterTorch(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "torch":
+                return None
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
+            spec = importlib.util.find_spec("torch")
+            loader = getattr(spec, "loader", None)
+            if loader is None or not hasattr(loader, "exec_module"):
+                return spec
+            run = loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                record_torch_history()
+            loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, AfterTorch())
+    return None
+
+
 def _snapshot():
     if snapshot_provider is not None:
         return snapshot_provider()

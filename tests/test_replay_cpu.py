@@ -788,3 +788,36 @@ def test_the_last_instrumented_launches_are_kept(tmp_path, fake_san):
     p = _replay_child(tmp_path, fake_san, script, "--kernel", "_Z4fillPfi", "--max-launches",
                       "19")
     assert p.returncode == 4 and "19 launches, from #1" in p.stderr, p.stderr
+
+
+def test_pytorch_history_starts_when_the_program_imports_torch(tmp_path, fake_san):
+    """The replay records PyTorch's allocations from the program's own `import
+    torch` on (not before: what the program sets up before importing it, such
+    as CUDA_VISIBLE_DEVICES, still counts), then takes the first snapshot."""
+    pkg = tmp_path / "fakemods" / "torch"
+    (pkg / "cuda").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from . import cuda\n")
+    (pkg / "cuda" / "__init__.py").write_text("from . import memory\n")
+    (pkg / "cuda" / "memory.py").write_text(textwrap.dedent("""\
+        import os
+        calls = []
+        def _record_memory_history(enabled=None, context=None, stacks=None):
+            calls.append(("record", enabled, context, stacks, os.environ.get("SET_BY_PROG")))
+        def _snapshot():
+            calls.append(("snapshot",))
+            return {"segments": []}
+        """))
+    script = _script(tmp_path, """\
+        import os
+        os.environ["SET_BY_PROG"] = "before import"
+        import torch
+        print("RESULT " + __import__("json").dumps(torch.cuda.memory.calls))
+        """)
+    full = {_replay.ENV: fake_san, "PYTHONPATH": str(tmp_path / "fakemods") + os.pathsep +
+            PKG_PARENT}
+    p = _cli("replay", "--launch", "1", str(script), env=full, cwd=str(tmp_path))
+    assert p.returncode == 4, p.stderr          # nothing launched: not reached
+    assert _result(p) == [["record", "state", "state", "python", "before import"],
+                          ["snapshot"]]
+    p = _cli("replay", "--launch", "1", "--no-torch", str(script), env=full, cwd=str(tmp_path))
+    assert _result(p) == []
