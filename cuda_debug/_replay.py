@@ -327,17 +327,21 @@ def _ranges_hook(launch, kernel, grid, block, context, stream, device) -> Option
     launch: the valid ranges, packed as little-endian uint64 pairs; the memory
     and the launching stack are kept for the report."""
     t0 = time.perf_counter()
-    entry = {"stack": traceback.extract_stack(sys._getframe(1)), "error": None}
+    entry = {"stack": traceback.extract_stack(sys._getframe(1)), "error": None, "torch": False}
     try:
         san = _memory.sanitizer_allocations(_core.replay_allocations())
+        entry["sanitizer"] = san
         live = free = segs = []
-        snap = _snapshot()
-        if snap is not None:
-            live, free, segs = _memory.torch_allocations(snap)
+        try:
+            snap = _snapshot()
+            if snap is not None:
+                live, free, segs = _memory.torch_allocations(snap)
+                entry.update(live=live, free=free, segments=segs, torch=True)
+        except Exception as e:  # the allocations the Sanitizer saw, then
+            entry["error"] = "%s: %s" % (type(e).__name__, e)
+            live = free = segs = []
         ranges = _memory.valid_ranges(san, live, segs)
-        entry.update(sanitizer=san, live=live, free=free, segments=segs,
-                     torch=snap is not None)
-    except Exception as e:     # never into C: the launch is checked against the table
+    except Exception as e:     # never into C: the launch is checked against C's table
         entry["error"] = "%s: %s" % (type(e).__name__, e)
         entry["seconds"] = time.perf_counter() - t0
         _keep(launch, entry)
@@ -452,6 +456,12 @@ def _pick(accesses: List[BadAccess]) -> BadAccess:
 def where(inst: Instrumented, a: BadAccess, entry: Optional[dict] = None):
     """(Where, Allocation with shape/dtype when found) for access `a`."""
     entry = entry if entry is not None else _launches.get(inst.launch, {})
+    if "sanitizer" not in entry:         # the hook failed: the allocations of now
+        try:
+            entry = dict(entry,
+                         sanitizer=_memory.sanitizer_allocations(_core.replay_allocations()))
+        except Exception:
+            pass
     w = _memory.locate(a.address, a.size, entry.get("live", ()), entry.get("free", ()),
                        entry.get("segments", ()), entry.get("sanitizer", ()))
     if w.allocation is not None:

@@ -821,3 +821,53 @@ def test_pytorch_history_starts_when_the_program_imports_torch(tmp_path, fake_sa
                           ["snapshot"]]
     p = _cli("replay", "--launch", "1", "--no-torch", str(script), env=full, cwd=str(tmp_path))
     assert _result(p) == []
+
+
+def test_calls_fail_only_after_a_bad_access_and_waits_too(tmp_path, fake_san):
+    """The driver-API callbacks (they cost a training step ~15%) are enabled only
+    when a bad access is found; then that launch, every later one, and the
+    waits fail, as on a dead context."""
+    script = _script(tmp_path, """\
+        import json
+        fk.fake_san_alloc(0x10000000, 1200, 0, 11)
+        a, n = acc([(0x10000000 + 4 * i, 4, 2, i) for i in range(300)])
+        b, m = acc([(0x10000000 + 4 * i, 4, 2, i) for i in range(301)])
+        for _ in range(3):
+            check(fk.fake_san_launch(b"_Z4fillPfi", 10, 32, a, n))
+        before = fk.stats()["driver_callbacks"]
+        sync_before = fk.fake_san_sync()
+        rc = fk.fake_san_launch(b"_Z4fillPfi", 10, 32, b, m)
+        after = [rc, fk.fake_san_sync(), fk.fake_san_launch(b"_Z4fillPfi", 10, 32, a, n)]
+        print("RESULT " + json.dumps([before, sync_before, after]))
+        """)
+    p = _replay_child(tmp_path, fake_san, script, "--kernel", "_Z4fillPfi")
+    assert p.returncode == 3, p.stderr
+    assert _result(p) == [0, 0, [700, 700, 700]]
+
+
+def test_reserved_address_ranges_are_no_memory(tmp_path, fake_san):
+    """The driver reserves large address ranges (measured on the H200: every
+    overrun fell inside one): an access there is still outside every
+    allocation, whether the ranges come from Python or, when Python's hook
+    fails, from the C table."""
+    body = """\
+        import cuda_debug._replay as r
+        FAIL
+        fk.fake_san_alloc(0x7f0000000000, 1 << 36, 0, 26)     # a reservation
+        fk.fake_san_alloc(0x7f0000200000, 1200, 0, 11)
+        a, n = acc([(0x7f0000200000 + 4 * i, 4, 2, i) for i in range(301)])
+        check(fk.fake_san_launch(b"_Z4fillPfi", 10, 32, a, n))
+        """
+    for fail, says in (("", "found by"), ("r.snapshot_provider = lambda: 1 / 0",
+                                          "the live tensors could not be read: "
+                                          "ZeroDivisionError"),
+                       # Python's hook fails whole: C checks against its own table
+                       ("r._core.replay_allocations = lambda: 1 / 0", "the live tensors "
+                                                                      "could not be read")):
+        script = _script(tmp_path, body.replace("FAIL", fail or "pass"))
+        p = _replay_child(tmp_path, fake_san, script, "--kernel", "fill")
+        assert p.returncode == 3, p.stderr
+        assert says in p.stderr
+        assert "wrote 4 bytes at 0x7f00002004b0" in p.stderr
+        if "replay_allocations" not in fail:
+            assert "right past the end of a 1,200-byte allocation" in p.stderr

@@ -47,12 +47,12 @@ static struct {
     int sticky;                    /* a real fault happened: every call fails */
     char fail_fn[64];
     int fail_rc;
-    long long stats[16];
+    long long stats[32];
 } F;
 
 enum { S_SUBSCRIBE, S_UNSUBSCRIBE, S_ADD_PATCHES, S_PATCH_INSTR, S_PATCH_MODULE, S_UNPATCH,
        S_SET_DATA, S_ALLOC, S_FREE, S_H2D, S_D2H, S_SYNC, S_LAUNCHES, S_REAL_FAULTS, S_BAD,
-       S_CALLBACKS };
+       S_CALLBACKS, S_DRIVER_CALLBACKS, S_N };
 
 static SanitizerResult failing(const char *fn)
 {
@@ -63,6 +63,8 @@ static void fire(int domain, uint32_t cbid, const void *data)
 {
     if (F.subscribed && F.cb && (F.domains[domain] || F.cbids[domain][cbid & 1023])) {
         F.stats[S_CALLBACKS]++;
+        if (domain == CD_SAN_DOMAIN_DRIVER_API)
+            F.stats[S_DRIVER_CALLBACKS]++;
         F.cb(F.ud, domain, cbid, data);
     }
 }
@@ -312,7 +314,7 @@ EXPORT void fake_san_fail(const char *fn, int rc)
 
 EXPORT int fake_san_stats(long long *out, int n)
 {
-    int k = n < 16 ? n : 16;
+    int k = n < S_N ? n : S_N;
     memcpy(out, F.stats, k * sizeof *out);
     return k;
 }
@@ -452,8 +454,19 @@ EXPORT int fake_san_launch(const char *name, uint32_t gx, uint32_t bx, const uin
     return (int)ret;
 }
 
-/* A later call that meets the dead context (cuCtxSynchronize): 700 once dead. */
+/* cuCtxSynchronize: 700 once the context is dead; through the driver-API
+ * callbacks (17), whose exit may rewrite it. */
 EXPORT int fake_san_sync(void)
 {
-    return F.sticky ? 700 : 0;
+    CUresult ret = F.sticky ? (CUresult)700 : CUDA_SUCCESS;
+    Sanitizer_CallbackData cd;
+    memset(&cd, 0, sizeof cd);
+    cd.functionName = "cuCtxSynchronize";
+    cd.functionReturnValue = &ret;
+    cd.context = CONTEXT;
+    cd.callbackSite = CD_SAN_API_ENTER;
+    fire(CD_SAN_DOMAIN_DRIVER_API, 17, &cd);
+    cd.callbackSite = CD_SAN_API_EXIT;
+    fire(CD_SAN_DOMAIN_DRIVER_API, 17, &cd);
+    return (int)ret;
 }

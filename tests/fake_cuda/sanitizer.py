@@ -73,7 +73,7 @@ _SIGNATURES = {
 #: fake_san_stats() indexes
 STATS = ("subscribe", "unsubscribe", "add_patches", "patch_instructions", "patch_module",
          "unpatch", "set_data", "alloc", "free", "h2d", "d2h", "sync", "launches",
-         "real_faults", "bad", "callbacks")
+         "real_faults", "bad", "callbacks", "driver_callbacks")
 
 
 def fake_sanitizer(path=None):
@@ -84,8 +84,8 @@ def fake_sanitizer(path=None):
         fn.restype, fn.argtypes = res, args
 
     def stats():
-        buf = (ctypes.c_longlong * 16)()
-        n = lib.fake_san_stats(buf, 16)
+        buf = (ctypes.c_longlong * 32)()
+        n = lib.fake_san_stats(buf, 32)
         return dict(zip(STATS, buf[:n]))
 
     def launch(name, accesses=(), grid=1, block=32):
