@@ -68,7 +68,7 @@ def timed(cmd, env, timeout):
     wall = time.perf_counter() - t0
     m = re.search(r"LOOP_S ([\d.]+)", p.stdout)
     return {"wall": wall, "loop": float(m.group(1)) if m else None, "rc": p.returncode,
-            "out": p.stdout + p.stderr}
+            "out": p.stdout + p.stderr, "tail": (p.stdout + p.stderr)[-1500:]}
 
 
 def main():

@@ -558,7 +558,8 @@ def outcome_text(target: Target, finished: str) -> str:
                      "never reached, so the original run did not repeat itself (it is not "
                      "deterministic, or its inputs or arguments differ).".format(
                          st.launches, target.launch) % finished)
-    elif target.launch and at is not None and target.kernel and not clean:
+    elif target.launch and at is not None and target.kernel and not clean and \
+            not any(i.launch == target.launch for i in refused):
         got = _text(at[1])
         lines.append("cuda-debug replay: launch #{:,} was {} (grid {} block {}), not {}, and no "
                      "later launch of {} came: the launches came in another order than in the "

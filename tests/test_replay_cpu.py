@@ -541,6 +541,14 @@ def test_the_sanitizer_refusing_to_patch_is_said_plainly(tmp_path, fake_san):
     assert "The original report stands." in p.stderr
 
 
+def test_refused_at_the_culprit_is_not_called_another_order(tmp_path, fake_san):
+    p = _replay_child(tmp_path, fake_san, _script(tmp_path, OOB), "--launch", "2", "--kernel",
+                      "_Z4fillPfi", env={"FAKE_SAN_FAIL": "sanitizerPatchModule:14"})
+    assert p.returncode == 4, p.stderr
+    assert "could not instrument launch #2 (fill)" in p.stderr
+    assert "another order" not in p.stderr
+
+
 def test_the_subscription_refused(tmp_path, fake_san):
     p = _replay_child(tmp_path, fake_san, _script(tmp_path, OOB), "--launch", "2",
                       env={"FAKE_SAN_FAIL": "sanitizerSubscribe:10"})

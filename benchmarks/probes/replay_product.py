@@ -1,4 +1,4 @@
-"""Probe (branch replay, round 2): the built `cuda-debug replay` on the H200.
+"""Probe (branch replay, rounds 2 and 3): the built `cuda-debug replay` on the H200.
 
 Run from the repo root on the GPU machine, after the install:
 
@@ -42,9 +42,9 @@ ok, err = _core.replay_load(found.path)
 calls, last = [], {}
 
 def hook(launch, kernel, grid, block, context, stream, device):
-    rs = _core.replay_results()
-    if rs and calls:
-        r = _replay.results([rs[-1]])[0]
+    prev = [r for r in _replay.results() if calls and r.launch == calls[-1]["launch"]]
+    if prev:
+        r = prev[0]
         calls[-1].update(n_bad=r.n_bad, prepare_ms=round(r.seconds_prepare * 1e3, 3),
                          wait_ms=round(r.seconds_wait * 1e3, 3), failed=r.failed_step, rc=r.rc)
         if r.n_bad:
@@ -128,10 +128,10 @@ def main():
     only = a.only.split(",")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if "tests" in only:
-        rc, out, err, wall = run([sys.executable, "-m", "pytest", "tests/test_replay_gpu.py", "-q",
+        rc, out, err, wall = run([sys.executable, "-m", "pytest", "tests/test_replay_gpu.py", "-vv",
                                   "-rA", "-p", "no:cacheprovider"], 900, env, ROOT)
         print("== tests (rc %s, %.0f s):" % (rc, wall))
-        print(out[-12000:])
+        print(out[-20000:])
         print(err[-2000:])
     if "survey" in only:
         path = os.path.join(OUT, "replay_survey.py")
@@ -158,6 +158,12 @@ def main():
         print("== cost (rc %s, %.0f s):" % (rc, wall))
         print(out[-4000:])
         print(err[-3000:])
+        try:
+            with open(os.path.join(OUT, "replay_cost.json")) as f:
+                runs = __import__("json").load(f)["runs"]
+            print("   runs:", runs)
+        except (OSError, ValueError, KeyError) as e:
+            print("   no json:", e)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,9 @@ static struct {
     int n_patched_ctx;
     cd_replay_at at;
 
+    cd_replay_state read_back;     /* the state read back (inst_lock): the Sanitizer's
+                                    * copy to host memory refused a stack address on the
+                                    * H200 (invalid parameter); static memory it takes */
     pthread_mutex_t match_lock;    /* the name-match cache */
     struct { CUfunction fn; int match; } cache[512];
 } rp = {
@@ -450,14 +453,15 @@ static __attribute__((noinline, cold)) void finish(const Sanitizer_LaunchData *l
     double t0 = now_s();
     int rc = rp.f.sanitizerStreamSynchronize(ld->hStream);
     r->seconds_wait = now_s() - t0;
-    cd_replay_state st;
+    cd_replay_state *stp = &rp.read_back;
     if (rc) {
         r->failed_step = CD_STEP_WAIT;
         r->rc = rc;
-    } else if ((rc = rp.f.sanitizerMemcpyDeviceToHost(&st, dstate, sizeof st, ld->hStream))) {
+    } else if ((rc = rp.f.sanitizerMemcpyDeviceToHost(stp, dstate, sizeof *stp, ld->hStream))) {
         r->failed_step = CD_STEP_READ;
         r->rc = rc;
     } else {
+        const cd_replay_state st = *stp;
         r->n_bad = st.n_bad;
         r->n_checked = st.n_checked;
         r->n_records = (int)(st.n_bad < CD_REPLAY_RECORDS ? st.n_bad : CD_REPLAY_RECORDS);

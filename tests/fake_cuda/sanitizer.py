@@ -44,7 +44,7 @@ def build_sanitizer() -> str:
         return lib
     work = tempfile.mkdtemp(prefix="cuda_debug_fake_san_build_")
     cmd = [cc, "-std=gnu11", "-O1", "-g", "-fPIC", "-shared", "-Wall", "-Wextra",
-           "-Wno-unused-parameter", "-I" + CSRC, "-o", os.path.join(work, NAME),
+           "-Wno-unused-parameter", "-pthread", "-I" + CSRC, "-o", os.path.join(work, NAME),
            SOURCES[0]] + extra_cflags()
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
