@@ -624,10 +624,11 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
         sys.stderr.write("cuda_debug replay: %s. The original report stands.\n" % e)
         return EXIT_ERROR
     note = _replay.record_torch_history_at_import() if torch else None
-    sys.stderr.write("cuda_debug replay: instrumenting %s of %s (NVIDIA's Sanitizer API: %s)%s\n"
-                     % (spec.describe(), " ".join(([("-m " + target) if module else target]
-                                                   + list(args))[:4]),
-                        found.path, "" if note is None else "; " + note))
+    sys.stderr.write("cuda_debug replay: re-running %s, instrumenting %s (NVIDIA's Sanitizer "
+                     "API: %s)%s\n" % (" ".join(([("-m " + target) if module else target]
+                                                + list(args))[:4]),
+                                       spec.describe(), found.path,
+                                       "" if note is None else "; " + note))
     sys.stderr.flush()
     outcome = {}
 
