@@ -327,7 +327,11 @@ def _ranges_hook(launch, kernel, grid, block, context, stream, device) -> Option
     launch: the valid ranges, packed as little-endian uint64 pairs; the memory
     and the launching stack are kept for the report."""
     t0 = time.perf_counter()
-    entry = {"stack": traceback.extract_stack(sys._getframe(1)), "error": None, "torch": False}
+    try:                       # the launching thread's Python frames (none on a C++ thread)
+        stack = traceback.extract_stack(sys._getframe(1))
+    except ValueError:
+        stack = []
+    entry = {"stack": stack, "error": None, "torch": False}
     try:
         san = _memory.sanitizer_allocations(_core.replay_allocations())
         entry["sanitizer"] = san

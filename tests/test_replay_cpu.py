@@ -378,6 +378,10 @@ DRIVER = textwrap.dedent("""\
         out["allocation"] = e.allocation._asdict() if e.allocation is not None else None
         out["class"] = type(e).__name__
         out["n_bad"] = len(e.bad_accesses or ())
+        import pickle
+        back = pickle.loads(pickle.dumps(e))        # across processes (xdist, multiprocessing)
+        out["pickles"] = (str(back) == str(e) and back.allocation == e.allocation and
+                          back.bad_accesses == e.bad_accesses and back.address == e.address)
     print("RESULT " + json.dumps(out, default=str))
     """)
 
@@ -425,6 +429,7 @@ def test_the_bad_access_is_found_and_named(tmp_path, fake_san):
     assert (r["fault_thread"], r["fault_block"]) == ([12, 0, 0], [9, 0, 0])
     assert r["allocation"]["address"] == 0x10000000 and r["allocation"]["size"] == 1200
     assert r["launch_seq"] == 2 and r["n_bad"] == 2     # a warp exits at its first bad access
+    assert r["pickles"] is True
     line = next(l for l in p.stderr.splitlines() if "thread [12,0,0]" in l)
     assert line.strip() == ("thread [12,0,0] of block [9,0,0] wrote 4 bytes at 0x100004b0, "
                             "right past the end of a 1,200-byte allocation")
@@ -879,3 +884,20 @@ def test_reserved_address_ranges_are_no_memory(tmp_path, fake_san):
         assert "wrote 4 bytes at 0x7f00002004b0" in p.stderr
         if "replay_allocations" not in fail:
             assert "right past the end of a 1,200-byte allocation" in p.stderr
+
+
+def test_a_launch_from_a_thread_without_python_frames():
+    """PyTorch's autograd threads launch from C++: C calls the hook with no
+    Python frame under it (as _thread.start_new_thread calls its function). It
+    still keeps the launch's memory (and gives the ranges)."""
+    import _thread
+    import time as _time
+    import cuda_debug._replay as r
+    r._launches.clear()
+    _thread.start_new_thread(r._ranges_hook, (7, b"k", (1, 1, 1), (1, 1, 1), 0, 0, 0))
+    for _ in range(500):
+        if 7 in r._launches:
+            break
+        _time.sleep(0.01)
+    entry = r._launches.pop(7, None)
+    assert entry is not None and entry["stack"] == [] and entry["error"] is None
