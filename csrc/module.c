@@ -215,17 +215,28 @@ static PyObject *py_last_call(PyObject *self, PyObject *noargs)
 
 /* ------------------------------------------------------------- options -- */
 
-/* set_options(wait, capture, profile, capture_check, graph_markers): the
- * debug switches, validated by Python (cuda_debug/_options.py) from CUDA_DEBUG_*. */
+/* set_options(wait, capture, profile, capture_check, graph_markers[, watch_probe,
+ * detach, graph_marker_every]): the debug switches, validated by Python
+ * (cuda_debug/_options.py) from CUDA_DEBUG_*. */
 static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"wait", "capture", "profile", "capture_check", "graph_markers",
-                             NULL};
-    int wait, capture, profile, capture_check, graph_markers;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "$ippii", kwlist, &wait, &capture, &profile,
-                                     &capture_check, &graph_markers))
+                             "watch_probe", "detach", "graph_marker_every", NULL};
+    int wait = CD_WAIT_SYNC, capture = 1, profile = 0, capture_check = 1,
+        graph_markers = CD_MARKERS_KERNEL, watch_probe = CD_PROBE_OFF, detach = 0, every = 8;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ippiiipi", kwlist, &wait, &capture, &profile,
+                                     &capture_check, &graph_markers, &watch_probe, &detach,
+                                     &every))
         return NULL;
+    if (every < 1 || every > 1024) {
+        PyErr_SetString(PyExc_ValueError, "graph_marker_every must be 1 to 1024");
+        return NULL;
+    }
+    if (watch_probe < CD_PROBE_OFF || watch_probe > CD_PROBE_FRAMES) {
+        PyErr_SetString(PyExc_ValueError, "watch_probe must be 0 (off) to 3 (frames)");
+        return NULL;
+    }
     if (graph_markers < CD_MARKERS_OFF || graph_markers > CD_MARKERS_KERNEL) {
         PyErr_SetString(PyExc_ValueError, "graph_markers must be 0 (off), 1 (memop) or 2 (kernel)");
         return NULL;
@@ -242,6 +253,9 @@ static PyObject *py_set_options(PyObject *self, PyObject *args, PyObject *kw)
         cd_state.profile = profile;
         cd_state.capture_check = capture_check;
         cd_state.graph_markers = graph_markers;
+        cd_state.watch_probe = watch_probe;
+        cd_state.detach = detach;
+        cd_state.graph_marker_every = every;
     }
     pthread_mutex_unlock(&cd_state.sub_lock);
     if (busy) {
@@ -745,7 +759,10 @@ static PyObject *py_graph_replay(PyObject *self, PyObject *arg)
     return list ? Py_BuildValue("(iiN)", status, capture, list) : NULL;
 }
 
-/* graph_node(node) -> (record tuple, index in its capture) or None. */
+/* graph_node(node) -> (record tuple, index in its capture, collective or None,
+ * tools id, innermost frame ids) or None (the collective: an NCCL kernel's,
+ * inflight.c; the tools id: the driver's id of the node, 0 unknown; the frames:
+ * the capturing thread's innermost, of any kind, innermost first). */
 static PyObject *py_graph_node(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -757,10 +774,18 @@ static PyObject *py_graph_node(PyObject *self, PyObject *arg)
     int done;
     if (g > UINT32_MAX || cd_graph_node((uint32_t)g, &r, &index, &done) != 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(NI)", record_tuple(g + 1, &r, done), index);
+    char coll[96];
+    size_t cl = cd_collective_name(&r, coll, sizeof coll);
+    uint32_t deep[CD_NODE_FRAMES];
+    int n_deep = cd_graph_node_frames((uint32_t)g, deep, CD_NODE_FRAMES);
+    return Py_BuildValue("(NINKN)", record_tuple(g + 1, &r, done), index,
+                         cl ? PyUnicode_DecodeUTF8(coll, (Py_ssize_t)cl, "replace")
+                            : Py_NewRef(Py_None),
+                         cd_graph_node_tools_id((uint32_t)g), ids_tuple(deep, n_deep));
 }
 
-/* graph_capture(c) -> (capture id, kernel nodes, multi_stream, unmarked, state) or None. */
+/* graph_capture(c) -> (capture id, kernel nodes, multi_stream, unmarked, state,
+ * every, token, (executable ids for tools)) or None. */
 static PyObject *py_graph_capture(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -770,8 +795,9 @@ static PyObject *py_graph_capture(PyObject *self, PyObject *arg)
     cd_graph_capture_info k;
     if (c < 0 || c > INT32_MAX || cd_graph_capture((int)c, &k) != 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(KIiIi)", (unsigned long long)k.id, k.n_nodes, k.multi_stream,
-                         k.unmarked, k.state);
+    return Py_BuildValue("(KIiIiII(IIII))", (unsigned long long)k.id, k.n_nodes, k.multi_stream,
+                         k.unmarked, k.state, k.every, k.token, k.exec_ids[0], k.exec_ids[1],
+                         k.exec_ids[2], k.exec_ids[3]);
 }
 
 static PyObject *py_graph_stats(PyObject *self, PyObject *noargs)
@@ -780,14 +806,74 @@ static PyObject *py_graph_stats(PyObject *self, PyObject *noargs)
     (void)noargs;
     cd_graph_counters g;
     cd_graph_stats(&g);
-    return Py_BuildValue("{sKsKsKsisisKsisisi}", "nodes_marked", (unsigned long long)g.nodes_marked,
-                         "nodes_unmarked", (unsigned long long)g.nodes_unmarked,
-                         "captures_untracked", (unsigned long long)g.captures_untracked,
-                         "captures", g.captures, "contexts", cd_watch_contexts_live(),
-                         "graph_ids_refused",
-                         (unsigned long long)atomic_load(&cd_state.n_graph_ids_refused),
-                         "clear_rc", g.clear_rc, "write_rc", g.write_rc, "kernel_rc",
-                         g.kernel_rc);
+    return Py_BuildValue(
+        "{sKsKsKsKsKsisisisisKsisisisisIsIsI}", "nodes_marked",
+        (unsigned long long)g.nodes_marked, "nodes_unmarked", (unsigned long long)g.nodes_unmarked,
+        "nodes_recorded", (unsigned long long)g.nodes_recorded, "captures_untracked",
+        (unsigned long long)g.captures_untracked, "captures_freed",
+        (unsigned long long)g.captures_freed, "captures", g.captures, "chunks_used",
+        g.chunks_used, "chunks", g.chunks, "contexts", cd_watch_contexts_live(),
+        "graph_ids_refused", (unsigned long long)atomic_load(&cd_state.n_graph_ids_refused),
+        "clear_rc", g.clear_rc, "write_rc", g.write_rc, "kernel_rc", g.kernel_rc, "adopt_rc",
+        g.adopt_rc, "execs", g.execs, "execs_refused", g.execs_refused, "exec_reach",
+        g.exec_reach);
+}
+
+/* graph_adopt(stream) -> token (0: not read, -1: no room): a graph captured while
+ * nothing watched, at the end of its capture (the stream still capturing). */
+static PyObject *py_graph_adopt(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long long s = PyLong_AsUnsignedLongLong(arg);
+    if (s == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    long token;
+    Py_BEGIN_ALLOW_THREADS
+    token = cd_driver_ready() == 0 ? cd_graph_adopt((CUstream)(uintptr_t)s) : 0;
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(token);
+}
+
+/* graph_adopt_exec(token, exec) -> bool; graph_adopt_drop(token). */
+static PyObject *py_graph_adopt_exec(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned token;
+    unsigned long long exec;
+    if (!PyArg_ParseTuple(args, "IK", &token, &exec))
+        return NULL;
+    return PyBool_FromLong(cd_graph_adopt_exec(token, (CUgraphExec)(uintptr_t)exec) == 0);
+}
+
+static PyObject *py_graph_adopt_drop(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long token = PyLong_AsUnsignedLong(arg);
+    if (token == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    cd_graph_adopt_drop((uint32_t)token);
+    Py_RETURN_NONE;
+}
+
+/* graph_release_exec(exec) -> bool: an executable Python saw go (its
+ * torch.cuda.CUDAGraph freed or reset): its capture's hold on its markers. */
+static PyObject *py_graph_release_exec(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long long exec = PyLong_AsUnsignedLongLong(arg);
+    if (exec == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(cd_graph_release_exec((CUgraphExec)(uintptr_t)exec) == 0);
+}
+
+/* graph_exec_token(exec) -> the token of the capture an executable runs, 0 unknown. */
+static PyObject *py_graph_exec_token(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long long exec = PyLong_AsUnsignedLongLong(arg);
+    if (exec == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromUnsignedLong(cd_graph_exec_token((CUgraphExec)(uintptr_t)exec));
 }
 
 /* set_op(token): this thread's current op for watch(ops=True); 0 clears. Per
@@ -802,29 +888,64 @@ static PyObject *py_set_op(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static PyObject *py_watch_incomplete(PyObject *self, PyObject *arg)
+/* watch_streams(since) -> [(stream, tid, last_done, open, newest, pending,
+ * after, (candidate seq, ...))]: per stream with launches after `since` not
+ * known to have finished, by first candidate (capture/watch_ring.c,
+ * cd_watch_scan). Host memory only. */
+static PyObject *py_watch_streams(PyObject *self, PyObject *arg)
 {
     (void)self;
     unsigned long long since = PyLong_AsUnsignedLongLong(arg);
     if (since == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
-    uint64_t seqs[64];
+    cd_stream_scan *t = PyMem_Calloc(CD_INFLIGHT_MAX, sizeof *t);
+    if (!t)
+        return PyErr_NoMemory();
     int n;
     Py_BEGIN_ALLOW_THREADS
-    n = cd_watch_incomplete(since, seqs, 64);
+    n = cd_watch_scan(since, t, CD_INFLIGHT_MAX, NULL);
     Py_END_ALLOW_THREADS
-    if (n < 0)                     /* a guess: (seq,) as a tuple, not a list */
-        return Py_BuildValue("(K)", (unsigned long long)seqs[0]);
     PyObject *out = PyList_New(n);
     for (int i = 0; out && i < n; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(seqs[i]);
+        const cd_stream_scan *e = &t[i];
+        uint32_t kept = e->pending < CD_SCAN_CANDIDATES ? e->pending : CD_SCAN_CANDIDATES;
+        PyObject *c = PyTuple_New(kept);
+        for (uint32_t j = 0; c && j < kept; j++) {
+            PyObject *v = PyLong_FromUnsignedLongLong(e->cand[j]);
+            if (!v)
+                Py_CLEAR(c);
+            else
+                PyTuple_SET_ITEM(c, j, v);
+        }
+        PyObject *v = c ? Py_BuildValue("(KiKKKIIN)", (unsigned long long)e->stream, (int)e->tid,
+                                        (unsigned long long)e->last_done,
+                                        (unsigned long long)e->open,
+                                        (unsigned long long)e->newest, e->pending, e->after, c)
+                        : NULL;
         if (!v) {
             Py_CLEAR(out);
             break;
         }
         PyList_SET_ITEM(out, i, v);
     }
+    PyMem_Free(t);
     return out;
+}
+
+/* set_watch_markers(every): a completion marker behind every `every`-th
+ * launch of a stream (1: behind each), from the next launch on. */
+static PyObject *py_set_watch_markers(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long every = PyLong_AsLong(arg);
+    if (every == -1 && PyErr_Occurred())
+        return NULL;
+    if (every < 1 || every > 65536) {
+        PyErr_SetString(PyExc_ValueError, "markers every 1 to 65536 launches");
+        return NULL;
+    }
+    atomic_store(&cd_state.watch_every, (unsigned)every);
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_recent_asserts(PyObject *self, PyObject *noargs)
@@ -851,6 +972,19 @@ static PyObject *py_asserts_for(PyObject *self, PyObject *arg)
     return Py_BuildValue("(y#i)", buf, (Py_ssize_t)n, level);
 }
 
+/* assert_level(text, kernel) -> level: how the device-assert lines of `text`
+ * belong to `kernel` (mangled or plain), the best CD_ASSERT_* of them: the
+ * rule the C fault path applies (capture/stderr_tee.c). */
+static PyObject *py_assert_level(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *text, *kernel;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y#s", &text, &n, &kernel))
+        return NULL;
+    return PyLong_FromLong(cd_tee_text_level(text, (size_t)n, kernel, NULL));
+}
+
 static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -867,33 +1001,60 @@ static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
 /* ---------------------------------------------------------------- hangs -- */
 
 /* in_flight() -> ([(seq, stream, kernel, short, collective, thread_id, device,
- * frames, flags, age_ns, queued, last_seq, cbid)], (newest_age_ns, scanned)):
- * every stream's oldest unfinished launch, oldest first (host memory only). */
+ * frames, flags, age_ns, queued, last_seq, cbid, candidates, open_seq, graph)],
+ * (newest_age_ns, scanned)): every stream's oldest unfinished launch, oldest first (host
+ * memory only); graph: None, or for a graph replay (status, capture, [node]),
+ * the nodes of its graph still running (graph_replay's). */
 static PyObject *py_in_flight(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
     cd_inflight *t = PyMem_Calloc(CD_INFLIGHT_MAX, sizeof *t);
-    if (!t)
+    cd_stream_scan *scan = PyMem_Calloc(CD_INFLIGHT_MAX, sizeof *scan);
+    if (!t || !scan) {
+        PyMem_Free(t);
+        PyMem_Free(scan);
         return PyErr_NoMemory();
+    }
     cd_inflight_summary sum;
     int n;
     Py_BEGIN_ALLOW_THREADS
-    n = cd_watch_inflight(t, CD_INFLIGHT_MAX, &sum);
+    n = cd_watch_inflight(t, CD_INFLIGHT_MAX, &sum, scan);
     Py_END_ALLOW_THREADS
+    PyMem_Free(scan);
     PyObject *out = PyList_New(n);
     for (int i = 0; out && i < n; i++) {
         const cd_watch_record *r = &t[i].rec;
         char coll[96];
         size_t cl = cd_collective_name(r, coll, sizeof coll);
         const char *k = cd_interned(r->kernel), *ks = cd_interned(r->kernel_short);
+        PyObject *graph = Py_NewRef(Py_None);
+        if (r->flags & CD_WATCH_GRAPH) {
+            uint32_t nodes[64];
+            int status, capture;
+            int m = cd_graph_unfinished(r, nodes, 64, &status, &capture);
+            PyObject *list = PyList_New(0);
+            for (int j = 0; list && j < m; j++) {
+                PyObject *g = PyLong_FromUnsignedLong(nodes[j]);
+                if (!g || PyList_Append(list, g) < 0)
+                    Py_CLEAR(list);
+                Py_XDECREF(g);
+            }
+            Py_DECREF(graph);
+            graph = list ? Py_BuildValue("(iiN)", status, capture, list) : NULL;
+            if (!graph) {
+                Py_CLEAR(out);
+                break;
+            }
+        }
         PyObject *v = Py_BuildValue(
-            "(KKy" "sNiiNiKIKi)", (unsigned long long)r->seq, (unsigned long long)r->stream,
+            "(KKy" "sNiiNiKIKiIKN)", (unsigned long long)r->seq, (unsigned long long)r->stream,
             k ? k : "", ks ? ks : "",
             cl ? PyUnicode_DecodeUTF8(coll, (Py_ssize_t)cl, "replace") : Py_NewRef(Py_None),
             (int)r->thread_id, cd_watch_context_device(r->ctx), ids_tuple(r->frames, r->n_frames),
             (int)r->flags, (unsigned long long)(sum.now_ns > r->t_ns ? sum.now_ns - r->t_ns : 0),
-            (unsigned)t[i].queued, (unsigned long long)t[i].last_seq, (int)r->cbid);
+            (unsigned)t[i].queued, (unsigned long long)t[i].last_seq, (int)r->cbid,
+            (unsigned)t[i].candidates, (unsigned long long)t[i].open_seq, graph);
         if (!v) {
             Py_CLEAR(out);
             break;
@@ -952,6 +1113,84 @@ static PyObject *py_install_dump_signal(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* dump_listen(rank, world_size): start the dump listener (once per process;
+ * rank -1 / world_size 0 unknown); OSError when it cannot listen. */
+static PyObject *py_dump_listen(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int rank, world;
+    if (!PyArg_ParseTuple(args, "ii", &rank, &world))
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cd_dump_server_start(rank, world);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+/* dump_listener() -> (state, name): 1 listening, 0 not started, -errno; the
+ * abstract socket name of `pid` (bytes, without the leading NUL). */
+static PyObject *py_dump_listener(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long pid = PyLong_AsLong(arg);
+    if (pid == -1 && PyErr_Occurred())
+        return NULL;
+    if (pid <= 0 || pid > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a pid is a positive int");
+        return NULL;
+    }
+    char name[108];
+    int k = cd_dump_server_name((int)pid, name, sizeof name);
+    return Py_BuildValue("(iy#)", cd_dump_server_state(), name, (Py_ssize_t)k);
+}
+
+/* dump_document(recent) -> bytes: the in-flight document (JSON) the dump
+ * listener sends, with the last `recent` launches; built without the GIL. */
+static PyObject *py_dump_document(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long recent = PyLong_AsLong(arg);
+    if (recent == -1 && PyErr_Occurred())
+        return NULL;
+    if (recent < 0 || recent > CD_WATCH_RING)
+        recent = recent < 0 ? 0 : CD_WATCH_RING;
+    cd_buf b = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cd_dump_document(&b, (int)recent);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        cd_buf_free(&b);
+        return PyErr_NoMemory();
+    }
+    PyObject *out = PyBytes_FromStringAndSize(b.p ? b.p : "", (Py_ssize_t)b.n);
+    cd_buf_free(&b);
+    return out;
+}
+
+/* dump_set_extra(bytes): the flight recorder's last collectives (JSON made by
+ * json.dumps) that every dump document carries from now on. */
+static PyObject *py_dump_set_extra(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    char *p;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(arg, &p, &n) != 0)
+        return NULL;
+    if (n > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "dump_set_extra: at most 1 MiB");
+        return NULL;
+    }
+    if (cd_report_set_extra(p, (size_t)n) != 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 /* --------------------------------------------------------------- stats -- */
 
 static PyObject *py_stats(PyObject *self, PyObject *noargs)
@@ -960,7 +1199,7 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     (void)noargs;
 #define U(x) (unsigned long long)atomic_load(&cd_state.x)
     return Py_BuildValue(
-        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisKsi}", "synced", U(n_synced), "follower",
+        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisKsisKsKsIsKsK}", "synced", U(n_synced), "follower",
         U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes", U(n_subscribes),
         "active", atomic_load(&cd_state.active), "watching", atomic_load(&cd_state.watching),
         "all_threads", atomic_load(&cd_state.all_threads), "ns_capture_check",
@@ -971,7 +1210,9 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
         atomic_load(&cd_state.watch_write_rc), "subscribed",
         cd_state.subscriber != NULL, "interned_bytes", (Py_ssize_t)cd_intern_used(),
         "stderr_tee", cd_tee_installed(), "hand_overs", U(n_hand_overs), "code_watcher",
-        cd_frames_code_watched());
+        cd_frames_code_watched(), "marked", U(n_marked), "closed", U(n_closed),
+        "watch_every", (unsigned)atomic_load(&cd_state.watch_every), "wait_ids_refused",
+        U(n_wait_ids_refused), "detaches", U(n_detaches));
 #undef U
 }
 
@@ -1113,19 +1354,38 @@ static PyObject *py_replay_subscribe(PyObject *self, PyObject *args, PyObject *k
     (void)self;
     static char *kwlist[] = {"launch", "start", "kernel", "match", "max_launches", "exit_warp",
                              "fail_launches", "while_watching", "check_shared", "ranges",
-                             "driver_always", NULL};
+                             "driver_always", "launches", NULL};
     cd_replay_target t;
     memset(&t, 0, sizeof t);
     unsigned long long launch = 0, start = 0;
     const char *kernel = "";
-    PyObject *ranges = Py_None;
+    PyObject *ranges = Py_None, *set = Py_None;
     t.max_launches = 1;
     t.exit_warp = t.fail_launches = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKsiiiiiiOi", kwlist, &launch, &start,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKsiiiiiiOiO", kwlist, &launch, &start,
                                      &kernel, &t.match, &t.max_launches, &t.exit_warp,
                                      &t.fail_launches, &t.while_watching, &t.check_shared,
-                                     &ranges, &t.driver_always))
+                                     &ranges, &t.driver_always, &set))
         return NULL;
+    if (set != Py_None) {
+        PyObject *seq = PySequence_Fast(set, "launches must be a sequence of launch numbers");
+        if (!seq)
+            return NULL;
+        Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+        if (k > CD_REPLAY_LAUNCHES) {
+            Py_DECREF(seq);
+            return PyErr_Format(PyExc_ValueError, "at most %d launches", CD_REPLAY_LAUNCHES);
+        }
+        for (Py_ssize_t i = 0; i < k; i++) {
+            unsigned long long v = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+            if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+            t.set[t.n_set++] = v;
+        }
+        Py_DECREF(seq);
+    }
     if (strlen(kernel) >= sizeof t.kernel) {
         PyErr_Format(PyExc_ValueError, "kernel name longer than %d bytes", CD_REPLAY_NAME - 1);
         return NULL;
@@ -1300,6 +1560,7 @@ static int add_replay_constants(PyObject *m)
         {"REPLAY_MATCH_ANY", CD_MATCH_ANY}, {"REPLAY_MATCH_MANGLED_PREFIX", CD_MATCH_MANGLED_PREFIX},
         {"REPLAY_MATCH_SUBSTRING", CD_MATCH_SUBSTRING}, {"REPLAY_RECORDS", CD_REPLAY_RECORDS},
         {"REPLAY_RESULTS", CD_REPLAY_RESULTS}, {"REPLAY_NAME", CD_REPLAY_NAME},
+        {"REPLAY_LAUNCHES", CD_REPLAY_LAUNCHES},
         {"REPLAY_SPACE_GLOBAL", CD_SPACE_GLOBAL}, {"REPLAY_SPACE_SHARED", CD_SPACE_SHARED},
         {"REPLAY_SPACE_ASYNC_COPY", CD_SPACE_ASYNC_COPY}, {"REPLAY_SPACE_LOCAL", CD_SPACE_LOCAL},
         {"REPLAY_ACCESS_READ", CD_ACCESS_READ}, {"REPLAY_ACCESS_WRITE", CD_ACCESS_WRITE},
@@ -1345,12 +1606,19 @@ static PyMethodDef core_methods[] = {
     METH(short_kernel_name, METH_O, "the short readable name of a kernel"),
     METH(watch_seq, METH_NOARGS, "launches put in the watch ring so far"),
     METH(watch_record, METH_O, "watch_record(seq) -> record tuple or None"),
-    METH(watch_incomplete, METH_O, "watch_incomplete(since) -> [seq]: first unfinished launch per stream"),
+    METH(watch_streams, METH_O, "watch_streams(since) -> [per-stream scan]: launches not known finished"),
+    METH(set_watch_markers, METH_O, "set_watch_markers(every): a marker behind every every-th launch of a stream"),
     METH(graph_replay, METH_O, "graph_replay(seq) -> (status, capture, [node]) or None"),
-    METH(graph_node, METH_O, "graph_node(node) -> (record tuple, index) or None"),
+    METH(graph_node, METH_O, "graph_node(node) -> (record tuple, index, collective) or None"),
     METH(graph_capture, METH_O, "graph_capture(c) -> (id, nodes, multi_stream, unmarked, state)"),
     METH(graph_stats, METH_NOARGS, "graph-marker and context-table counters"),
+    METH(graph_adopt, METH_O, "graph_adopt(stream) -> token: a graph captured before watching"),
+    METH(graph_adopt_exec, METH_VARARGS, "graph_adopt_exec(token, exec) -> bool"),
+    METH(graph_adopt_drop, METH_O, "graph_adopt_drop(token): an adopted capture no executable holds"),
+    METH(graph_release_exec, METH_O, "graph_release_exec(exec) -> bool: an executable is gone"),
+    METH(graph_exec_token, METH_O, "graph_exec_token(exec) -> the token of its capture, 0 unknown"),
     METH(recent_asserts, METH_NOARGS, "the latest device-assert lines written to stderr"),
+    METH(assert_level, METH_VARARGS, "assert_level(text, kernel) -> how the assert lines belong to it"),
     METH(asserts_for, METH_O, "asserts_for(kernel) -> (the assert lines kept that belong best "
                               "to it, ASSERT_* level)"),
     METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
@@ -1361,6 +1629,10 @@ static PyMethodDef core_methods[] = {
     METH(in_flight, METH_NOARGS, "every stream's oldest unfinished launch -> ([record], (newest_age_ns, scanned))"),
     METH(set_hang_after, METH_O, "set_hang_after(seconds): the hang watcher's threshold, 0 off"),
     METH(hang_state, METH_NOARGS, "-> (hang_after_ns, reports, dump signal)"),
+    METH(dump_listen, METH_VARARGS, "dump_listen(rank, world_size): answer `cuda-debug dump PID`"),
+    METH(dump_listener, METH_O, "dump_listener(pid) -> (state, abstract socket name)"),
+    METH(dump_set_extra, METH_O, "dump_set_extra(json bytes): the flight recorder, in every dump"),
+    METH(dump_document, METH_O, "dump_document(recent) -> the in-flight document (JSON bytes)"),
     METH(install_dump_signal, METH_VARARGS,
          "install_dump_signal(signum, python_has_it, python_has_sigint): the in-flight report on a signal"),
     METH(stderr_references, METH_O, "stderr_references(path) -> libc stderr slots of a loaded library"),
@@ -1463,11 +1735,12 @@ static int core_exec(PyObject *m)
         {"WATCH_RING", CD_WATCH_RING}, {"WATCH_SLOTS", CD_WATCH_SLOTS},
         {"WATCH_RECORD_BYTES", sizeof(cd_watch_record)}, {"RING_FRAMES", CD_RING_FRAMES},
         {"WATCH_GRAPH", CD_WATCH_GRAPH}, {"WATCH_MARKED", CD_WATCH_MARKED},
+        {"WATCH_CLOSED", CD_WATCH_CLOSED},
         {"WATCH_USER_LAST", CD_WATCH_USER_LAST}, {"WATCH_CAPTURED", CD_WATCH_CAPTURED},
         {"GRAPH_FOUND", CD_GRAPH_FOUND}, {"GRAPH_MATCHED", CD_GRAPH_MATCHED},
         {"GRAPH_NO_MARKERS", CD_GRAPH_NO_MARKERS}, {"GRAPH_NOT_CLOSED", CD_GRAPH_NOT_CLOSED},
         {"GRAPH_NOT_STARTED", CD_GRAPH_NOT_STARTED}, {"GRAPH_ALL_DONE", CD_GRAPH_ALL_DONE},
-        {"GRAPH_BROKEN", CD_GRAPH_BROKEN},
+        {"GRAPH_BROKEN", CD_GRAPH_BROKEN}, {"GRAPH_ADOPTED", CD_GRAPH_ADOPTED},
         {"GRAPH_NODES", CD_GRAPH_NODES}, {"FRAMES_SUPPORTED", 0},
         {"HANG_STEP_MIN_NS", CD_HANG_STEP_MIN_NS},
         {"ASSERT_NONE", CD_ASSERT_NONE}, {"ASSERT_GENERIC", CD_ASSERT_GENERIC},

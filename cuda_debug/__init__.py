@@ -94,6 +94,70 @@ def __dir__():
     return sorted(list(globals()) + __all__ + list(_SUBMODULES))
 
 
+class _TorchGraphsFinder:
+    """A ``sys.meta_path`` entry that finds nothing itself: when
+    ``torch.cuda.graphs`` is imported, it lets the module run, then wraps
+    ``torch.cuda.CUDAGraph``'s capture end (cuda_debug/_graphs.py: graphs captured
+    before watch() are read at their end), and steps out of ``sys.meta_path``."""
+
+    busy = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch.cuda.graphs" or self.busy:
+            return None
+        import importlib.util
+        self.busy = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _InstallAfter(spec.loader, self)
+        return spec
+
+
+class _InstallAfter:
+    """The module's own loader, and cuda_debug's wrapper installed once it ran."""
+
+    def __init__(self, loader, finder):
+        self._loader, self._finder = loader, finder
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        import sys
+        if self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        try:
+            from . import _graphs
+            _graphs.install(module)
+        except Exception:          # never break `import torch`
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+def _hook_torch_graphs():
+    import sys
+    if not _options.OPTIONS.graph_adopt:
+        return
+    if "torch.cuda.graphs" in sys.modules:
+        try:
+            from . import _graphs
+            _graphs.install()
+        except Exception:
+            pass
+    elif not any(isinstance(f, _TorchGraphsFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchGraphsFinder())
+
+
+_hook_torch_graphs()
+
+
 def load_ipython_extension(ipython):
     """``%load_ext cuda_debug``: the %cuda_guard / %cuda_watch / %launch_blocking magics and
     short reports."""

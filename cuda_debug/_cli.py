@@ -43,11 +43,13 @@
     with hints); 1 when the replay cannot run (no Sanitizer API: where it
     looked, what to install); 2 on a usage error.
 
-``dump [--signal SIGUSR1|SIGUSR2] PID...``
-    ask running processes that watch (``run``, ``watch()``) for the same report,
-    with their dump signal; the report goes to each process's own stderr. A
-    process that does not catch the signal is not sent it (its default action
-    would end it). Exit status 0 when every process was sent it, 1 otherwise.
+``dump [--json] [--children] [--trace OUT.json] PID...``, ``dump --job [HOST:PORT]``
+    print, here, the unfinished launches of running processes that watch
+    (``run``, ``watch()``): each answers from a thread of cuda_debug's (no
+    signal is sent; a process without cuda_debug is never reached). A torchrun
+    agent's PID (or ``--children``): every rank's report and one verdict line.
+    ``--job``: every rank of the job, through its c10d TCPStore. Exit status 0
+    when every process answered, 1 otherwise.
 
 ``doctor [--json]``
     driver, GPUs, where libcuda / CUPTI / cuBLAS were found, whether
@@ -94,8 +96,8 @@ commands:
   replay --launch N [--kernel K] script.py [args...]
                                   re-run it, instrument that launch: the thread,
                                   the address, the tensor it missed
-  dump PID...                     a watching process writes its unfinished
-                                  launches to its stderr (SIGUSR1)
+  dump [--json] PID...            the unfinished launches of a watching process
+                                  (a torchrun agent: every rank, and a verdict)
   doctor [--json]                 driver, GPU, CUDA/CUPTI/cuBLAS, conflicts
   bench ...                       GEMM and launch-latency benchmarks
 
@@ -178,6 +180,12 @@ def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                         "launching line")
     p.add_argument("--no-watch", action="store_true",
                    help="neither watch nor block: only translate the errors")
+    p.add_argument("--exact", action="store_true",
+                   help="watch(exact=True): a completion marker behind every launch, so every "
+                        "fault names its launch (a few percent slower); by default the "
+                        "always-on watch() names it exactly when the device names the kernel "
+                        "(device asserts), else among at most 16 candidates (also "
+                        "CUDA_DEBUG_WATCH_EXACT=1)")
     p.add_argument("--all-threads", action="store_true",
                    help="with --launch-blocking: block launches from every thread")
     p.add_argument("--guard", action="store_true",
@@ -204,7 +212,7 @@ def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
 
 _RUN_FLAGS = {"--launch-blocking": "launch_blocking", "--no-watch": "no_watch",
               "--all-threads": "all_threads", "--traceback": "traceback", "--guard": "guard",
-              "--replay": "replay"}
+              "--exact": "exact", "--replay": "replay"}
 
 
 def _is_module_name(name: str) -> bool:
@@ -260,6 +268,9 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         return _usage_error(parser, "--launch-blocking and --no-watch exclude each other")
     if opts["all_threads"] and not opts["launch_blocking"]:
         return _usage_error(parser, "--all-threads goes with --launch-blocking")
+    if opts["exact"] and (opts["launch_blocking"] or opts["no_watch"]):
+        return _usage_error(parser, "--exact goes with watching (not with %s)" % (
+            "--launch-blocking" if opts["launch_blocking"] else "--no-watch"))
     if hang_after is not None and (opts["launch_blocking"] or opts["no_watch"]):
         return _usage_error(parser, "--hang-after goes with watching (not with %s)" % (
             "--launch-blocking" if opts["launch_blocking"] else "--no-watch"))
@@ -276,7 +287,8 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     mode = "block" if opts["launch_blocking"] else "none" if opts["no_watch"] else "watch"
     status = _run(target, args, module=module, mode=mode, all_threads=opts["all_threads"],
                   full_traceback=opts["traceback"], prog=prog,
-                  guard=opts["guard"] or _options.OPTIONS.guard, hang_after=hang_after)
+                  guard=opts["guard"] or _options.OPTIONS.guard, hang_after=hang_after,
+                  exact=opts["exact"] or None)
     if opts["replay"] and status == EXIT_STICKY:
         _replay_after(target, args, module, prog)
     return status
@@ -296,14 +308,14 @@ def _replay_after(target: str, args: List[str], module: bool, prog: str) -> None
                                                                           or "")
             else "not an illegal or misaligned address, or its launch is not known"))
         return
-    cmd = [sys.executable, "-m", "cuda_debug", "replay"]
-    if err.launch_seq:
-        cmd += ["--launch", str(err.launch_seq)]
-    if err.kernel_mangled:
-        cmd += ["--kernel", err.kernel_mangled]
-    if not err.launch_seq and not err.kernel_mangled:
+    from . import _replay_command
+    opts = _replay_command.options(
+        err.kernel_mangled, err.launch_seq,
+        candidates=_replay_command.candidate_seqs(err.exact, err.candidates))
+    if opts is None:
         return
-    cmd += (["-m", target] if module else [target]) + list(args)
+    cmd = [sys.executable, "-m", "cuda_debug", "replay"] + opts + \
+        (["-m", target] if module else [target]) + list(args)
     sys.stderr.write("\ncuda_debug run: replaying it to find the thread, the address and the "
                      "allocation: %s\n" % err.replay_command)
     sys.stderr.flush()
@@ -311,7 +323,8 @@ def _replay_after(target: str, args: List[str], module: bool, prog: str) -> None
     subprocess.run(cmd)
 
 
-def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None):
+def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None,
+           exact: Optional[bool] = None):
     """The entered scope for `mode`, or None: where it cannot be had (no GPU,
     no CUPTI, a profiler holds it) say so once and run without it."""
     if mode == "none":
@@ -322,7 +335,7 @@ def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None):
         import importlib.util
         if importlib.util.find_spec("torch") is not None:
             import torch  # noqa: F401  (the op recorder is a PyTorch dispatch mode)
-    scope = watch(hang_after=hang_after) if mode == "watch" else \
+    scope = watch(hang_after=hang_after, exact=exact) if mode == "watch" else \
         launch_blocking(True, all_threads=all_threads)
     try:
         scope.__enter__()
@@ -358,7 +371,8 @@ def _exec_stdin() -> None:
 
 def _run(target: str, args: List[str], module: bool, mode: str, all_threads: bool,
          full_traceback: bool, prog: str = MODULE_PROG, guard: bool = False,
-         hang_after: Optional[float] = None, on_exception=None) -> int:
+         hang_after: Optional[float] = None, exact: Optional[bool] = None,
+         on_exception=None) -> int:
     """Run the program as __main__; its exit status. `on_exception(e)` (default
     _report) prints what an exception means and returns the status."""
     from . import _replay_command
@@ -378,7 +392,7 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
             sys.argv = [target] + args
             sys.path[0:1] = [os.path.dirname(os.path.abspath(target))]
         try:
-            scope = _enter(mode, all_threads, hang_after)
+            scope = _enter(mode, all_threads, hang_after, exact)
             with contextlib.ExitStack() as stack:
                 if scope is not None:
                     stack.push(scope)
@@ -495,6 +509,11 @@ def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG) -> 
 
 # -- replay ---------------------------------------------------------------------------
 
+def _replay_max() -> int:
+    from ._replay_command import MAX_CANDIDATES
+    return MAX_CANDIDATES
+
+
 def _replay_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     # (for --help and the usage line: replay_main parses by hand, like run)
     from ._replay import DEFAULT_MAX_LAUNCHES, DEFAULT_WINDOW
@@ -507,9 +526,10 @@ def _replay_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                     "dtype, the line that allocated it). The report of the fault prints this "
                     "command. Exit status: 3 found; 4 the run did not repeat itself; 1 the "
                     "replay cannot run; 2 usage error.")
-    p.add_argument("--launch", metavar="N", type=int,
+    p.add_argument("--launch", metavar="N",
                    help="the culprit's launch number, as the report names it (watch() counts "
-                        "every launch of the program from its start)")
+                        "every launch of the program from its start); or the candidates "
+                        "watch() could not tell apart, N1,N2,...: each is instrumented")
     p.add_argument("--kernel", metavar="NAME",
                    help="the culprit's kernel: its mangled name as the report gives it (a "
                         "prefix of the launch's), or a part of its name")
@@ -550,6 +570,7 @@ def replay_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         sys.stderr.write("cuda_debug replay: %s\n" % message)
         return EXIT_USAGE
 
+    launches = ()
     while i < len(argv):
         a = argv[i]
         if a in ("-h", "--help"):
@@ -557,6 +578,16 @@ def replay_main(argv: List[str], prog: str = MODULE_PROG) -> int:
             return 0
         if a in flags:
             opts[flags[a]] = True
+        elif a == "--launch" and i + 1 < len(argv) and "," in argv[i + 1]:
+            try:                       # several candidates: 1234,1240,1251
+                launches = tuple(int(w) for w in argv[i + 1].split(",") if w.strip())
+            except ValueError:
+                launches = ()
+            if not launches or min(launches) < 1 or len(launches) > _replay_max():
+                return fail("--launch takes a number > 0, or up to %d of them separated by "
+                            "commas, not %r" % (_replay_max(), argv[i + 1]))
+            opts["launch"] = launches[0]
+            i += 1
         elif a in valued:
             if i + 1 >= len(argv):
                 return fail("%s needs a value" % a)
@@ -592,6 +623,10 @@ def replay_main(argv: List[str], prog: str = MODULE_PROG) -> int:
                     "the replay command has them)")
     if opts["window"] is not None and not (opts["launch"] and opts["kernel"]):
         return fail("--window goes with --launch and --kernel")
+    if len(launches) > 1 and (opts["kernel"] or opts["window"] is not None or
+                              opts["max_launches"] is not None):
+        return fail("several launches are each instrumented, whatever their kernel: no "
+                    "--kernel, --window or --max-launches with them")
     if opts["max_launches"] is not None and not opts["kernel"]:
         return fail("--max-launches goes with --kernel")
     if module and not _is_module_name(target):
@@ -606,7 +641,7 @@ def replay_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         launch=opts["launch"], kernel=opts["kernel"],
         max_launches=opts["max_launches"] or _replay.DEFAULT_MAX_LAUNCHES,
         window=opts["window"] if opts["window"] is not None else _replay.DEFAULT_WINDOW,
-        from_watch=opts["from_watch"])
+        from_watch=opts["from_watch"], launches=launches)
     return _replay_run(spec, target, args, module, prog, opts["traceback"],
                        torch=not opts["no_torch"])
 
@@ -682,101 +717,202 @@ def _replay_found(inst, exc: Optional[BaseException], full_traceback: bool) -> i
 
 # -- dump -----------------------------------------------------------------------------
 
-def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
+def _dump_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog + " dump", allow_abbrev=False,
-        description="Ask processes that watch (python -m cuda_debug run, cuda_debug.watch()) for "
-                    "every stream's oldest unfinished launch: kernel or NCCL collective, launching "
-                    "line, age, launches queued behind it. Each writes it to its own stderr. "
-                    "Exit status 0 when every process was sent the signal, 1 otherwise.")
-    p.add_argument("pid", type=int, nargs="+", help="the process (several: each rank)")
-    p.add_argument("--signal", metavar="SIG",
-                   help="SIGUSR1 or SIGUSR2: the target's CUDA_DEBUG_DUMP_SIGNAL (default: "
-                        "CUDA_DEBUG_DUMP_SIGNAL here, else SIGUSR1)")
+        description="Print, here, every stream's oldest unfinished launch of processes that "
+                    "watch (python -m cuda_debug run, cuda_debug.watch()): kernel or NCCL "
+                    "collective, launching line, age, launches queued behind it. The process "
+                    "answers from a thread of cuda_debug's, also while its Python threads are "
+                    "stuck in a CUDA call; no signal is sent, and its stderr gets nothing. "
+                    "A PID without cuda_debug whose child processes have it (a torchrun "
+                    "agent) is asked through them: each rank's report, then one verdict line. "
+                    "Exit status 0 when every process answered, 1 otherwise, 2 on a usage "
+                    "error.")
+    p.add_argument("pid", nargs="*", help="the process (several: each rank; a torchrun agent: "
+                                          "its ranks)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON instead: pid, rank, time, and one object per stream with "
+                        "the fields of cuda_debug.in_flight() (several processes: "
+                        "{\"ranks\": [...], \"verdict\": ...})")
+    p.add_argument("--children", action="store_true",
+                   help="ask the processes below each PID (its ranks), not the PID itself")
+    p.add_argument("--trace", metavar="OUT.json",
+                   help="also write the last launches as Chrome/Perfetto trace events (open in "
+                        "ui.perfetto.dev or chrome://tracing)")
+    p.add_argument("--last", metavar="N", type=int, default=None,
+                   help="launches per process in the trace (default %d)" % 2000)
+    p.add_argument("--job", metavar="HOST:PORT", nargs="?", const="",
+                   help="every rank of a torchrun job, on any node, through the job's c10d "
+                        "TCPStore (default: MASTER_ADDR:MASTER_PORT here); needs torch")
+    p.add_argument("--timeout", metavar="S", type=float, default=None,
+                   help="seconds to wait for each answer (default 5; --job: 10)")
+    return p
+
+
+def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
+    p = _dump_parser(prog)
     try:
         ns = p.parse_args(argv)
     except SystemExit as e:
         return _exit_status(e.code)
-    if ns.signal is None:
-        sig = _options.OPTIONS.dump_signal
-        if not sig:
+    from . import _dump
+    if ns.last is not None and not 1 <= ns.last <= 65536:
+        p.print_usage(sys.stderr)
+        sys.stderr.write("cuda_debug dump: --last takes 1 to 65536 launches\n")
+        return EXIT_USAGE
+    if ns.timeout is not None and not 0 < ns.timeout <= 3600:
+        p.print_usage(sys.stderr)
+        sys.stderr.write("cuda_debug dump: --timeout takes seconds, more than 0\n")
+        return EXIT_USAGE
+    if ns.job is not None:
+        if ns.pid or ns.children:
             p.print_usage(sys.stderr)
-            sys.stderr.write("cuda_debug dump: CUDA_DEBUG_DUMP_SIGNAL=off here: name the target's "
-                             "signal with --signal SIGUSR1|SIGUSR2\n")
+            sys.stderr.write("cuda_debug dump: --job asks the ranks through the job's store: "
+                             "no PID, no --children\n")
             return EXIT_USAGE
-    else:
-        sig = _options.DUMP_SIGNALS.get(ns.signal.strip().lower())
-        if not sig:
-            p.print_usage(sys.stderr)
-            sys.stderr.write("cuda_debug dump: --signal %s: SIGUSR1 or SIGUSR2\n" % ns.signal)
-            return EXIT_USAGE
-    import signal
-    name = signal.Signals(sig).name
-    status = 0
-    for pid in ns.pid:
-        if not _dump_one(pid, sig, name):
+        return _dump_job(ns.job, as_json=ns.json, trace=ns.trace, last=ns.last,
+                         timeout=ns.timeout)
+    if not ns.pid:
+        p.print_usage(sys.stderr)
+        sys.stderr.write("cuda_debug dump: a PID is required (or --job)\n")
+        return EXIT_USAGE
+    try:
+        pids = [_dump.parse_pid(t) for t in ns.pid]
+    except _dump.DumpError as e:
+        sys.stderr.write("cuda_debug dump: %s\n" % e)
+        return EXIT_ERROR
+    status, targets, ranked = 0, [], bool(ns.children) or len(pids) > 1
+    for pid in pids:
+        try:
+            found, agent = _dump_targets(pid, ns.children)
+        except _dump.DumpError as e:
+            sys.stderr.write("cuda_debug dump: %s\n" % e)
             status = EXIT_ERROR
+            continue
+        ranked = ranked or agent
+        targets += [t for t in found if t not in targets]
+    recent = (ns.last or _dump.RECENT_DEFAULT) if ns.trace else 1 if ranked else 0
+    docs = []
+    for pid in targets:
+        try:
+            docs.append(_dump.ask(pid, recent=recent, timeout=ns.timeout or _dump.TIMEOUT_S))
+        except _dump.DumpError as e:
+            sys.stderr.write("cuda_debug dump: %s\n" % e)
+            status = EXIT_ERROR
+    docs.sort(key=lambda d: (d.get("rank") is None, d.get("rank") or 0, d["pid"]))
+    try:
+        _print_dump(docs, ranked, ns.json)
+        sys.stdout.flush()
+    except BrokenPipeError:        # `dump PID | head`: the reader had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return status
+    if ns.trace and docs:
+        _write_dump_trace(ns.trace, docs)
     return status
 
 
-def _dump_one(pid: int, sig: int, name: str) -> bool:
-    what = "process %d%s" % (pid, _command_of(pid))
+def _dump_job(given: str, as_json: bool = False, trace: Optional[str] = None,
+             last: Optional[int] = None, timeout: Optional[float] = None) -> int:
+    from . import _dump, _job
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        sys.stderr.write("cuda_debug dump: no process %d\n" % pid)
-        return False
-    except PermissionError:
-        sys.stderr.write("cuda_debug dump: not allowed to signal %s: it is another user's (run "
-                         "dump as that user, or as root)\n" % what)
-        return False
-    if _catches(pid, sig) is False:
-        children = [c for c in _children(pid) if _catches(c, sig)]
-        sys.stderr.write(
-            "cuda_debug dump: %s does not catch %s: it is not watching (python -m cuda_debug run, "
-            "cuda_debug.watch()), or its CUDA_DEBUG_DUMP_SIGNAL is another; not sent (the "
-            "signal's default action would end it)\n" % (what, name))
-        if children:
-            sys.stderr.write("  its child processes that catch it: %s (python -m cuda_debug dump "
-                             "%s)\n" % (" ".join(map(str, children)),
-                                         " ".join(map(str, children))))
-        return False
-    os.kill(pid, sig)
-    print("cuda_debug dump: sent %s to %s. The report goes to that process's stderr (fd 2), "
-          "not here: look there for \"cuda_debug (watch): %s (pid %d)\", then each stream's "
-          "oldest unfinished launch (kernel or collective, launching line, age, launches queued "
-          "behind it); under torchrun in that rank's output, each line prefixed [rank k]."
-          % (name, what, name, pid))
-    return True
-
-
-def _proc_read(path: str) -> Optional[str]:
+        host, port = _job.address(given)
+    except ValueError as e:
+        sys.stderr.write("cuda_debug dump: %s\n" % e)
+        return EXIT_USAGE
+    recent = (last or _dump.RECENT_DEFAULT) if trace else 1
+    import time
     try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
+        docs, missing = _job.ask_job(host, port, recent, timeout or _job.TIMEOUT_S)
+    except (LookupError, OSError, ValueError) as e:
+        sys.stderr.write("cuda_debug dump: --job %s:%d: %s\n" % (host, port, e))
+        return EXIT_ERROR
+    for r, (why, hang) in sorted(missing.items()):
+        sys.stderr.write("cuda_debug dump: rank %d %s%s\n" % (
+            r, why, "; its last hang report follows" if hang else ""))
+    hangs = [hang for _, (_, hang) in sorted(missing.items()) if hang]
+    if as_json:
+        out = {"ranks": [_dump.as_json(d) for d in docs],
+               "missing": {str(r): why for r, (why, _) in missing.items()},
+               "last_hang_reports": [_dump.as_json(h) for h in hangs],
+               "verdict": _dump.verdict(docs + hangs) if docs or hangs else None}
+        print(json.dumps(out, indent=2))
+    else:
+        for d in docs:
+            sys.stdout.write(_dump.prefixed(d))
+        for h in hangs:
+            sys.stdout.write(_dump.prefixed(h, "(its last hang report, %.0f s ago)\n" % (
+                time.time() - float(h["time"])) + (h.get("text") or "")))
+        if docs or hangs:
+            for line in _dump.verdict_lines(docs + hangs):
+                print(line)
+    if trace and docs:
+        _dump.write_trace(trace, docs)
+    return EXIT_ERROR if missing else 0
 
 
-def _catches(pid: int, sig: int) -> Optional[bool]:
-    """Does the process catch `sig` (Linux /proc/PID/status SigCgt)? None: unknown."""
-    status = _proc_read("/proc/%d/status" % pid)
-    for line in (status or "").splitlines():
-        if line.startswith("SigCgt:"):
-            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
-    return None
+def _dump_targets(pid: int, children: bool):
+    """(the processes to ask for `pid`, whether they are its ranks)."""
+    from . import _dump
+    proc = _dump.process(pid)
+    _dump.check_askable(proc)
+    has = _dump.has_cuda_debug(pid)
+    if has is None:
+        raise _dump.DumpError("not allowed to read /proc/%d/maps (process %d%s is not "
+                              "dumpable): not asked" % (pid, pid, proc.command))
+    if has and not children:
+        return [pid], False
+    # The topmost processes with cuda_debug below it (its ranks), not their own
+    # children (DataLoader workers forked by a rank have its extension mapped too).
+    procs = {}
+    for c in _dump.descendants(pid):
+        try:
+            p = _dump.process(c)
+            _dump.check_askable(p)
+        except _dump.DumpError:
+            continue
+        if _dump.has_cuda_debug(c):
+            procs[c] = p
+    ranks = [c for c, p in procs.items() if p.ppid not in procs]
+    if ranks:
+        return ranks, True
+    raise _dump.DumpError(
+        "process %d%s has %s: nothing was sent to it" % (
+            pid, proc.command, "no process below it with cuda_debug loaded" if children else
+            "not loaded cuda_debug (no cuda_debug/_core in /proc/%d/maps), nor has any process "
+            "below it" % pid))
 
 
-def _children(pid: int) -> List[int]:
-    text = _proc_read("/proc/%d/task/%d/children" % (pid, pid)) or ""
-    return [int(c) for c in text.split() if c.isdigit()]
+def _print_dump(docs, ranked: bool, as_json: bool) -> None:
+    from . import _dump
+    if as_json:
+        if ranked:
+            out = {"ranks": [_dump.as_json(d) for d in docs],
+                   "verdict": _dump.verdict(docs) if docs else None,
+                   "flight_recorder": _dump.flight_recorder_lines(docs)}
+        else:
+            out = _dump.as_json(docs[0]) if docs else None
+        if out is not None:
+            print(json.dumps(out, indent=2))
+        return
+    for d in docs:
+        sys.stdout.write(_dump.prefixed(d) if ranked else d.get("text") or "")
+    if ranked and docs:
+        for line in _dump.verdict_lines(docs):
+            print(line)
 
 
-def _command_of(pid: int) -> str:
-    cmd = (_proc_read("/proc/%d/cmdline" % pid) or "").replace("\0", " ").strip()
-    if not cmd:
-        return ""
-    return " (%s)" % (cmd if len(cmd) <= 80 else cmd[:77] + "...")
+def _write_dump_trace(path: str, docs) -> None:
+    from . import _dump
+    try:
+        _dump.write_trace(path, docs)
+    except OSError as e:
+        sys.stderr.write("cuda_debug dump: --trace %s: %s\n" % (path, e))
+        return
+    n = sum(len(d.get("recent") or ()) for d in docs)
+    sys.stderr.write("cuda_debug dump: %d launches of %d process%s written to %s (open it in "
+                     "ui.perfetto.dev or chrome://tracing)\n"
+                     % (n, len(docs), "" if len(docs) == 1 else "es", path))
 
 
 # -- doctor ---------------------------------------------------------------------------

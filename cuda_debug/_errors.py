@@ -34,6 +34,7 @@ REPORT_FIELDS = (
     "device_message_cut", "consequences", "before_scope", "mechanism", "exact", "candidates",
     "recent_launches", "surfaced_at", "provenance", "op_stack", "later_exception",
     "compiled_function", "graph_node", "captured_at", "replayed_at", "graph_note", "met_by",
+    "markers_every", "candidate_count", "named_by_device", "graph_annotation", "recorded_at",
     # the launch's number as watch() counted it, and the command that replays it
     "launch_seq", "replay_command",
     # cuda-debug replay: the bad access and the memory it missed
@@ -90,6 +91,11 @@ class CudaError(RuntimeError):
     replayed_at: Optional[str]
     graph_note: Optional[str]
     met_by: Optional[str]          # another thread's fault: where this thread met it
+    markers_every: Optional[int]
+    candidate_count: Optional[int]
+    named_by_device: Optional[bool]
+    graph_annotation: Optional[Dict[str, Any]]   # torch.cuda.graph_annotations' tag of the node
+    recorded_at: Optional[str]     # a node torch.compile captured: the call that recorded it
     launch_seq: Optional[int]
     replay_command: Optional[str]
     address: Optional[int]
@@ -305,6 +311,33 @@ def _op_line(err) -> Optional[str]:
     return s
 
 
+def annotation_text(tag: Dict[str, Any]) -> str:
+    """"marked 'attention' {layer=3}" for a torch.cuda.graph_annotations tag."""
+    name = tag.get("name")
+    rest = ", ".join("%s=%r" % (k, v) for k, v in sorted(tag.items(), key=lambda kv: str(kv[0]))
+                     if k != "name")
+    return " ".join(["marked"] + (["%r" % (name,)] if name is not None else []) +
+                    (["{%s}" % rest] if rest else []))
+
+
+def _candidate_lines(err, count: int, shown: int = 4) -> List[str]:
+    """The other candidates of an inexact watch culprit, one line each, and what
+    would name the launch."""
+    out = []
+    for c in (err.candidates or [])[:shown]:
+        name = short_kernel_name(c.get("kernel")) if c.get("kernel") else "?"
+        at = "%s:%s in %s" % (c.get("filename"), c.get("lineno"), c.get("function")) \
+            if c.get("filename") else "line unknown"
+        out.append("  or %s launched at %s" % (name, at))
+    if count - 1 > shown:
+        out.append("  ... and %d more" % (count - 1 - shown))
+    if (err.markers_every or 1) > 1:
+        out.append("  (the always-on watch() puts a completion marker behind every %dth launch "
+                   "of a stream and names the launch when the device names the kernel; "
+                   "watch(exact=True) names every launch)" % err.markers_every)
+    return out
+
+
 def format_report(err: CudaError) -> str:
     """The short report: what happened and where, then the device's words, then
     whether the context survived."""
@@ -320,6 +353,8 @@ def format_report(err: CudaError) -> str:
                "context was already dead when %s was launched)" % (what, kernel or "this kernel")
     elif err.graph_node is not None:
         head = "%s in %s, node %d of a CUDA graph" % (what, kernel or "a kernel", err.graph_node)
+        if err.graph_annotation:
+            head += " (%s)" % annotation_text(err.graph_annotation)
     elif (err.launch_api or "").startswith("cuGraphLaunch"):
         head = "%s in a CUDA graph replay" % what
         if err.graph_note:
@@ -351,18 +386,31 @@ def format_report(err: CudaError) -> str:
                                   "replayed at " if replay else "launched at ", 1)
             if graph and err.captured_at and "source line unknown" in err.captured_at:
                 where += "  (source line unknown: torch.compile generated the kernel)"
+            elif graph and err.recorded_at:
+                where += "  (Inductor fused this line into the kernel; torch.compile " \
+                         "recorded the graph in the call at %s)" % err.recorded_at
+            others = []
             if err.exact is False and err.candidates:
-                where += "  (one of %d unfinished %s: see .candidates)" % (
-                    1 + len(err.candidates or ()),
-                    "nodes or launches (a graph captured on several streams)" if graph else
-                    "launches on different streams")
+                count = max(err.candidate_count or 0, 1 + len(err.candidates))
+                if graph and err.graph_note:
+                    where += "  (%s: see .candidates)" % err.graph_note
+                elif graph:
+                    where += "  (one of %d unfinished nodes or launches (a graph captured on " \
+                             "several streams): see .candidates)" % count
+                else:
+                    where += "  (one of %d launches not known to have finished: see " \
+                             ".candidates)" % count
+                    others = _candidate_lines(err, count)
             elif err.exact is False and graph and err.graph_note:
                 where += "  (not exact: %s)" % err.graph_note
             elif err.exact is False:
-                where += "  (a guess: the last launch recorded; its completion is unknown)"
+                where += "  (a guess: no completion marker is missing; the first launch not " \
+                         "known to have finished)"
         elif err.mechanism == "replay":
             where = where.replace("at ", "launched at ", 1)
         lines.append("  " + where)
+        if err.mechanism == "watch":
+            lines.extend(others)
     if err.graph_node is not None and err.replayed_at:
         lines.append("  replayed at %s" % err.replayed_at)
     if err.met_by:

@@ -171,6 +171,17 @@ def stack_from_ids(ids):
     return stack
 
 
+def stack_from_frames(frames):
+    """A StackSummary (outermost first) from (filename, lineno, function, kind)
+    entries, innermost first: the frames another process's C core resolved
+    and sent (cuda_debug/_dump.py), classified there, by that process's rule."""
+    entries = [Frame(f or "?", n, fn or "?", k) for f, n, fn, k in reversed(frames)]
+    stack = traceback.StackSummary.from_list(entries)
+    for fs in stack:
+        fs.line
+    return stack
+
+
 def user_frame(stack, complete=True):
     """The innermost frame of user code (else the outermost frame a
     torch.compile'd function ran in; else the last one)."""
@@ -193,6 +204,26 @@ def compiled_frame(stack, complete=True):
         if is_user_frame(fs, outermost=complete and i == 0):
             return None
     return None
+
+
+def where(stack):
+    """"file:line in function" of the user frame of `stack` (by the frames'
+    kinds: a frame TorchDynamo ran is not the user's), None without one; a
+    module's frame without "in <module>"."""
+    fs = user_frame(stack) if stack else None
+    if fs is None:
+        return None
+    s = "%s:%s" % (fs.filename, fs.lineno)
+    if fs.name and fs.name != "<module>":
+        s += " in %s" % fs.name
+    return s
+
+
+def merged_ids(frames, inner=()):
+    """A record's frame ids (innermost first) with `inner`, more of the launching
+    thread's innermost ids (a graph node's), merged in before the record's outer
+    ones (the torch.compile'd frame, the user's)."""
+    return tuple(inner) + tuple(i for i in frames if i not in inner) if inner else tuple(frames)
 
 
 def current_frame(depth=1):

@@ -7,6 +7,19 @@ and handed to the C core before the first scope or watch opens.
     CUDA_DEBUG_WAIT=sync|spin|none how a scope waits for a launch (none: measurements only)
     CUDA_DEBUG_PROFILE=0|1         time the launch callback (_core.stats())
     CUDA_DEBUG_CAPTURE_CHECK=1|0   0 skips the graph-capture check (measurements only)
+    CUDA_DEBUG_WATCH_EXACT=0|1     watch() puts a completion marker behind every launch, as
+                                   watch(exact=True): every fault names its launch, for a
+                                   few percent more (default 0: the always-on mode)
+    CUDA_DEBUG_WATCH_EVERY=K       the always-on watch() puts a completion marker behind
+                                   every K-th launch of a stream (2..65536; default 16): a
+                                   fault the device does not name is placed among at most K
+    CUDA_DEBUG_WATCH_PROBE=dispatch|record|frames
+                                   measurements only (benchmarks/always_on.py): a watched
+                                   launch stops after CUPTI's dispatch, after a record
+                                   without frames, or after a record with frames; no marker
+    CUDA_DEBUG_CUPTI_DETACH=0|1    when the last scope or watch() closes, CUPTI leaves the
+                                   process (cuptiFinalize, at the next launch) rather than
+                                   staying loaded, unsubscribed (default 0)
     CUDA_DEBUG_WATCH_OPS=0|1       watch() records each launch's PyTorch op and input
                                    shapes, as watch(ops=True) (default 0)
     CUDA_DEBUG_GUARD=0|1           `python -m cuda_debug run` and pytest run inside
@@ -16,8 +29,13 @@ and handed to the C core before the first scope or watch opens.
                                    (a hang?), the process left alive, as
                                    watch(hang_after=S) (default off)
     CUDA_DEBUG_DUMP_SIGNAL=SIGUSR1|SIGUSR2|off
-                                   the signal that asks a watching process for the same
-                                   report (`python -m cuda_debug dump PID`; default SIGUSR1)
+                                   the signal that asks a watching process to write the
+                                   same report to its stderr (default SIGUSR1)
+    CUDA_DEBUG_DUMP=on|off         the first watch() starts the thread that answers
+                                   `python -m cuda_debug dump PID` (default on)
+    CUDA_DEBUG_TRACE=out.json      at the first sticky fault reported while watching,
+                                   write the last launches as Chrome/Perfetto trace
+                                   events there (as `dump --trace`; default: none)
     CUDA_DEBUG_GRAPH_MARKERS=kernel|memop|0
                                    while watching, launches captured into a CUDA graph
                                    get completion markers captured with them: a one-thread
@@ -27,6 +45,17 @@ and handed to the C core before the first scope or watch opens.
                                    nodes unnamed
     CUDA_DEBUG_SANITIZER=PATH      cuda-debug replay: NVIDIA's libsanitizer-public.so (the
                                    file or its folder), instead of looking for it
+    CUDA_DEBUG_GRAPH_MARKER_EVERY=K
+                                   a marker behind every K-th launch of each stream of
+                                   a capture, and behind every NCCL kernel (default 8:
+                                   a fault or hang names one of at most K nodes, the
+                                   device's text picks the kernel; 1: every node, exact,
+                                   at 1.05x a transformer step's replay); 1 to 1024
+    CUDA_DEBUG_GRAPH_ADOPT=1|0     torch.cuda.CUDAGraph captures made while nothing
+                                   watches are read at their end (their kernels, the
+                                   capture line: no CUPTI, nothing at replay), so a
+                                   replay inside watch() can be named by the device's
+                                   text (default 1; 0 leaves torch alone)
     CUDA_DEBUG_COMMIT=...          the commit benchmarks record (benchmarks/ only)
     CUDA_DEBUG_TEST_FRAME_READER=none  tests only: run as if this Python had no frame
                                    reader (read by the C core when it is imported)
@@ -51,13 +80,22 @@ _CHOICES = {
     "CUDA_DEBUG_PROFILE": (_BOOL, False),
     "CUDA_DEBUG_CAPTURE_CHECK": (_BOOL, True),
     "CUDA_DEBUG_WATCH_OPS": (_BOOL, False),
+    "CUDA_DEBUG_WATCH_EXACT": (_BOOL, False),
+    "CUDA_DEBUG_CUPTI_DETACH": (_BOOL, False),
+    "CUDA_DEBUG_WATCH_PROBE": ({"off": 0, "0": 0, "dispatch": 1, "record": 2, "frames": 3}, 0),
     "CUDA_DEBUG_GUARD": (_BOOL, False),
+    "CUDA_DEBUG_DUMP": (_BOOL, True),
     "CUDA_DEBUG_GRAPH_MARKERS": (dict({k: 2 * int(v) for k, v in _BOOL.items()}, memop=1, kernel=2),
                                  2),
+    "CUDA_DEBUG_GRAPH_ADOPT": (_BOOL, True),
 }
-_FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER", "CUDA_DEBUG_SANITIZER")
+_FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER", "CUDA_DEBUG_TRACE",
+         "CUDA_DEBUG_SANITIZER")
+#: CUDA_DEBUG_GRAPH_MARKER_EVERY's default: a marker behind every 8th launch of a stream
+#: of a capture (docs/graphs.md: what 1, 4 and 8 cost a replay on the H200)
+DEFAULT_MARKER_EVERY = 8
 _OFF = ("", "0", "off", "no", "false")
-#: CUDA_DEBUG_DUMP_SIGNAL's values (and `dump --signal`'s): name -> number, 0 off
+#: CUDA_DEBUG_DUMP_SIGNAL's values: name -> number, 0 off
 DUMP_SIGNALS = {"sigusr1": _signal.SIGUSR1, "usr1": _signal.SIGUSR1,
                 "sigusr2": _signal.SIGUSR2, "usr2": _signal.SIGUSR2, "off": 0}
 
@@ -67,18 +105,31 @@ class Options:
     ``import typing``, several ms, at every ``import cuda_debug``)."""
 
     __slots__ = ("report", "capture", "wait", "profile", "capture_check", "watch_ops", "guard",
-                 "hang_after", "dump_signal", "graph_markers")
+                 "hang_after", "dump_signal", "graph_markers", "watch_exact", "watch_every",
+                 "watch_probe", "cupti_detach", "dump", "trace", "graph_marker_every",
+                 "graph_adopt")
 
     def __init__(self, report: bool, capture: bool, wait: int, profile: bool,
                  capture_check: bool, watch_ops: bool, guard: bool = False,
                  hang_after: "float | None" = None, dump_signal: int = _signal.SIGUSR1,
-                 graph_markers: int = 2):
+                 graph_markers: int = 2, watch_exact: bool = False,
+                 watch_every: int = 16, watch_probe: int = 0, cupti_detach: bool = False,
+                 dump: bool = True, trace: "str | None" = None, graph_marker_every: int = 8,
+                 graph_adopt: bool = True):
         self.report, self.capture, self.wait = report, capture, wait
         self.profile, self.capture_check, self.watch_ops = profile, capture_check, watch_ops
         self.guard = guard
         self.hang_after = hang_after        # seconds, None: off
         self.dump_signal = dump_signal      # signal number, 0: off
         self.graph_markers = graph_markers  # 0 off, 1 memop, 2 kernel
+        self.watch_exact = watch_exact      # a marker behind every launch
+        self.watch_every = watch_every      # else behind every K-th launch of a stream
+        self.watch_probe = watch_probe      # measurements only: 0 off
+        self.cupti_detach = cupti_detach    # cuptiFinalize when the last scope closes
+        self.dump = dump                    # the dump listener (cuda-debug dump PID)
+        self.trace = trace                  # CUDA_DEBUG_TRACE: a path, None: off
+        self.graph_marker_every = graph_marker_every   # a marker every K launches (8)
+        self.graph_adopt = graph_adopt      # torch's graphs captured before watch() adopted
 
     def __repr__(self):
         return "Options(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -135,7 +186,21 @@ def read(environ=os.environ) -> Options:
         _warn("cuda_debug: CUDA_DEBUG_DUMP_SIGNAL=%r is not one of SIGUSR1|SIGUSR2|off; "
               "using the default (SIGUSR1)" % raw)
         dump_signal = _signal.SIGUSR1
-    known = set(_CHOICES) | set(_FREE) | {"CUDA_DEBUG_HANG_AFTER", "CUDA_DEBUG_DUMP_SIGNAL"}
+    watch_every = watch_every_launches(environ.get("CUDA_DEBUG_WATCH_EVERY"))
+    raw = environ.get("CUDA_DEBUG_GRAPH_MARKER_EVERY")
+    every = DEFAULT_MARKER_EVERY
+    if raw not in (None, ""):
+        try:
+            every = int(raw.strip())
+        except ValueError:
+            every = 0
+        if not 1 <= every <= 1024:
+            _warn("cuda_debug: CUDA_DEBUG_GRAPH_MARKER_EVERY=%r is not a whole number from 1 "
+                  "to 1024; using the default (%d)" % (raw, DEFAULT_MARKER_EVERY))
+            every = DEFAULT_MARKER_EVERY
+    known = set(_CHOICES) | set(_FREE) | {"CUDA_DEBUG_HANG_AFTER", "CUDA_DEBUG_DUMP_SIGNAL",
+                                          "CUDA_DEBUG_WATCH_EVERY",
+                                          "CUDA_DEBUG_GRAPH_MARKER_EVERY"}
     for name in environ:
         if name.startswith("CUDA_DEBUG_") and name not in known:
             _warn("cuda_debug: unknown setting %s (known: %s)" % (name, ", ".join(sorted(known))))
@@ -145,7 +210,36 @@ def read(environ=os.environ) -> Options:
                    watch_ops=values["CUDA_DEBUG_WATCH_OPS"],
                    guard=values["CUDA_DEBUG_GUARD"],
                    hang_after=hang_after, dump_signal=int(dump_signal),
-                   graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"])
+                   graph_markers=values["CUDA_DEBUG_GRAPH_MARKERS"],
+                   watch_exact=values["CUDA_DEBUG_WATCH_EXACT"], watch_every=watch_every,
+                   watch_probe=values["CUDA_DEBUG_WATCH_PROBE"],
+                   cupti_detach=values["CUDA_DEBUG_CUPTI_DETACH"],
+                   dump=values["CUDA_DEBUG_DUMP"],
+                   trace=environ.get("CUDA_DEBUG_TRACE") or None,
+                   graph_marker_every=every,
+                   graph_adopt=values["CUDA_DEBUG_GRAPH_ADOPT"])
+
+
+#: The always-on watch's default: a marker behind every 16th launch of a stream
+#: (benchmarks/RESULTS.md: what 8, 16 and 32 cost on the H200).
+WATCH_EVERY = 16
+
+
+def watch_every_launches(raw):
+    """CUDA_DEBUG_WATCH_EVERY's value: K in 2..65536 (warned about, and the
+    default, when it is not)."""
+    if raw is None or raw.strip() == "":
+        return WATCH_EVERY
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if not 2 <= value <= 65536:
+        _warn("cuda_debug: CUDA_DEBUG_WATCH_EVERY=%r is not a number of launches from 2 to "
+              "65536 (for a marker behind every launch: CUDA_DEBUG_WATCH_EXACT=1); using the "
+              "default (%d)" % (raw, WATCH_EVERY))
+        return WATCH_EVERY
+    return value
 
 
 def parse_seconds(text):
@@ -207,5 +301,7 @@ def apply() -> None:
     from . import _core
     _core.set_options(wait=OPTIONS.wait, capture=OPTIONS.capture, profile=OPTIONS.profile,
                       capture_check=OPTIONS.capture_check,
-                      graph_markers=OPTIONS.graph_markers)
+                      graph_markers=OPTIONS.graph_markers, watch_probe=OPTIONS.watch_probe,
+                      detach=OPTIONS.cupti_detach,
+                      graph_marker_every=OPTIONS.graph_marker_every)
     _applied = True

@@ -140,14 +140,23 @@ class Target(NamedTuple):
     max_launches: int = DEFAULT_MAX_LAUNCHES
     window: int = DEFAULT_WINDOW
     from_watch: bool = False         # numbers count from the script's own watch()
+    launches: Tuple[int, ...] = ()   # several candidates (watch() could not tell): each one
 
     def describe(self) -> str:
         """``launch #1,234 (vectorized_elementwise_kernel<4, …>)``."""
+        if len(self.launches) > 1:
+            return "the %d candidate launches %s" % (len(self.launches), _numbers(self.launches))
         if self.launch and self.kernel:
             return "launch #{:,} ({})".format(self.launch, _short(self.kernel))
         if self.launch:
             return "launch #{:,}".format(self.launch)
         return "the launches of %s" % _short(self.kernel)
+
+
+def _numbers(seqs) -> str:
+    seqs = list(seqs)
+    s = ", ".join("#{:,}".format(q) for q in seqs[:6])
+    return s + (" ... #{:,}".format(seqs[-1]) if len(seqs) > 6 else "")
 
 
 def match_mode(kernel: str) -> int:
@@ -195,12 +204,17 @@ def start(target: Target, found: Found) -> None:
         raise ReplayError("cannot open NVIDIA's Sanitizer API at %s (found: %s): %s"
                           % (found.path, found.how, error))
     start_at = max(1, (target.launch or 1) - target.window) if target.kernel else 0
+    several = len(target.launches) > 1
     rc = _core.replay_subscribe(
-        launch=target.launch or 0, start=start_at, kernel=target.kernel or "",
-        match=match_mode(target.kernel) if target.kernel else _core.REPLAY_MATCH_ANY,
-        max_launches=target.max_launches if target.kernel else 1, exit_warp=1, fail_launches=1,
+        launch=target.launch or 0, start=start_at,
+        kernel="" if several else target.kernel or "",
+        match=match_mode(target.kernel) if target.kernel and not several else
+        _core.REPLAY_MATCH_ANY,
+        max_launches=len(target.launches) if several else
+        target.max_launches if target.kernel else 1, exit_warp=1, fail_launches=1,
         while_watching=1 if target.from_watch else 0, check_shared=0, ranges=_ranges_hook,
-        driver_always=1 if DRIVER_ALWAYS else 0)
+        driver_always=1 if DRIVER_ALWAYS else 0,
+        launches=list(target.launches) if several else None)
     if rc:
         step, code = divmod(rc, 1000)
         raise ReplayError("NVIDIA's Sanitizer API (%s) refused the subscription: %s (%s)%s"
@@ -557,7 +571,20 @@ def outcome_text(target: Target, finished: str) -> str:
                          _result_text(i.rc)))
     clean = [i for i in insts if not i.failed_step]
     what = target.describe()
-    if target.launch and st.launches < target.launch and not clean:
+    several = len(target.launches) > 1
+    if several and not clean and not refused:
+        lines.append("cuda-debug replay: the program %s after {:,} launches: none of the "
+                     "candidates {} came, so the original run did not repeat itself (it is not "
+                     "deterministic, or its inputs or arguments differ).".format(
+                         st.launches, _numbers(target.launches)) % finished)
+    elif several and clean:
+        lines.append("cuda-debug replay: the candidates {} ran instrumented ({} of {}) and made "
+                     "no bad access: their inputs differ from the original run's (the program "
+                     "is not deterministic), or the fault was not an access the check sees "
+                     "(shared or local memory, a device-side malloc, texture or tensor-map "
+                     "loads).".format(_numbers(i.launch for i in clean), st.n_results,
+                                      len(target.launches)))
+    elif target.launch and st.launches < target.launch and not clean:
         lines.append("cuda-debug replay: the program %s after {:,} launches: launch #{:,} was "
                      "never reached, so the original run did not repeat itself (it is not "
                      "deterministic, or its inputs or arguments differ).".format(

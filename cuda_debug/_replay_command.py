@@ -13,6 +13,8 @@ import shutil
 import sys
 from typing import List, Optional
 
+#: Candidate launches a replay instruments at most (csrc/replay: CD_REPLAY_LAUNCHES).
+MAX_CANDIDATES = 64
 #: The faults a replay can explain: an access the check sees as outside every
 #: allocation, or not aligned to its size.
 REPLAYABLE = {700: "an illegal address", 716: "a misaligned address"}
@@ -65,24 +67,55 @@ def _program(argv: Optional[List[str]]) -> Optional[List[str]]:
     return list(argv)
 
 
-def command(kernel: Optional[str], launch: Optional[int], argv: Optional[List[str]] = None,
-            from_watch: Optional[bool] = None) -> Optional[str]:
-    """``cuda-debug replay --launch 1234 --kernel _ZN... train.py --lr 3e-4``,
-    or None when there is nothing to name the launch by or no program to
-    re-run. `from_watch`: launch numbers count from the script's own watch()
-    (default: unless ``cuda-debug run`` opened watch for the whole script)."""
+def candidate_seqs(exact: Optional[bool], candidates) -> List[int]:
+    """The launch numbers of a watch report's other candidates (a report that is
+    not exact), leaving out graph replays and nodes (the replay instruments
+    launches, not nodes)."""
+    if exact is not False:
+        return []
+    return [c.get("seq") for c in candidates or ()
+            if isinstance(c, dict) and c.get("seq") and not c.get("graph") and
+            c.get("graph_node") is None]
+
+
+def options(kernel: Optional[str], launch: Optional[int], from_watch: Optional[bool] = None,
+            candidates: Optional[List[int]] = None) -> Optional[List[str]]:
+    """The replay's options for a culprit: ``--launch 1234 --kernel _ZN...``;
+    with `candidates` (the other launches watch() could not rule out) all of
+    them, ``--launch 1234,1235,...``, whatever their kernel. `from_watch`:
+    launch numbers count from the script's own watch() (default: unless
+    ``cuda-debug run`` opened watch for the whole script). None: nothing to
+    name the launch by."""
     if not kernel and not launch:
-        return None
-    words_program = _program(None if argv is None else list(argv))
-    if words_program is None:
         return None
     if from_watch is None:
         from_watch = bool(launch) and not run_watch
-    words = shlex.split(_prog()) + ["replay"]
-    if launch:
-        words += ["--launch", str(launch)]
-    if kernel:
-        words += ["--kernel", kernel]
+    words = []
+    seqs = list(dict.fromkeys([launch] + [int(c) for c in candidates or ()]))[:MAX_CANDIDATES] \
+        if launch else []
+    if len(seqs) > 1:
+        words += ["--launch", ",".join(str(q) for q in seqs)]
+    else:
+        if launch:
+            words += ["--launch", str(launch)]
+        if kernel:
+            words += ["--kernel", kernel]
     if from_watch:
         words.append("--from-watch")
-    return " ".join(shlex.quote(w) for w in words + words_program)
+    return words
+
+
+def command(kernel: Optional[str], launch: Optional[int], argv: Optional[List[str]] = None,
+            from_watch: Optional[bool] = None,
+            candidates: Optional[List[int]] = None) -> Optional[str]:
+    """``cuda-debug replay --launch 1234 --kernel _ZN... train.py --lr 3e-4``
+    (options()), or None when there is nothing to name the launch by or no
+    program to re-run."""
+    opts = options(kernel, launch, from_watch, candidates)
+    if opts is None:
+        return None
+    program_words = _program(None if argv is None else list(argv))
+    if program_words is None:
+        return None
+    words = shlex.split(_prog()) + ["replay"] + opts + program_words
+    return " ".join(shlex.quote(w) for w in words)

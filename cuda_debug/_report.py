@@ -11,12 +11,14 @@ Callers (scope and watch exit, ``check()``, ``last_error()``, ``cuda_debug.testi
 re-parse formatted text.
 """
 import os
+import re
 import sys
 import threading
 import traceback
 from typing import List, NamedTuple, Optional, Sequence
 
-from . import _core, _cuda_errors, _dispatch_fallback, _replay_command, _torch_ops
+from . import _core, _cuda_errors, _dispatch_fallback, _graph_names, _options, _replay_command
+from . import _torch_ops
 from . import _locations
 from ._locations import compiled_frame, is_user_file, stack_from, stack_from_ids, user_frame
 from ._errors import CudaError, class_for
@@ -132,6 +134,37 @@ def _inductor_source(path: str, lineno: Optional[int]):
         return None
 
 
+def inductor_source(kernel: Optional[str], stack, compiled=None):
+    """(module, source): the generated module of an Inductor kernel
+    (`_generated_module`), and the user's source line its line map gives for
+    the launch (a FrameSummary in the compiled function's own file), or None
+    for either."""
+    inductor = bool(kernel) and kernel.startswith(("triton_", "cpp_fused"))
+    module = _generated_module(kernel.split("(")[0].strip(), stack) if inductor else None
+    source = _inductor_source(module[0], module[2]) if module else None
+    if source is None and module is not None:
+        # The launch's line has no entry in the line map (a graph partition's function,
+        # under cudagraph trees): the module's other lines on the stack (its `call`)
+        for fs in reversed(stack or ()):
+            if fs.filename == module[0] and fs.lineno != module[2]:
+                source = _inductor_source(fs.filename, fs.lineno)
+                if source is not None:
+                    break
+    if source is not None and compiled is not None and source.filename != compiled.filename:
+        # Inductor's caches reuse what was compiled for the same source elsewhere (another
+        # script, an earlier run): the line map then names that file. The line is this
+        # function's only where its own file has the same text there.
+        import linecache
+        here = linecache.getline(compiled.filename, source.lineno).strip()
+        if here and here == (source.line or "").strip():
+            name = source.name
+            source = traceback.FrameSummary(compiled.filename, source.lineno, name)
+            source.line
+        else:
+            source = None
+    return module, source
+
+
 def inductor_provenance(kernel: Optional[str], stack, compiled=None) -> Optional[str]:
     """For a kernel torch.compile generated (``triton_poi_fused_...``) or a
     launch from inside a torch.compile'd function (`compiled`, the frame
@@ -147,20 +180,7 @@ def inductor_provenance(kernel: Optional[str], stack, compiled=None) -> Optional
     if compiled is not None:
         out.append("inside torch.compile'd %s (%s:%s)" % (compiled.name, compiled.filename,
                                                          compiled.lineno))
-    module = _generated_module(kernel.split("(")[0].strip(), stack) if inductor else None
-    source = _inductor_source(module[0], module[2]) if module else None
-    if source is not None and compiled is not None and source.filename != compiled.filename:
-        # Inductor's caches reuse what was compiled for the same source elsewhere (another
-        # script, an earlier run): the line map then names that file. The line is this
-        # function's only where its own file has the same text there.
-        import linecache
-        here = linecache.getline(compiled.filename, source.lineno).strip()
-        if here and here == (source.line or "").strip():
-            name = source.name
-            source = traceback.FrameSummary(compiled.filename, source.lineno, name)
-            source.line
-        else:
-            source = None
+    module, source = inductor_source(kernel, stack, compiled)
     if source is not None:
         out.append("fused up to %s:%d in %s%s (Inductor's line map)" % (
             source.filename, source.lineno, source.name,
@@ -205,21 +225,88 @@ def configure_core() -> None:
 
 # -- watch mode: the culprit ------------------------------------------------------
 
-def _assert_function(text: str) -> Optional[str]:
-    """The kernel function an assert line names (``file:line: FUNC: block: ...``)."""
+def _assert_site(text: str) -> Optional[dict]:
+    """The first assert line's file, line and function (``file:line: FUNC: block: ...``)."""
     from ._errors import parse_device_message
     asserts = parse_device_message(text)
-    return asserts[0]["func"] if asserts else None
+    return asserts[0] if asserts else None
 
 
-def _launch_dict(rec: WatchRecord) -> dict:
+def _enclosing_function(path: str, lineno: int) -> Optional[str]:
+    """The name of the innermost function defined around line `lineno` of the
+    Python file `path` (a Triton kernel's source: Triton names its kernels
+    after their function), None when unknown."""
+    import ast
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                node.lineno <= lineno <= (getattr(node, "end_lineno", None) or node.lineno):
+            if best is None or node.lineno >= best.lineno:
+                best = node
+    return best.name if best is not None else None
+
+
+def _source_named(text: str) -> Optional[str]:
+    """Where the device's first assert line names no function (Triton prints
+    ``unknown``), the function whose source holds the asserting line (Triton
+    names its kernels after their functions; Inductor writes each kernel to a
+    file of its own)."""
+    site = _assert_site(text)
+    if site is None or site["func"].strip() != "unknown" or not site["file"].endswith(".py"):
+        return None
+    try:
+        return _enclosing_function(site["file"], int(site["line"]))
+    except ValueError:
+        return None
+
+
+def _names(kernel: Optional[str], name: str) -> bool:
+    """Is `name` (a function name) the kernel `kernel` (demangled), or a word
+    of it (a C++ kernel's name in its namespaces and templates)?"""
+    if not kernel:
+        return False
+    return re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(name), kernel) is not None
+
+
+def _named_by_device(cands: list, text: str) -> list:
+    """The candidates the device's assert text belongs to: those it names;
+    where it names no kernel (a lambda's ``operator()``, Triton's ``unknown``),
+    those it fits (a kernel holding a closure type; a kernel that is not C++),
+    narrowed, for Triton, to the kernel whose source holds the asserting line.
+    The C fault path's rule (capture/stderr_tee.c: CD_ASSERT_*); [] when the
+    text names none of them."""
+    if not text:
+        return []
+    raw = text.encode("utf-8", "surrogateescape")
+    levels = [_core.assert_level(raw, c["mangled"]) if c.get("mangled") and not c["graph"]
+              else _core.ASSERT_NONE for c in cands]
+    best = max(levels, default=_core.ASSERT_NONE)
+    if best < _core.ASSERT_FITS:
+        return []
+    picked = [c for c, lv in zip(cands, levels) if lv == best]
+    if best == _core.ASSERT_FITS:
+        name = _source_named(text)
+        by_source = [c for c in picked if name and _names(c["kernel"], name)]
+        picked = by_source or picked
+    return picked
+
+
+def _launch_dict(rec: WatchRecord, inner=()) -> dict:
+    """A watch record's launch, named. `inner`: more of the launching thread's
+    innermost frame ids (a graph node's), merged in before the record's own
+    outer ones (the torch.compile'd frame, the user's)."""
     kernel = _text(rec.kernel)
-    stack = stack_from_ids(rec.frames)
+    stack = stack_from_ids(_locations.merged_ids(rec.frames, inner))
     fs = user_frame(stack, complete=False)
     compiled = compiled_frame(stack, complete=False)
     return {
         "seq": rec.seq, "kernel": (_core.demangle(kernel) or kernel) if kernel else None,
-        "kernel_mangled": kernel or None,
+        "mangled": kernel or None,
         "short": _core.short_kernel_name(kernel) if kernel else None,
         "graph": bool(rec.flags & _core.WATCH_GRAPH), "stream": rec.stream,
         "captured": bool(rec.flags & _core.WATCH_CAPTURED),
@@ -227,97 +314,115 @@ def _launch_dict(rec: WatchRecord) -> dict:
         "thread_id": rec.thread_id, "device": rec.device if rec.device >= 0 else None,
         "filename": fs.filename if fs else None, "lineno": fs.lineno if fs else None,
         "function": fs.name if fs else None,
+        # "file:line in function" of the user frame, by the kinds C gave the frames (a
+        # frame TorchDynamo ran is not the user's, though its file is): what
+        # captured_at and replayed_at say
+        "where": _where_str(stack),
         "stack": [(f.filename, f.lineno, f.name, f.line) for f in stack],
         "compiled": (compiled.filename, compiled.lineno, compiled.name) if compiled else None,
         "op": rec.op,
     }
 
 
-#: Why a graph replay's nodes are not named (csrc/capture/capture.h: CD_GRAPH_*).
-GRAPH_NOTES = {
-    _core.GRAPH_NO_MARKERS: "captured before watching: the graph has no markers inside it, so "
-                            "its nodes are not named (capture it inside watch() to name them)",
-    _core.GRAPH_NOT_CLOSED: "its capture did not end inside watch(): its markers are never "
-                            "cleared, so its nodes are not named",
-    _core.GRAPH_NOT_STARTED: "the replay had not begun (it waited for work that did not finish)",
-    _core.GRAPH_ALL_DONE: "every node of the graph finished",
-    _core.GRAPH_BROKEN: "its markers could not be captured (the driver refused a stream write "
-                        "or memset: _core.graph_stats() says which)",
-}
+GRAPH_NOTES, ADOPTED_NAMED = _graph_names.GRAPH_NOTES, _graph_names.ADOPTED_NAMED
+graph_annotation = _graph_names.graph_annotation
 
 
-def _graph_nodes(replay: dict) -> tuple:
-    """(nodes, note, multi_stream): for a replay's launch dict, the unfinished
-    nodes of the graph it ran (per stream of the capture, the first whose
-    marker is missing), each a launch dict of the capturing launch with
-    ``graph_node`` (its number in the capture) and ``captured_at``; or no nodes
-    and why."""
+def _graph_nodes(replay: dict, device_text: str = "") -> tuple:
+    """(nodes, note, multi_stream, every): for a replay's launch dict, the
+    candidates of the graph it ran (per stream of the capture, the nodes after
+    the last marker written up to the first marker missing), each a launch
+    dict of the capturing launch with ``graph_node`` (its number in the
+    capture) and ``captured_at``; or no nodes and why. For a graph captured
+    before watching (no markers), the nodes the device's assert text belongs to
+    (`_named_by_device`)."""
     info = _core.graph_replay(replay["seq"])
     if info is None:
-        return [], None, False
+        return [], None, False, 1
     status, capture, node_ids = info
     cap = _core.graph_capture(capture) if capture >= 0 else None
-    replayed_at = _where_str(traceback.StackSummary.from_list(replay["stack"]))
+    replayed_at = replay["where"]
     nodes = []
     for g in node_ids:
         got = _core.graph_node(g)
         if got is None:
             continue
-        d = _launch_dict(WatchRecord(*got[0]))
-        d.update(graph_node=got[1], captured_at=_where_str(
-                     traceback.StackSummary.from_list(d["stack"])),
+        d = _launch_dict(WatchRecord(*got[0]), inner=got[4])
+        d.update(graph_node=got[1], captured_at=d["where"],
                  replayed_at=replayed_at, replay_seq=replay["seq"],
-                 capture_id=cap[0] if cap else None, graph_nodes=cap[1] if cap else None)
+                 capture_id=cap[0] if cap else None, graph_nodes=cap[1] if cap else None,
+                 graph_annotation=graph_annotation(got[3], cap[7] if cap else ()))
         nodes.append(d)
     note = GRAPH_NOTES.get(status)
     if status == _core.GRAPH_MATCHED:
         note = "paired with the graph whose markers were running (CUPTI did not say which " \
                "graph this replay runs)"
-    return nodes, note, bool(cap and cap[2])
+    elif status == _core.GRAPH_ADOPTED:
+        named = _named_by_device(nodes, device_text)
+        note = ADOPTED_NAMED if named else note % (cap[1] if cap else len(nodes))
+        nodes = named
+    return nodes, note, bool(cap and cap[2]), (cap[5] if cap and cap[5] else 1)
 
 
 def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
     """From host memory only (no CUDA call): the launch that faulted, while
-    watching. Per stream, the first launch whose completion marker never came
-    back; `exact` when one stream had unfinished work, else the candidates,
-    with the one the device's assert text names first when it names one.
-    A graph replay among them is replaced by the unfinished nodes of its
-    graph (csrc/capture/graph_markers.c): `exact` only for a graph captured
-    on one stream whose one unfinished node is named."""
-    seqs = _core.watch_incomplete(since)
-    guess = isinstance(seqs, tuple)       # no marker missing, some unknown: a guess
-    launches = [d for d in (watch_record(s) for s in seqs) if d is not None]
+    watching. Per stream, the launches from its last returned completion
+    marker up to the first marker that did not come back (one launch when
+    every launch has its marker, ``watch(exact=True)``; at most
+    ``markers_every`` otherwise): the candidates, in launch order. Where the
+    device's assert text names a kernel, the candidates that are that kernel.
+    ``exact`` when one candidate is left. When no marker is missing, the
+    launches not known to have finished are the candidates, as a guess.
+    A graph replay among them is replaced by the candidates of its graph
+    (csrc/capture/graph_markers.c: per stream of the capture, the nodes after
+    the last marker written up to the first missing; for a graph captured
+    before watching, the nodes the device's text names)."""
+    streams = _core.watch_streams(since)
+    proven = [st for st in streams if st[3]]
+    use = proven or streams
+    seqs = sorted(q for st in use for q in st[7])
+    total = sum(st[5] for st in use)
+    launches = [d for d in (watch_record(q) for q in seqs) if d is not None]
     if not launches:
         return None
-    cands, exact = [], len(launches) == 1 and not guess
+    cands, graph_exact = [], True
     for c in (_launch_dict(r) for r in launches):
         if not c["graph"]:
             cands.append(c)
             continue
-        nodes, note, multi = _graph_nodes(c)
+        nodes, note, multi, every = _graph_nodes(c, device_text)
         c["graph_note"] = note
-        c["replayed_at"] = _where_str(traceback.StackSummary.from_list(c["stack"]))
+        c["replayed_at"] = c["where"]
         if nodes:
-            exact = exact and len(nodes) == 1 and not multi and note is None
+            graph_exact = graph_exact and len(nodes) == 1 and not multi and \
+                note in (None, ADOPTED_NAMED)
+            if len(nodes) > 1 and note is None and not multi:
+                note = "one of the %d nodes after the last marker written (a marker every " \
+                       "%d nodes)" % (len(nodes), every)
             for n in nodes:
                 n["graph_note"] = note
             cands.extend(nodes)
+            total += len(nodes) - 1
         else:
             cands.append(c)
+    named = _named_by_device(cands, device_text)
+    if named:
+        cands, total = named, len(named)
+        if len(named) == 1 and named[0].get("graph_note") != ADOPTED_NAMED:
+            named[0]["graph_note"] = None     # the device's text named the node itself
     pick = cands[0]
-    func = _assert_function(device_text)
-    if func and not exact:
-        named = [c for c in cands if c["kernel"] and func in c["kernel"]]
-        if len(named) == 1:
-            pick = named[0]
+    exact = len(cands) == 1 and total == 1 and bool(proven or named) and \
+        (graph_exact or bool(named))
     recent = []
     last = pick.get("replay_seq", pick["seq"])
-    for s in range(max(since + 1, last - 5), last):
-        r = watch_record(s)
+    for q in range(max(since + 1, last - 5), last):
+        r = watch_record(q)
         if r is not None:
             recent.append(_launch_dict(r))
-    return {"culprit": pick, "exact": exact,
-            "candidates": [c for c in cands if c is not pick], "recent": recent}
+    every = _core.stats()["watch_every"]
+    return {"culprit": pick, "exact": exact, "candidates": [c for c in cands if c is not pick],
+            "recent": recent, "named_by_device": bool(named), "proven": bool(proven),
+            "candidate_count": max(total, len(cands)), "markers_every": every}
 
 
 # -- building the exception -----------------------------------------------------
@@ -376,14 +481,7 @@ def _location_fields(stack: Optional[traceback.StackSummary], complete: bool) ->
                 line=fs.line)
 
 
-def _where_str(stack) -> Optional[str]:
-    fs = user_frame(stack) if stack else None
-    if fs is None:
-        return None
-    s = "%s:%s" % (fs.filename, fs.lineno)
-    if fs.name and fs.name != "<module>":
-        s += " in %s" % fs.name
-    return s
+_where_str = _locations.where
 
 
 def assert_level(r: RawFault) -> int:
@@ -507,32 +605,49 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
                       provenance=inductor_provenance(
                           c["kernel"], traceback.StackSummary.from_list(c["stack"]), compiled))
         fields.update(
-            kernel=c["kernel"], kernel_mangled=c.get("kernel_mangled"),
+            kernel=c["kernel"], kernel_mangled=c.get("mangled"),
             launch_seq=None if c["graph"] or c.get("graph_node") is not None else c["seq"],
             grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
             stream=c["stream"], device=c["device"], exact=watch["exact"],
             candidates=watch["candidates"], recent_launches=watch["recent"],
+            markers_every=watch["markers_every"], candidate_count=watch["candidate_count"],
+            named_by_device=watch["named_by_device"],
             launch_stack=traceback.StackSummary.from_list(c["stack"]), filename=c["filename"], lineno=c["lineno"],
             function=c["function"], thread="tid %d" % c["thread_id"],
             launch_api="cuGraphLaunch" if c["graph"] or c["captured"] else None,
             mechanism="watch", graph_node=c.get("graph_node"), graph_note=c.get("graph_note"),
+            graph_annotation=c.get("graph_annotation"),
             captured_at=c.get("captured_at"), replayed_at=c.get("replayed_at"))
-        if c.get("captured_at") and fields["provenance"]:
-            fields["captured_at"] += " (source line unknown: torch.compile generated the " \
-                                     "kernel; this is the compiled function's frame)"
+        if c.get("captured_at") and compiled is not None:
+            # A node torch.compile captured (cudagraph trees record a graph while a call
+            # of the compiled function runs): its line is the one Inductor fused into the
+            # kernel, when its line map says; the recording call is recorded_at.
+            _, source = inductor_source(c["kernel"], fields["launch_stack"], compiled)
+            if source is not None:
+                fields.update(recorded_at=c["captured_at"], filename=source.filename,
+                              lineno=source.lineno, function=source.name,
+                              captured_at=_where_str([source]))
+            else:
+                fields["captured_at"] += " (source line unknown: torch.compile generated " \
+                                         "the kernel; this is the call that recorded it)"
         recorded = _torch_ops.recorded_op(c.get("op", 0))
         if recorded:
             fields.update(op=recorded[0], op_stack=[recorded[0]], inputs=recorded[1])
-        if c["filename"] and c["lineno"]:
+        if fields["filename"] and fields["lineno"]:
             import linecache
-            fields["line"] = linecache.getline(c["filename"], c["lineno"]).strip() or None
+            fields["line"] = linecache.getline(fields["filename"], fields["lineno"]).strip() or None
         if fields.get("device_message") is None:
             text = _text(_core.recent_asserts())
             fields["device_message"] = text or None
         fields["surfaced_at"] = _where_str(surfaced) if surfaced else None
     fields["replay_command"] = _replay_command_for(code, fields)
     cls = class_for(code, at_launch=bool(raw.at_launch) if raw is not None else False)
-    return cls(code=code, **fields)
+    err = cls(code=code, **fields)
+    if _options.OPTIONS.trace and err.sticky and (watch is not None or (raw and raw.launch_seq)):
+        from . import _dump
+        c = watch["culprit"] if watch is not None else None
+        _dump.trace_at_fault(c.get("replay_seq", c["seq"]) if c else raw.launch_seq)
+    return err
 
 
 def _replay_command_for(code, fields) -> Optional[str]:
@@ -543,7 +658,9 @@ def _replay_command_for(code, fields) -> Optional[str]:
             fields.get("graph_node") is not None or \
             (fields.get("launch_api") or "").startswith("cuGraphLaunch"):
         return None
-    return _replay_command.command(fields.get("kernel_mangled"), fields.get("launch_seq"))
+    return _replay_command.command(
+        fields.get("kernel_mangled"), fields.get("launch_seq"),
+        candidates=_replay_command.candidate_seqs(fields.get("exact"), fields.get("candidates")))
 
 
 def build_dispatch(rec: dict, *, tb=None, frame=None, found_at: str = "launch") -> CudaError:

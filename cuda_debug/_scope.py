@@ -28,6 +28,21 @@ from ._errors import CudaUnavailableError, ToolConflictError
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
 
 _watch_epoch = None            # watch_seq() when the first watch() opened
+_exact_lock = None             # threading.Lock, made at the first watch()
+_exact_open = 0                # open watch(exact=True) blocks: any makes every launch marked
+
+
+def _set_markers(exact_delta: int) -> None:
+    """Count an exact watch() in or out, and set the C core's marker spacing:
+    a marker behind every launch while any watch(exact=True) is open, else
+    behind every CUDA_DEBUG_WATCH_EVERY-th launch of a stream."""
+    global _exact_lock, _exact_open
+    if _exact_lock is None:
+        import threading
+        _exact_lock = threading.Lock()
+    with _exact_lock:
+        _exact_open = max(0, _exact_open + exact_delta)
+        _core.set_watch_markers(1 if _exact_open else _options.OPTIONS.watch_every)
 
 # Regions entered and not yet exited, kept alive until they are: a block entered
 # without a reference kept (``cuda_debug.watch().__enter__()``, the notebook idiom
@@ -300,6 +315,16 @@ class watch(_Region):
     node: a fault during a replay names the node (``graph_node``, its
     ``kernel``), ``captured_at`` and ``replayed_at`` (csrc/capture/graph_markers.c).
 
+    Always on by default: a launch gets a marker of its own only every 16th
+    launch of its stream (``CUDA_DEBUG_WATCH_EVERY``), and the stream the host
+    waits for gets one behind its newest launch, so watch() costs about a
+    percent of a training step (benchmarks/RESULTS.md). The culprit is exact
+    when the device names the kernel (device asserts: PyTorch's, Triton's);
+    otherwise it is among at most 16 launches of its stream, each named
+    (``exact`` False, ``candidates``, ``markers_every``). ``exact=True`` (or
+    ``CUDA_DEBUG_WATCH_EXACT=1``) puts a marker behind every launch: every
+    fault names its launch, for a few percent more; for reproductions.
+
     ``ops=True`` (or ``CUDA_DEBUG_WATCH_OPS=1``) also records, for launches
     made by PyTorch ops of this thread and its autograd threads, the op and
     its input shapes (``op``, ``inputs``): a Python call per op, so it costs
@@ -310,37 +335,50 @@ class watch(_Region):
     behind it on its stream, or while the program launches nothing (it waits),
     every stream's oldest unfinished launch (kernel or NCCL collective,
     launching line, age, queue depth) is written to stderr, once per stuck
-    launch, and the program goes on. ``SIGUSR1`` (``python -m cuda_debug dump
-    PID``) asks for the same report at any time; ``cuda_debug.in_flight()``
-    returns it as records.
+    launch, and the program goes on. ``python -m cuda_debug dump PID`` prints
+    the same report in the terminal it runs in, at any time (``SIGUSR1`` writes
+    it to this process's stderr); ``cuda_debug.in_flight()`` returns it as
+    records.
     """
 
     _what = "watch()"
-    _takes = "ops=True|False"
+    _takes = "ops=True|False, hang_after=seconds and exact=True|False"
     ops: bool
+    exact: bool
 
     if TYPE_CHECKING:             # as launch_blocking's: @cuda_debug.watch returns the function
         @overload
         def __new__(cls, ops: _F) -> _F: ...
         @overload
-        def __new__(cls, ops: Optional[bool] = None, *,
-                    hang_after: Optional[float] = None) -> "watch": ...
+        def __new__(cls, ops: Optional[bool] = None, *, hang_after: Optional[float] = None,
+                    exact: Optional[bool] = None) -> "watch": ...
         def __new__(cls, *args: Any, **kwargs: Any) -> Any: ...
     else:
-        def __init__(self, ops: Optional[bool] = None, *, hang_after=None):
+        def __init__(self, ops: Optional[bool] = None, *, hang_after=None, exact=None):
             self.ops = _options.OPTIONS.watch_ops if ops is None else \
                 _check_bool("watch(ops)", ops)
             self.hang_after = _hangs.check_hang_after(hang_after)
+            self.exact = _options.OPTIONS.watch_exact if exact is None else \
+                _check_bool("watch(exact)", exact)
             self._handles = []
             self._recorders = []
             self._hang = []
 
     def _copy(self):
-        return watch(self.ops, hang_after=self.hang_after or 0)
+        return watch(self.ops, hang_after=self.hang_after or 0, exact=self.exact)
 
     def __enter__(self):
         global _watch_epoch
-        handle = _open(_core.SCOPE_WATCH, False, self._what, _locations.current_frame(1))
+        if "torch" in sys.modules:
+            from . import _graphs
+            _graphs.pair_pending()     # adopted graphs instantiated since their capture
+        _set_markers(1 if self.exact else 0)     # before the first launch is recorded
+        try:
+            handle = _open(_core.SCOPE_WATCH, False, self._what, _locations.current_frame(1))
+        except BaseException:
+            if self.exact:
+                _set_markers(-1)
+            raise
         self._handles.append(handle)
         _warn_once_if_no_frame_reader()
         recorder = None
@@ -372,6 +410,8 @@ class watch(_Region):
         if self._hang:
             _hangs.leave(self._hang.pop())
         handle = self._exit_handle()
+        if self.exact:
+            _set_markers(-1)
         if exc is None:
             return False
         err = _report.error_for(exc, mark=handle.fault_mark, watch_mark=_watch_epoch,
@@ -382,7 +422,8 @@ class watch(_Region):
 
     def __repr__(self):
         args = (["ops=True"] if self.ops else []) + \
-            (["hang_after=%g" % self.hang_after] if self.hang_after else [])
+            (["hang_after=%g" % self.hang_after] if self.hang_after else []) + \
+            (["exact=True"] if self.exact else [])
         return "cuda_debug.watch(%s)" % ", ".join(args)
 
 

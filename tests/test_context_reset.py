@@ -7,7 +7,7 @@ unmaps the old context's pinned allocations, forgets its registrations, and
 gives the new context a new id (``cuCtxGetId``, CUPTI's ``contextUid``).
 
 Watch mode once keyed its completion slots by the pointer: after a reset every
-marker write failed and reading the slots (``_core.watch_incomplete``, every
+marker write failed and reading the slots (``_core.watch_streams``, every
 culprit report, the SIGABRT/SIGTERM handler) died with SIGSEGV; the fault
 records kept the old pointer as a dead context, so a real fault in the new
 context was printed as a one-line consequence.
@@ -43,17 +43,18 @@ def test_reading_slots_after_a_reset_never_faults(fake_child, resource_callbacks
     either way the search reads no freed memory, and markers work in the new
     context."""
     c = fake_child(_watch_then_reset('''
-            out["incomplete"] = _core.watch_incomplete(0)      # SIGSEGV before the fix
+            out["incomplete"] = _core.watch_streams(0)      # SIGSEGV before the fix
             for i in range(3):
                 %s
             fake.fake_ctx_sync()
-            out["incomplete_new"] = _core.watch_incomplete(0)
+            out["incomplete_new"] = _core.watch_streams(0)
             st = _core.stats()
             out["write_rc"] = st["watch_write_rc"]
             out["unmarked"] = st["unmarked"]
             out["done"] = [_core.watch_record(s)[11] for s in range(6, _core.watch_seq() + 1)]
         report(out)
-    ''' % (LAUNCH % 'b"fine_new"'), before="fake.fake_refuse_resource(%d)" % (not resource_callbacks)))
+    ''' % (LAUNCH % 'b"fine_new"'), before="fake.fake_refuse_resource(%d)" % (not resource_callbacks)),
+        env={"CUDA_DEBUG_WATCH_EXACT": "1"})      # each launch's own marker: `done` per record
     assert c.returncode == 0, c
     r = c.result
     assert r["reset"] == 0 and r["uid_after"] == r["uid_before"] + 1
@@ -89,14 +90,15 @@ def test_reset_between_two_watches(fake_child):
                 %s
                 %s  # CULPRIT
                 %s
-                out["incomplete"] = len(_core.watch_incomplete(0))  # SIGSEGV before the fix
+                out["incomplete"] = len(_core.watch_streams(0))  # SIGSEGV before the fix
                 cuda_debug.check()
         except cuda_debug.CudaError as e:
             out.update(kernel=e.kernel, lineno=e.lineno, exact=e.exact)
         out["write_rc"] = _core.stats()["watch_write_rc"]
         report(out)
     ''' % (LAUNCH % 'b"fine_old"', LAUNCH % 'b"bad_old"', LAUNCH % 'b"after_old"',
-           LAUNCH % 'b"fine_new"', LAUNCH % 'b"bad_new"', LAUNCH % 'b"after_new"'))
+           LAUNCH % 'b"fine_new"', LAUNCH % 'b"bad_new"', LAUNCH % 'b"after_new"'),
+        env={"CUDA_DEBUG_WATCH_EXACT": "1"})      # an illegal address: exact by markers only
     assert c.returncode == 0, c
     r = c.result
     assert r["old"] == "bad_old" and r["reset"] == 0, r

@@ -413,13 +413,16 @@ def test_locations_of_freed_code_objects_with_no_code_watcher_left(fake_child):
     check_freed_code(c.result)
 
 
-def test_kernel_name_of_a_module_reloaded_at_the_same_address(fake_child):
+@pytest.mark.parametrize("unload_events", [True, False])
+def test_kernel_name_of_a_module_reloaded_at_the_same_address(fake_child, unload_events):
     """A module unloaded and another loaded where it was: CUPTI's symbolName
     pointer is the same and the names share their first 32 bytes; the watch
-    record names the kernel that ran."""
+    record names the kernel that ran, whether CUPTI tells of the unload (the
+    name is then checked again after it only) or not (checked at each launch)."""
     c = run(fake_child, '''
         import cuda_debug
         from cuda_debug import _core, _report
+        fake.fake_refuse_resource(%d)
         old = b"kernel_with_a_long_common_prefix_" + b"A" * 20
         new = b"kernel_with_a_long_common_prefix_" + b"B" * 20
         names = []
@@ -432,7 +435,7 @@ def test_kernel_name_of_a_module_reloaded_at_the_same_address(fake_child):
                 fake.fake_launch(name, 0, 1, 1, 1, 32, 1, 1)
                 names.append(_report.watch_record(before + 1).kernel.decode())
         report(names)
-    ''')
+    ''' % (not unload_events))
     assert c.result is not None, c
     assert c.result == ["kernel_with_a_long_common_prefix_" + "A" * 20,
                         "kernel_with_a_long_common_prefix_" + "B" * 20], c.result

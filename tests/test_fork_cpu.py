@@ -182,7 +182,8 @@ def test_a_child_terminated_while_the_parent_watches_writes_nothing(fake_child, 
             in_flight = [f.kernel for f in cuda_debug.in_flight()]
         report(dict(code=code, file=os.path.exists(os.environ["TORCHELASTIC_ERROR_FILE"]),
                     parent_in_flight=in_flight))
-    '''), env={"TORCHELASTIC_ERROR_FILE": str(err_file)})
+    '''), env={"TORCHELASTIC_ERROR_FILE": str(err_file),
+              "CUDA_DEBUG_WATCH_EXACT": "1"})   # the parent's launch has a marker of its own
     r = c.result
     assert r is not None, c
     assert r["code"] == -signal.SIGTERM, r
@@ -230,7 +231,8 @@ def test_a_watching_child_reports_its_own_launches_never_the_parents(fake_child,
         report(dict(seen=seen, code=code, parent_last=parent_last,
                     file=json.load(open(os.environ["TORCHELASTIC_ERROR_FILE"]))
                     if os.path.exists(os.environ["TORCHELASTIC_ERROR_FILE"]) else None))
-    '''), env={"TORCHELASTIC_ERROR_FILE": str(err_file)})
+    '''), env={"TORCHELASTIC_ERROR_FILE": str(err_file),
+              "CUDA_DEBUG_WATCH_EXACT": "1"})   # unfinished launches with markers of their own
     r = c.result
     assert r is not None, c
     assert r["parent_last"] == "DeviceAssertError", r

@@ -38,11 +38,15 @@ s = fake.fake_stream_create()
 
 
 def _memop(fake_child):
-    """Most tests here count the graph's memory-op marker nodes, so they ask for
-    them (CUDA_DEBUG_GRAPH_MARKERS=memop); the default, one-thread kernel nodes,
-    is test_marker_kernels_instead_of_stream_writes's (and the GPU tests')."""
+    """Most tests here count the graph's memory-op marker nodes, one behind every
+    node, so they ask for them (CUDA_DEBUG_GRAPH_MARKERS=memop,
+    CUDA_DEBUG_GRAPH_MARKER_EVERY=1); the default, one-thread kernel nodes behind
+    every 8th node, is test_marker_kernels_instead_of_stream_writes's,
+    test_graph_lifetimes.py's sparse test's and the GPU tests'."""
     def run(code, env=None, **kw):
-        return fake_child(code, env=dict({"CUDA_DEBUG_GRAPH_MARKERS": "memop"}, **(env or {})), **kw)
+        return fake_child(code, env=dict({"CUDA_DEBUG_GRAPH_MARKERS": "memop",
+                                          "CUDA_DEBUG_GRAPH_MARKER_EVERY": "1"},
+                                         **(env or {})), **kw)
     return run
 
 
@@ -114,7 +118,8 @@ def test_marker_kernels_instead_of_stream_writes(fake_child):
 def test_fork_join_capture_gives_the_frontier(fake_child):
     """A capture over two streams (an event recorded on the origin, waited for
     by the side stream, and back): the first unfinished node of each stream;
-    the device's assert text picks the one it names; not exact."""
+    the device's assert text picks the one it names, which makes it exact (the
+    device named the kernel: the other stream's frontier is no candidate)."""
     c = _memop(fake_child)(PRE + '''
 out = {}
 side = fake.fake_stream_create()
@@ -150,11 +155,11 @@ report(out)
     assert r["ops"] == [5, 6, 1], r
     assert r["cls"] == "DeviceAssertError", r
     assert r["kernel"] == "side_bad" and r["node"] == 2, r       # named by the assert text
-    assert r["exact"] is False, r
-    assert r["candidates"] == [["main_ok", 3]], r                # the other stream's first
+    assert r["exact"] is True, r
+    assert r["candidates"] == [], r
     assert r["lineno"] == c.line_of("# SIDE"), r
     assert r["replayed_at"] == "%s:%d" % (c.script, c.line_of("# REPLAYED")), r
-    assert "one of 2 unfinished nodes" in r["text"], r["text"]
+    assert "unfinished nodes" not in r["text"], r["text"]
     assert "culprit (one of the first unfinished nodes per stream of the graph): side_ok" \
         not in c.stderr
     assert "side_bad (node 2 of a CUDA graph" in c.stderr and \
@@ -250,7 +255,7 @@ report(out)
 ''')
     r = c.result
     assert r is not None, c
-    assert r["refused"] == 4, r
+    assert r["refused"] == 6, r        # the resource ids (cupti_ids.h)
     assert r["kernel"] == "bad_node" and r["node"] == 4, r
     assert r["exact"] is False and "paired with the graph" in r["note"], r
 
@@ -303,3 +308,360 @@ with cuda_debug.watch():
     assert "culprit: slow_node (node 6 of a CUDA graph" in c.stderr, c.stderr
     assert "captured at %s:%d" % (c.script, c.line_of("# CAPTURED")) in c.stderr, c.stderr
     assert "replayed at %s:%d" % (c.script, c.line_of("# REPLAYED")) in c.stderr, c.stderr
+
+
+HANG = PRE.replace("import ctypes", "import ctypes, os, signal, time") + '''
+SLOW = sys.argv[1].encode()
+with cuda_debug.watch(hang_after=0.5):
+    fake.fake_begin_capture(s)
+    for i in range(10):
+        fake.fake_launch((SLOW if i == 6 else b"ok_node"), s, *L)  # CAPTURED
+    g = end_capture(s)
+    fake.fake_graph_launch(g, s)
+    fake.fake_stream_sync(s)
+    fake.fake_set_kernel(SLOW, 0, 0, None, 0, 2500000)
+    fake.fake_set_async(1)
+    fake.fake_graph_launch(g, s)  # REPLAYED
+    time.sleep(1.3)                                # the hang watcher's report
+    rec = cuda_debug.in_flight()
+    from cuda_debug import _dump                   # what `dump PID` (--json) gets
+    doc = _dump.local_document()
+    d = _dump.records(doc)[0]
+    os.kill(os.getpid(), signal.SIGUSR1)           # the dump signal's
+    fake.fake_stream_sync(s)
+r = rec[0]
+report(dict(n=len(rec), graph=r.graph, kernel=r.kernel, short=r.short, node=r.graph_node,
+            collective=r.collective, captured_at=r.captured_at, lineno=r.lineno,
+            nodes=r.graph_nodes, note=r.graph_note,
+            doc=[d.graph_node, d.short, d.captured_at, d.graph_nodes == r.graph_nodes],
+            doc_text=doc["text"]))
+'''
+
+
+@pytest.mark.parametrize("slow, name", [
+    ("slow_node", "slow_node"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+     "all_reduce (ncclDevKernel_AllReduce_Sum_f32_RING_LL)")])
+def test_a_hang_inside_a_replay_names_the_running_node_in_every_report(fake_child, slow, name):
+    """Issue 27 item 2: the hang watcher, the dump signal and in_flight() name the
+    node of the replayed graph that still runs (kernel, or an NCCL kernel's
+    collective; node number; capture line; replay line), not "a CUDA graph
+    replay"."""
+    c = _memop(fake_child)(HANG, args=[slow])
+    r = c.result
+    assert r is not None, c
+    cap, rep = c.line_of("# CAPTURED"), c.line_of("# REPLAYED")
+    assert r["n"] == 1 and r["graph"] is True and r["node"] == 6, r
+    assert r["short"] == slow and r["kernel"] == slow, r
+    assert r["collective"] == ("all_reduce" if "nccl" in slow else None), r
+    assert r["captured_at"] == "%s:%d" % (c.script, cap) and r["lineno"] == rep, r
+    assert r["nodes"] == [[6, slow, r["collective"], "%s:%d" % (c.script, cap)]], r
+    assert r["note"] is None, r
+    assert r["doc"] == [6, slow, "%s:%d" % (c.script, cap), True], r   # dump's document
+    head = "  %s (node 6 of a CUDA graph) on stream " % name
+    assert head in r["doc_text"], r["doc_text"]
+    assert c.stderr.count(head) == 2, c.stderr           # the watcher's and the dump's
+    for block in c.stderr.split("cuda_debug (watch): ")[1:]:
+        lines = block.splitlines()
+        i = next(k for k, line in enumerate(lines) if line.startswith(head))
+        assert "unfinished for " in lines[i] and "(launch #2, thread " in lines[i], lines
+        assert lines[i + 1] == "    captured at %s:%d in <module>" % (c.script, cap), lines
+        assert lines[i + 2] == "    replayed at %s:%d in <module>" % (c.script, rep), lines
+    assert "a CUDA graph replay" not in c.stderr, c.stderr
+
+
+@pytest.mark.parametrize("slow", ["slow_node", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"])
+def test_a_hang_with_a_marker_every_8_nodes_names_the_candidates(fake_child, slow):
+    """The default markers (behind every 8th launch, and every NCCL kernel): the
+    hang report and in_flight() give the nodes after the last marker written
+    (node 6 among them); an NCCL kernel among them is named first."""
+    c = fake_child(HANG, args=[slow], env={"CUDA_DEBUG_GRAPH_MARKERS": "memop"})
+    r = c.result
+    assert r is not None, c
+    nccl = "nccl" in slow
+    nodes = [n[0] for n in r["nodes"]]
+    assert nodes == list(range(7 if nccl else 8)), r       # (node 7 carries a marker)
+    if nccl:
+        assert r["node"] == 6 and r["collective"] == "all_reduce", r
+        head = "  all_reduce (%s) (node 6 of a CUDA graph; one of 7 nodes after the last " \
+               "marker written, a marker every 8 nodes) on stream " % slow
+    else:
+        assert r["node"] == 0 and r["short"] == "ok_node", r
+        head = "  ok_node (node 0 of a CUDA graph; one of 8 nodes after the last marker " \
+               "written, a marker every 8 nodes) on stream "
+    assert c.stderr.count(head) == 2, c.stderr
+    assert "    or: " in c.stderr and "more nodes" in c.stderr, c.stderr
+
+
+# A stand-in for PyTorch's CUDA graphs on the fake driver (the real torch cannot
+# load beside the fake CUPTI): torch.cuda.CUDAGraph captures on the current
+# stream, instantiates at capture_end and destroys its template, as torch does
+# with keep_graph=False; its folder is under "site-packages" (library code, as
+# torch's is).
+FAKE_TORCH = {
+    "torch/__init__.py": "from . import cuda\n",
+    "torch/cuda/__init__.py": '''
+from .graphs import CUDAGraph, graph
+class _Stream:
+    def __init__(self, h):
+        self.cuda_stream = h
+current = [0]
+def current_stream():
+    return _Stream(current[0])
+''',
+    "torch/cuda/graphs.py": '''
+import ctypes
+from fake_cuda.child import fake
+import torch.cuda as _cuda
+class CUDAGraph:
+    def __init__(self, keep_graph=False):
+        self._exec = 0
+    def capture_begin(self):
+        assert fake.fake_begin_capture(_cuda.current[0]) == 0
+    def capture_end(self):
+        g = ctypes.c_size_t()
+        assert fake.fake_end_capture(_cuda.current[0], ctypes.byref(g)) == 0
+        self._exec = g.value
+        fake.fake_graph_destroy(g.value)
+    def raw_cuda_graph_exec(self):
+        return self._exec
+    def replay(self):
+        return fake.fake_graph_launch(self._exec, _cuda.current[0])
+    def reset(self):
+        if self._exec:
+            fake.fake_graph_exec_destroy(self._exec)
+        self._exec = 0
+    def __del__(self):
+        self.reset()
+class graph:
+    def __init__(self, g):
+        self.g = g
+    def __enter__(self):
+        self.g.capture_begin()
+    def __exit__(self, *exc):
+        self.g.capture_end()
+''',
+}
+
+
+def _fake_torch(tmp_path):
+    root = tmp_path / "site-packages"
+    for name, text in FAKE_TORCH.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(root)
+
+
+ADOPT = PRE + '''
+FAULT = sys.argv[2]
+sys.path.insert(0, sys.argv[1])
+import gc
+import torch                                  # after cuda_debug: the import hook wraps it
+torch.cuda.current[0] = s
+out = {"wrapped": getattr(torch.cuda.CUDAGraph.capture_end, "_cuda_debug", False)}
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):  # CAPTURED
+    for i in range(5):
+        fake.fake_launch(b"pre_bad" if i == 3 else b"pre_ok_%d" % i, s, *L)
+g.replay()
+assert fake.fake_stream_sync(s) == 0
+out["subscribes"] = _core.stats()["subscribes"]          # CUPTI untouched outside watch()
+out["graphs"] = cuda_debug._graphs.stats()
+if FAULT == "assert":
+    fake.fake_set_kernel(b"pre_bad", 710, 1, b"idx < n", -1, 0)
+elif FAULT == "address":
+    fake.fake_set_kernel(b"pre_bad", 700, 0, None, 0, 0)
+try:
+    with cuda_debug.watch():
+        g.replay()  # REPLAYED
+        cuda_debug.check()
+        out["token"] = _core.graph_exec_token(g.raw_cuda_graph_exec())
+except cuda_debug.CudaError as e:
+    out.update(describe(e))
+if FAULT == "none":
+    del g
+    gc.collect()
+    st = _core.graph_stats()
+    out["after"] = dict(captures=st["captures"], execs=st["execs"],
+                        released=cuda_debug._graphs.stats()["released"])
+report(out)
+'''
+
+
+def test_a_torch_graph_captured_before_watch_is_named_by_the_device_text(fake_child, tmp_path):
+    """Issue 27 item 3: a graph torch captured while nothing watched (no
+    markers, no CUPTI) was replayed inside watch() as "kernel None". Its
+    kernels are read at the end of its capture (the driver's graph API), so the
+    device's assert text names the node: kernel, node number, capture line,
+    replay line."""
+    c = _memop(fake_child)(ADOPT, args=[_fake_torch(tmp_path), "assert"])
+    r = c.result
+    assert r is not None, c
+    assert r["wrapped"] is True and r["subscribes"] == 0, r
+    assert r["graphs"] == {"adopted": 1, "paired": 1, "released": 0, "failed": 0}, r
+    assert r["cls"] == "DeviceAssertError" and r["kernel"] == "pre_bad" and r["node"] == 3, r
+    assert r["exact"] is True, r
+    cap, rep = c.line_of("# CAPTURED"), c.line_of("# REPLAYED")
+    assert r["captured_at"] == "%s:%d" % (c.script, cap), r
+    assert r["replayed_at"] == "%s:%d" % (c.script, rep), r
+    assert "captured before watching" in r["note"] and "device's text" in r["note"], r
+    assert "culprit (named by the device's text): pre_bad (node 3 of a CUDA graph captured " \
+           "before watching; replay launch #" in c.stderr, c.stderr
+    assert "captured at %s:%d in <module>" % (c.script, cap) in c.stderr, c.stderr
+
+
+def test_a_torch_graph_captured_before_watch_without_device_text_says_why(fake_child, tmp_path):
+    c = _memop(fake_child)(ADOPT, args=[_fake_torch(tmp_path), "address"])
+    r = c.result
+    assert r is not None, c
+    assert r["kernel"] is None and r["node"] is None, r
+    assert "names none of its 5 kernel nodes" in r["note"], r
+    assert r["lineno"] == c.line_of("# REPLAYED"), r
+    assert "a CUDA graph replay (captured before watching: no markers inside it (5 kernel " \
+           "nodes, none named by the device's text)" in c.stderr, c.stderr
+    assert "captured at %s:%d in <module>" % (c.script, c.line_of("# CAPTURED")) in c.stderr
+
+
+def test_an_adopted_graph_is_forgotten_when_its_torch_object_goes(fake_child, tmp_path):
+    c = _memop(fake_child)(ADOPT, args=[_fake_torch(tmp_path), "none"])
+    r = c.result
+    assert r is not None, c
+    assert r["token"] > 0, r                                 # its executable was known
+    assert r["after"] == {"captures": 0, "execs": 0, "released": 1}, r
+
+
+def test_torch_graph_annotations_tags_are_in_the_report_when_present(fake_child):
+    """Issue 27 item 5: a node that torch.cuda.graph_annotations.mark_kernels
+    tagged (PyTorch 2.12+, keyed by the driver's node ids for tools, CUDA 13.1+)
+    carries its tag in the report; without the tags (or the driver's ids),
+    nothing is required and nothing changes."""
+    code = PRE + '''
+import types
+TOOLS = sys.argv[1] == "tools"
+fake.fake_tools_ids(1 if TOOLS else 0)
+table = {}
+mod = types.ModuleType("torch.cuda.graph_annotations")
+mod.get_kernel_annotations = lambda: table
+sys.modules["torch.cuda.graph_annotations"] = mod
+out = {}
+try:
+    with cuda_debug.watch():
+        fake.fake_begin_capture(s)
+        for i in range(4):
+            fake.fake_launch(b"bad_node" if i == 2 else b"ok_node", s, *L)
+        g = end_capture(s)
+        got = [_core.graph_node(n) for n in range(64)]
+        tid = next(x[3] for x in got if x and x[1] == 2)
+        out["tid"] = tid
+        if tid:    # remapped to the executable's id, as torch does at instantiation
+            table[((tid >> 32) + 1000) << 32 | (tid & 0xFFFFFFFF)] = [{"name": "attention",
+                                                                      "layer": 3}]
+        fake.fake_set_kernel(b"bad_node", 700, 0, None, 0, 0)
+        fake.fake_graph_launch(g, s)
+        cuda_debug.check()
+except cuda_debug.CudaError as e:
+    out.update(describe(e), tag=e.graph_annotation)
+report(out)
+'''
+    c = _memop(fake_child)(code, args=["tools"])
+    r = c.result
+    assert r is not None, c
+    assert r["node"] == 2 and r["tid"] > 0, r
+    assert r["tag"] == {"name": "attention", "layer": 3}, r
+    assert r["text"].startswith("illegal memory access in bad_node, node 2 of a CUDA graph "
+                                "(marked 'attention' {layer=3})"), r["text"]
+    plain = _memop(fake_child)(code, args=["none"]).result
+    assert plain["node"] == 2 and plain["tid"] == 0 and plain["tag"] is None, plain
+    assert plain["text"].startswith("illegal memory access in bad_node, node 2 of a CUDA graph\n")
+
+
+# torch.compile(mode="reduce-overhead") on the fake driver: a stand-in for
+# TorchDynamo's frame (`f`, whose code calls __compiled_fn_1), Inductor's
+# generated module (in its cache folder: library code; its `call` launches the
+# kernel through library frames deeper than a ring record keeps) and Inductor's
+# line map (PyCodeCache.stack_frames_for_code), with cudagraph trees' way:
+# the graph is recorded during a call of the compiled function.
+COMPILED_GRAPH = PRE + '''
+import os, types
+CACHE = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+GEN = os.path.join(CACHE, "ab", "cabcdef.py")
+os.makedirs(os.path.dirname(GEN), exist_ok=True)
+with open(GEN, "w") as fh:
+    fh.write("triton_poi_fused_index_mul_0 = object()\\n"
+             "def call(launch):\\n"
+             "    return launch(b'triton_poi_fused_index_mul_0')\\n")
+gen = {}
+exec(compile(open(GEN).read(), GEN, "exec"), gen)
+LIB = """
+def launcher(name, depth=4):
+    if depth:
+        return launcher(name, depth - 1)
+    return fake.fake_launch(name, S, 1, 1, 1, 32, 1, 1)
+def compiled_fn():
+    return GEN["call"](launcher)
+def replay_fn(g):                              # cudagraph trees' run: the replay
+    return fake.fake_graph_launch(g, S)
+"""
+lib = {"fake": fake, "S": s, "GEN": gen}
+exec(compile(LIB, os.path.join(CACHE, "runtime_like.py"), "exec"), lib)
+globals()["__compiled_fn_1"] = lib["compiled_fn"]
+globals()["__compiled_fn_2"] = lib["replay_fn"]
+def f_again(g):                                # what Dynamo runs for f, once recorded
+    return __compiled_fn_2(g)                  # RUN
+def f():
+    return w_index_mul()  # SOURCE
+def w_index_mul():
+    pass
+def f():                                       # DEF: what Dynamo runs for f
+    return __compiled_fn_1()                   # GRAPH
+linemap = types.ModuleType("torch._inductor.codecache")
+class PyCodeCache:
+    @staticmethod
+    def stack_frames_for_code(path, lineno):
+        assert path == GEN and lineno == 3, (path, lineno)
+        return [{"filename": __file__, "line": SOURCE_LINE, "name": "f"}]
+linemap.PyCodeCache = PyCodeCache
+sys.modules["torch._inductor.codecache"] = linemap
+SOURCE_LINE = next(i for i, line in enumerate(open(__file__), 1) if "# SOURCE" in line)
+out = {}
+try:
+    with cuda_debug.watch():
+        fake.fake_begin_capture(s)
+        f()                                    # CALL: the recording
+        g = end_capture(s)
+        fake.fake_graph_launch(g, s)
+        fake.fake_stream_sync(s)
+        fake.fake_set_kernel(b"triton_poi_fused_index_mul_0", 710, 1,
+                             b"index out of bounds: 0 <= tmp4 < 100", -1, 0)
+        f_again(g)  # REPLAYED
+        cuda_debug.check()
+except cuda_debug.CudaError as e:
+    out.update(describe(e), recorded_at=e.recorded_at, provenance=e.provenance)
+report(out)
+'''
+
+
+def test_a_node_torch_compile_captured_names_the_source_line_inductor_fused(fake_child, tmp_path):
+    """Issue 27 item 1: a node of a graph that torch.compile's cudagraph trees
+    recorded was "captured at" the call that recorded it, with "Inductor's
+    generated code for this kernel was not found" (the ring record keeps 4
+    frames; the generated module's is deeper). The node keeps its innermost
+    frames: the generated code's line, Inductor's line map, the source line."""
+    cache = tmp_path / "torchinductor_test"
+    cache.mkdir()
+    c = _memop(fake_child)(COMPILED_GRAPH, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
+    src = c.line_of("# SOURCE")
+    r = c.result
+    assert r is not None, c
+    assert r["kernel"] == "triton_poi_fused_index_mul_0" and r["node"] == 0, r
+    assert r["filename"] == c.script and r["lineno"] == src, r
+    assert r["captured_at"] == "%s:%d in f" % (c.script, src), r
+    assert r["recorded_at"] == "%s:%d" % (c.script, c.line_of("# CALL")), r
+    assert r["replayed_at"] == "%s:%d" % (c.script, c.line_of("# REPLAYED")), r
+    assert "fused up to %s:%d in f" % (c.script, src) in r["provenance"], r
+    assert "Inductor fused this line into the kernel; torch.compile recorded the graph in " \
+           "the call at %s:%d" % (c.script, c.line_of("# CALL")) in r["text"], r["text"]
+    # never the line of the frame TorchDynamo ran (its file is the user's)
+    assert "%s:%d" % (c.script, c.line_of("# GRAPH")) not in r["recorded_at"] + r["replayed_at"]
+    assert "%s:%d" % (c.script, c.line_of("# RUN")) not in r["text"], r["text"]

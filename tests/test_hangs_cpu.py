@@ -1,20 +1,20 @@
 """Hangs on the fake driver (CPU, CI): watch(hang_after=s) reports a stuck
-launch once and the process lives on; the dump signal (SIGUSR1) and
-``python -m cuda_debug dump PID`` ask for the same report, also while the main
-thread is blocked in a synchronize; NCCL launches are named by their
-collective; ``cuda_debug.in_flight()`` returns the report's fields.
+launch once and the process lives on; the dump signal (SIGUSR1) asks for the
+same report, also while the main thread is blocked in a synchronize
+(``python -m cuda_debug dump PID``: tests/test_dump_cpu.py); NCCL launches are
+named by their collective; ``cuda_debug.in_flight()`` returns the report's fields.
 
 The fake's ``fake_set_async(1)`` runs each stream's kernels on a thread of
 their own, and ``cuda_debug.testing.spin(s)`` keeps one busy for s seconds."""
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
 from test_cli import cli
 
+#: The tests of what each launch's own marker tells (queue depths, one stream's
+#: oldest unfinished launch): watch(exact=True)'s per-launch markers.
+EXACT = {"CUDA_DEBUG_WATCH_EXACT": "1"}
 HEADLINE = "cuda_debug (watch): possible hang"
 
 
@@ -61,7 +61,7 @@ def test_queue_depth_and_a_later_stuck_launch_reports_again(fake_child):
                     line=rec[0].lineno, fn=rec[0].function, thread=rec[0].thread_name,
                     collective=rec[0].collective, graph=rec[0].graph, after=len(after),
                     age=rec[0].age_s))
-    ''')
+    ''', env=EXACT)
     assert c.returncode == 0, c
     r = c.result
     assert (r["n"], r["short"], r["depth"], r["seq"], r["line"], r["fn"], r["thread"]) == \
@@ -95,7 +95,7 @@ def test_a_long_kernel_on_a_side_stream_is_no_hang_while_the_program_launches(fa
                             for r in cuda_debug.in_flight()]
             fake.fake_stream_sync(side)
         report(dict(seen=seen))
-    ''')
+    ''', env=EXACT)
     assert c.returncode == 0, c
     assert c.result == {"seen": [["spin", 0, True, 3]]}, c
     assert HEADLINE not in c.stderr, c.stderr
@@ -170,46 +170,6 @@ def test_the_dump_signal_is_configurable(fake_child, setting, caught):
         "cuda_debug (watch)" not in c.stderr, c.stderr
 
 
-def test_dump_pid_asks_a_watching_process_for_its_report(fake_live):
-    with fake_live('''
-        import cuda_debug, cuda_debug.testing as t
-        fake.fake_set_async(1)
-        with cuda_debug.watch():
-            t.spin(60)                          # SPIN
-            print("READY", flush=True)
-            cuda_debug.check()
-    ''') as live:
-        live.wait_for("READY", name="stdout")
-        p = cli("dump", str(live.pid))
-        assert p.returncode == 0, p
-        assert "sent SIGUSR1 to process %d (" % live.pid in p.stdout, p.stdout
-        assert "goes to that process's stderr" in p.stdout, p.stdout
-        assert 'look there for "cuda_debug (watch): SIGUSR1 (pid %d)"' % live.pid in p.stdout
-        live.wait_for("cuda_debug (watch): SIGUSR1 (pid %d)" % live.pid, timeout=10)
-        live.wait_for("launched at %s:%d in <module>" % (live.script, live.line_of("# SPIN")),
-                      timeout=10)
-        assert "  spin on stream 0x0, device 0: unfinished for " in live.text(), live
-        assert live.proc.poll() is None, live      # alive
-
-
-def test_dump_refuses_a_process_that_does_not_catch_the_signal():
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        p = cli("dump", str(bystander.pid))
-        assert p.returncode == 1, p
-        assert "process %d (" % bystander.pid in p.stderr, p.stderr
-        assert "does not catch SIGUSR1" in p.stderr and "not sent" in p.stderr, p.stderr
-        time.sleep(0.2)
-        assert bystander.poll() is None            # not killed by the default action
-    finally:
-        bystander.kill()
-        bystander.wait()
-    p = cli("dump", "999999999")
-    assert p.returncode == 1 and "no process 999999999" in p.stderr, p
-    p = cli("dump", "--signal", "SIGKILL", "1")
-    assert p.returncode == 2 and "SIGUSR1 or SIGUSR2" in p.stderr, p
-
-
 NCCL = {
     "ncclDevKernel_AllReduce_Sum_f32_RING_LL": "all_reduce",
     "_Z%dncclDevKernel_ReduceScatter_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE"
@@ -245,7 +205,7 @@ def test_nccl_launches_are_named_by_their_collective_and_the_line_that_issued_th
             os.kill(os.getpid(), signal.SIGUSR1)
             time.sleep(0.2)
         report([(r.short, r.collective, r.lineno) for r in recs])
-    ''' % (str(c10d), list(NCCL)))
+    ''' % (str(c10d), list(NCCL)), env=EXACT)
     each, issue = c.line_of("# EACH"), c.line_of("# ISSUE")
     got = c.result
     assert [(v, line) for _, v, line in got] == \
@@ -357,7 +317,7 @@ def test_more_streams_than_the_report_holds_are_counted(fake_child):
             os.kill(os.getpid(), signal.SIGUSR1)
             time.sleep(0.2)
         report(dict(n=n))
-    ''')
+    ''', env=EXACT)
     assert c.result == {"n": 64}, c
     assert c.stderr.count("  k on stream 0x") == 32, c.stderr
     assert "  and 32 more streams\n" in c.stderr, c.stderr

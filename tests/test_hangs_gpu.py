@@ -5,6 +5,7 @@ never issues the all_reduce the other waits in.
 
 Every child runs with hard deadlines (conftest.Live) and its process group is
 killed on the way out, whatever happened."""
+import json
 import os
 import re
 import signal
@@ -47,7 +48,9 @@ def test_dump_pid_names_the_kernel_a_process_waits_for_in_synchronize():
     with Live('''
         import torch, cuda_debug, cuda_debug.testing as t
         torch.zeros(1, device="cuda")         # torch's primary context: cuda_debug's kernels share it
-        with cuda_debug.watch():
+        with cuda_debug.watch(exact=True):    # a marker behind each launch: the spin, named
+            for _ in range(100):
+                t.empty()
             t.spin(8)                                           # SPIN
             print("READY", flush=True)
             torch.cuda.synchronize()                            # WAIT
@@ -56,13 +59,20 @@ def test_dump_pid_names_the_kernel_a_process_waits_for_in_synchronize():
         live.wait_for("READY", name="stdout", timeout=90)
         time.sleep(1.0)                                         # inside synchronize() now
         p = cli("dump", str(live.pid), timeout=60)
-        assert p.returncode == 0, p
-        assert "sent SIGUSR1 to process %d" % live.pid in p.stdout, p.stdout
-        live.wait_for("cuda_debug (watch): SIGUSR1 (pid %d)" % live.pid, timeout=10)
-        live.wait_for("    launched at %s:%d in <module>" % (live.script, live.line_of("# SPIN")),
-                      timeout=10)
-        assert "  spin on stream 0x0, device 0: unfinished for " in live.text(), live
-        # synchronize() survived the signal: the process goes on when the kernel ends
+        q = cli("dump", "--json", str(live.pid), timeout=60)
+        assert p.returncode == 0 and q.returncode == 0, (p, q)
+        lines = p.stdout.splitlines()
+        assert lines[0] == "cuda_debug (watch): unfinished launches of pid %d" % live.pid, p
+        assert lines[2].startswith("  spin on stream 0x0, device 0: unfinished for "), p
+        assert lines[3] == "    launched at %s:%d in <module>" % (
+            live.script, live.line_of("# SPIN")), p
+        doc = json.loads(q.stdout)
+        s = doc["streams"][0]
+        assert (doc["pid"], s["short"], s["lineno"], s["device"]) == (
+            live.pid, "spin", live.line_of("# SPIN"), 0), doc
+        assert s["kernel"].startswith("cuda_debug_testing::spin"), doc
+        assert "cuda_debug (watch)" not in live.text(), live    # its stderr: nothing
+        # nothing interrupted synchronize(): the process goes on when the kernel ends
         assert live.finish(timeout=60) == 0, live
         assert "ALIVE" in live.text("stdout"), live
 
@@ -122,6 +132,7 @@ def test_the_rank_that_never_issued_the_all_reduce_is_visible():
             live.wait_for("[rank 0] " + HEADLINE, timeout=30)
             live.wait_for("[rank 1] " + HEADLINE, timeout=30)
             time.sleep(1.0)                                   # the rest of both blocks
+            agent = cli("dump", str(live.pid), timeout=60)   # torchrun's own pid
         finally:
             _end_torchrun(live)
         err = live.text()
@@ -136,3 +147,9 @@ def test_the_rank_that_never_issued_the_all_reduce_is_visible():
         assert "[rank 1]     launched at %s:%d in <module>" % (
             live.script, live.line_of("# RANK1")) in r1, err[-4000:]
         assert not any("all_reduce" in l for l in r1), err[-4000:]   # rank 1 never issued it
+        assert agent.returncode == 0, agent
+        verdict = agent.stdout.splitlines()[-1]
+        assert verdict.startswith("verdict: rank 1 stalls the job: rank 1 in spin at %s:%d" % (
+            live.script, live.line_of("# RANK1"))), agent.stdout
+        assert "while rank 0 waits in all_reduce (rank 0 at %s:%d)" % (
+            live.script, live.line_of("# RANK0")) in verdict, agent.stdout

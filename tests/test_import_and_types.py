@@ -241,11 +241,9 @@ def test_readme_documents_every_option_and_setting():
     if SOURCE_TREE is None:
         pytest.skip("the README is not next to the tests")
     readme = open(os.path.join(SOURCE_TREE, "README.md"), encoding="utf-8").read()
-    # the reference moves to docs/*.md (issue 24): an option documented there counts
-    import glob
+    import glob            # the reference moves to docs/*.md (issue 24): there counts too
     for page in sorted(glob.glob(os.path.join(SOURCE_TREE, "docs", "*.md"))):
-        with open(page, encoding="utf-8") as f:
-            readme += "\n" + f.read()
+        readme += open(page, encoding="utf-8").read()
     from cuda_debug import _cli
     from cuda_debug.bench import _cli as bench_cli
     wanted = ["run -m", "run - <", "doctor --json", '"ok"', '"problem"']

@@ -213,12 +213,17 @@ def test_report_build_adds_the_command_only_where_it_helps(monkeypatch, tmp_path
     script.write_text("")
     monkeypatch.setattr(_replay_command, "program", [str(script)])
     monkeypatch.setattr(_replay_command, "prog", "cuda-debug")
+    monkeypatch.setattr(_replay_command, "run_watch", True)
     f = _report._replay_command_for
     assert "--launch 9 --kernel _Z1kv" in f(700, {"kernel_mangled": "_Z1kv", "launch_seq": 9})
     assert f(710, {"kernel_mangled": "_Z1kv", "launch_seq": 9}) is None
     assert f(700, {"kernel_mangled": "_Z1kv", "launch_seq": 9, "graph_node": 3}) is None
     assert f(700, {"kernel_mangled": "_Z1kv", "launch_api": "cuGraphLaunch"}) is None
     assert f(716, {"kernel_mangled": "_Z1kv"}).endswith("--kernel _Z1kv %s" % script)
+    # watch could not tell several launches apart: every one is replayed (not graph ones)
+    cmd = f(700, {"kernel_mangled": "_Z1kv", "launch_seq": 9, "exact": False,
+                  "candidates": [{"seq": 10}, {"seq": 12, "graph": True}, {"seq": 11}]})
+    assert cmd == "cuda-debug replay --launch 9,10,11 %s" % script
 
 
 # -- the library --------------------------------------------------------------------
@@ -771,15 +776,17 @@ def test_run_replay_prints_the_report_then_replays(tmp_path, fake_child, fake_sa
         preload=False, ld_library_path=True)
     assert c.result == {"rc": 3}, c.stderr
     err = c.stderr
-    assert "IllegalAddressError: illegal memory access in fill" in err
-    assert "launched at %s:4" % inner in err
+    # the always-on watch could not tell the two launches apart: both are replayed
+    assert "IllegalAddressError: illegal memory access in ok" in err
+    assert "or fill launched at %s:4" % inner in err
     cmd = "to find the thread, the address and the tensor: "
     assert cmd in err
     command = err.split(cmd, 1)[1].splitlines()[0]
-    assert "replay --launch 2 --kernel _Z4fillPfi %s" % inner in command
+    assert command.endswith("replay --launch 1,2 %s" % inner), command
     assert "cuda_debug run: replaying it to find the thread, the address and the allocation" in err
     assert err.index(cmd) < err.index("cuda_debug run: replaying it")      # the report first
-    assert "launch #2 was never reached" in err
+    assert "instrumenting the 2 candidate launches #1, #2" in err
+    assert "none of the candidates #1, #2 came" in err
 
 
 def test_the_last_instrumented_launches_are_kept(tmp_path, fake_san):
@@ -901,3 +908,28 @@ def test_a_launch_from_a_thread_without_python_frames():
         _time.sleep(0.01)
     entry = r._launches.pop(7, None)
     assert entry is not None and entry["stack"] == [] and entry["error"] is None
+
+
+def test_several_candidates_are_each_instrumented(tmp_path, fake_san):
+    """The always-on watch names up to K candidates (a completion marker behind
+    every K-th launch): the replay instruments each, whatever its kernel."""
+    script = _script(tmp_path, """\
+        fk.fake_san_alloc(0x10000000, 1200, 0, 11)
+        a, n = acc([(0x10000000 + 4 * i, 4, 2, i) for i in range(300)])
+        b, m = acc([(0x10000000 + 4 * i, 4, 2, i) for i in range(301)])
+        check(fk.fake_san_launch(b"_Z3onev", 10, 32, a, n))       # 1
+        check(fk.fake_san_launch(b"_Z3twov", 10, 32, a, n))       # 2
+        check(fk.fake_san_launch(b"_Z5threev", 10, 32, b, m))     # 3: the bad one
+        """)
+    p = _replay_child(tmp_path, fake_san, script, "--launch", "1,3")
+    assert p.returncode == 3, p.stderr
+    assert "instrumenting the 2 candidate launches #1, #3" in p.stderr
+    assert "illegal memory access in three" in p.stderr
+    assert "found by cuda-debug replay: launch #3 instrumented" in p.stderr
+    p = _replay_child(tmp_path, fake_san, script, "--launch", "1,2")
+    assert p.returncode == 4, p.stderr
+    assert "the candidates #1, #2 ran instrumented (2 of 2) and made no bad access" in p.stderr
+    p = _replay_child(tmp_path, fake_san, script, "--launch", "1,3", "--kernel", "three")
+    assert p.returncode == 2 and "no --kernel, --window or --max-launches" in p.stderr
+    p = _replay_child(tmp_path, fake_san, script, "--launch", "1,x")
+    assert p.returncode == 2 and "up to 64 of them separated by commas" in p.stderr

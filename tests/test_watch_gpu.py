@@ -234,7 +234,7 @@ with cuda_debug.watch():
         x.add_(1)
     torch.cuda.synchronize()
     st = _core.stats()
-    report(dict(incomplete=_core.watch_incomplete(0), watched=st["watched"],
+    report(dict(incomplete=_core.watch_streams(0), watched=st["watched"],
                 unmarked=st["unmarked"], value=float(x[0].item())))
 """)
     r = c.result
@@ -242,3 +242,103 @@ with cuda_debug.watch():
     assert r["incomplete"] == [], r
     assert r["watched"] >= 10000 and r["unmarked"] == 0, r
     assert r["value"] == 10000.0
+
+
+# -- the always-on watch (issue 26): sparse markers ---------------------------------
+
+def test_always_on_names_an_assert_among_many_launches_exactly(child):
+    """100 launches, the asserting embedding, 30 more, then the host waits: the
+    device's text names the kernel, the only one of that name among the
+    candidates: exact, at its line; markers were sparse."""
+    needs("torch")
+    c = child(TORCH + """
+from cuda_debug import _core
+try:
+    with cuda_debug.watch():
+        for _ in range(100):
+            x.add_(1)
+        y = emb(bad)  # CULPRIT
+        for _ in range(30):
+            x.add_(1)
+        y.sum().item()
+except cuda_debug.CudaError as e:
+    r = describe(e)
+    st = _core.stats()
+    r.update(marked=st["marked"], watched=st["watched"], every=e.markers_every,
+             named=e.named_by_device)
+    report(r)
+""")
+    r = c.result
+    assert r is not None, c
+    assert (r["cls"], r["exact"], r["named"], r["every"]) == ("DeviceAssertError", True, True, 16), r
+    assert r["lineno"] == c.line_of("# CULPRIT"), r
+    assert r["marked"] <= r["watched"] // 8, r          # one marker per 16 launches, not per launch
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_always_on_illegal_address_gives_at_most_16_candidates_or_exact(child, exact):
+    """An illegal address from a raw kernel (no assert text) among 40 empty
+    kernels: the always-on watch names at most 16 candidates in launch order,
+    the culprit among them with its line; watch(exact=True) names it."""
+    c = child(CATCH + """
+import cuda_debug.testing as t
+t.empty()
+try:
+    with cuda_debug.watch(exact=%r):
+        for i in range(40):
+            if i == 21:
+                t.illegal_address()  # CULPRIT
+            else:
+                t.empty()
+        cuda_debug.check()
+except cuda_debug.CudaError as e:
+    r = describe(e)
+    r.update(lines=[c["lineno"] for c in (e.candidates or [])], count=e.candidate_count,
+             kernels=[c["kernel"] for c in (e.candidates or [])])
+    report(r)
+""" % exact)
+    r = c.result
+    assert r is not None, c
+    assert r["cls"] == "IllegalAddressError", r
+    if exact:
+        assert r["exact"] is True and r["lineno"] == c.line_of("# CULPRIT"), r
+        assert "write_wild" in r["kernel"], r
+    else:
+        assert r["exact"] is False and 2 <= r["count"] <= 16, r
+        assert c.line_of("# CULPRIT") in [r["lineno"]] + r["lines"], r
+        assert "write_wild" in " ".join([r["kernel"]] + r["kernels"]), r
+        assert "one of %d launches not known to have finished" % r["count"] in r["text"], r
+
+
+def test_always_on_triton_device_assert_is_exact(child):
+    """Triton prints `unknown` as the asserting function: the kernel is named by
+    the source line of its assert (its function), among sparse-marker candidates."""
+    needs("triton")
+    c = child(CATCH + """
+import os
+import torch, triton, triton.language as tl
+@triton.jit(debug=True)
+def checked(p, n):
+    i = tl.arange(0, 32)
+    tl.device_assert(i < n, "i < n")
+    tl.store(p + i, 1.0)
+x = torch.zeros(64, device="cuda")
+torch.cuda.synchronize()
+try:
+    with cuda_debug.watch():
+        for _ in range(5):
+            x.add_(1)
+        checked[(1,)](x, 4)  # CULPRIT
+        for _ in range(5):
+            x.add_(1)
+        x.sum().item()
+except cuda_debug.CudaError as e:
+    r = describe(e)
+    r["named"] = e.named_by_device
+    report(r)
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["cls"] == "DeviceAssertError", r
+    assert r["lineno"] == c.line_of("# CULPRIT") and "checked" in r["kernel"], r
+    assert r["exact"] is True and r["named"] is True, r

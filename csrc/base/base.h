@@ -59,14 +59,25 @@
 
 /* Entry points that older drivers lack: NULL when absent. cuStreamGetCaptureInfo
  * is the versioned one of these headers (_v3 for CUDA >= 12.3, _v2 before);
- * cuCtxGetId is CUDA >= 12.0. */
-#define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback) X(cuStreamGetCaptureInfo) X(cuCtxGetId)
+ * cuCtxGetId is CUDA >= 12.0; cuFuncGetName and cuKernelGetName 12.3; the graph
+ * API reads the nodes of a graph captured before watching (capture/graph_markers.c). */
+#define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback) X(cuStreamGetCaptureInfo) X(cuCtxGetId) \
+    X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams) X(cuFuncGetName)    \
+    X(cuKernelGetName) X(cuGraphNodeGetToolsId) X(cuGraphExecGetId)
+
+/* CUDA 13.1's ids of graph nodes and executables for tools (what
+ * torch.cuda.graph_annotations keys its tags by): not in the 13.0 headers
+ * cuda_api.h is generated from, so declared here (the driver's documented
+ * signatures); NULL in the table where the driver lacks them. */
+CUresult cuGraphNodeGetToolsId(CUgraphNode hNode, unsigned long long *toolsNodeId);
+CUresult cuGraphExecGetId(CUgraphExec hGraphExec, unsigned int *graphId);
 
 #define CD_CUPTI_FUNCS(X)                                                       \
     X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback)               \
     X(cuptiGetResultString) X(cuptiGetVersion)
 
-#define CD_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetDeviceId) X(cuptiGetContextId)
+#define CD_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetDeviceId) X(cuptiGetContextId) \
+    X(cuptiFinalize)
 
 #define CD_DECLARE_PTR(name) __typeof__(name) *name;
 
@@ -245,6 +256,7 @@ typedef struct {
     atomic_uint_fast64_t n_capture_ids_refused;
     atomic_uint_fast64_t n_graph_ids_refused;   /* end-of-capture and resource ids */
     int graph_markers;                   /* CD_MARKERS_*: CUDA_DEBUG_GRAPH_MARKERS */
+    int graph_marker_every;              /* a marker every K launches of a capture's stream */
     atomic_uint_fast64_t n_hand_overs;   /* CUPTI given to a starting profiler */
     atomic_uint_fast64_t ns_watch;       /* with profile: time in cd_watch_launch */
     atomic_uint_fast64_t ns_marker;      /* with profile: of which in cuStreamWriteValue32 */
@@ -252,7 +264,26 @@ typedef struct {
     atomic_int watch_write_rc;           /* last failed cuStreamWriteValue32 */
     int inherited;                       /* a forked child: `subscriber` is the parent's
                                             (never unsubscribed here; under sub_lock) */
+    /* watch(): a completion marker behind every watch_every-th launch of a
+     * stream (1: behind every launch, the exact mode), and behind the last
+     * launch of a stream when the host waits for it (capture/watch_ring.c).
+     * Written by Python at watch entry, read relaxed by the callback. */
+    atomic_uint watch_every;
+    int watch_probe;                     /* CD_PROBE_*: CUDA_DEBUG_WATCH_PROBE, measuring only */
+    atomic_uint_fast64_t n_marked;       /* launches that got a marker of their own */
+    atomic_uint_fast64_t n_closed;       /* markers put behind a stream's last launch at a wait */
+    atomic_uint_fast64_t n_wait_ids_refused;   /* CD_WAIT_CBIDS that CUPTI refused */
+    int waits_enabled;                   /* CD_WAIT_CBIDS on (while watching); under sub_lock */
+    int detach;                          /* CUDA_DEBUG_CUPTI_DETACH: cuptiFinalize after the last scope */
+    atomic_uint_fast64_t n_detaches;     /* cuptiFinalize calls that succeeded */
 } cd_state_t;
+
+/* What a watched launch does, for measuring the cost of each part
+ * (benchmarks/always_on.py): everything; only CUPTI's dispatch and our
+ * entry (no record); a record without frames or marker; a record with
+ * frames, no marker. */
+enum cd_watch_probe { CD_PROBE_OFF = 0, CD_PROBE_DISPATCH = 1, CD_PROBE_RECORD = 2,
+                      CD_PROBE_FRAMES = 3 };
 
 extern cd_state_t cd_state;
 /* The child's state: no scope, no watch, sub_lock free; a subscription the
@@ -280,8 +311,17 @@ int cd_is_graph_launch(CUpti_CallbackId cbid);
 int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size_t holder_len);
 /* Under sub_lock: unsubscribe when no scope or watch needs the callback. */
 void cd_cupti_release(void);
+/* Under sub_lock: the host-wait ids (CD_WAIT_CBIDS) on while a watch() is
+ * open, off otherwise (a launch_blocking() scope's own waits are not
+ * dispatched to us twice). */
+void cd_cupti_watch_waits(int on);
 /* Give CUPTI up now, whatever is open (takes sub_lock); 1 if it was held. */
 int cd_cupti_hand_over(void);
+/* The callback, at a launch's API exit: is a detach asked for; then do it
+ * (cuptiFinalize; the subscription is gone). */
+int cd_cupti_detach_asked(void);
+void cd_subscription_fork(int op);      /* the child: no detach pending */
+void cd_cupti_detach_now(void);
 
 /* ---------------------------------------------------------- intern.c -- */
 
@@ -296,6 +336,11 @@ void cd_intern_fork(int op);
 /* A kernel's name by CUPTI's symbolName pointer: lock-free lookup, copied
  * (and its short name computed) on first sight. 0 for NULL/"" or full. */
 uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id);
+/* Module unloads: CUPTI's MODULE_UNLOAD_STARTING (a pointer may name another
+ * kernel from now on); whether those callbacks come (set at each subscribe:
+ * then a checked name needs no check again until the next unload). */
+void cd_intern_kernels_unloaded(void);
+void cd_intern_kernels_trust_unloads(int on);
 
 /* -------------------------------------------------------- demangle.c -- */
 

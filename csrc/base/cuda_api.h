@@ -35,6 +35,7 @@ typedef uint64_t cuuint64_t;
 #define cuStreamDestroy cuStreamDestroy_v2
 #define cuEventDestroy cuEventDestroy_v2
 #define cuMemHostRegister cuMemHostRegister_v2
+#define cuGraphKernelNodeGetParams cuGraphKernelNodeGetParams_v2
 #define cuEventElapsedTime cuEventElapsedTime_v2
 #define cuStreamWriteValue32 __CUDA_API_PTSZ(cuStreamWriteValue32_v2)
 #define cuStreamGetCaptureInfo __CUDA_API_PTSZ(cuStreamGetCaptureInfo_v3)
@@ -46,6 +47,7 @@ typedef CUdevice_v1 CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
+typedef struct CUkern_st *CUkernel;
 typedef struct CUevent_st *CUevent;
 typedef struct CUstream_st *CUstream;
 typedef struct CUgraph_st *CUgraph;
@@ -88,6 +90,21 @@ typedef struct CUaccessPolicyWindow_st {
     CUaccessProperty missProp;
 } CUaccessPolicyWindow_v1;
 typedef CUaccessPolicyWindow_v1 CUaccessPolicyWindow;
+typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+    CUfunction func;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+typedef CUDA_KERNEL_NODE_PARAMS_v2 CUDA_KERNEL_NODE_PARAMS;
 typedef enum CUgraphNodeType_enum {
     CU_GRAPH_NODE_TYPE_KERNEL = 0,
     CU_GRAPH_NODE_TYPE_CONDITIONAL = 13,
@@ -182,8 +199,10 @@ typedef enum cudaError_enum {
     CUDA_ERROR_NOT_INITIALIZED = 3,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_ILLEGAL_STATE = 401,
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_ASSERT = 710,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
     CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
     CUDA_ERROR_UNKNOWN = 999,
@@ -209,6 +228,7 @@ CUresult cuCtxSynchronize(void);
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleUnload(CUmodule hmod);
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
+CUresult cuKernelGetName(const char **name, CUkernel hfunc);
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult cuMemFree_v2(CUdeviceptr dptr);
@@ -239,6 +259,7 @@ CUresult cuStreamWriteValue32_v2(CUstream stream,
                                  CUdeviceptr addr,
                                  cuuint32_t value,
                                  unsigned int flags);
+CUresult cuFuncGetName(const char **name, CUfunction hfunc);
 CUresult cuLaunchKernel(CUfunction f,
                         unsigned int gridDimX,
                         unsigned int gridDimY,
@@ -250,6 +271,9 @@ CUresult cuLaunchKernel(CUfunction f,
                         CUstream hStream,
                         void **kernelParams,
                         void **extra);
+CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams);
+CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type);
+CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes);
 typedef enum CUlogLevel_enum {
     CU_LOG_LEVEL_ERROR = 0,
     CU_LOG_LEVEL_WARNING = 1,
@@ -287,7 +311,9 @@ typedef enum {
 typedef enum {
     CUPTI_CBID_RESOURCE_INVALID = 0,
     CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING = 2,
+    CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING = 7,
     CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING = 10,
+    CUPTI_CBID_RESOURCE_GRAPH_CLONED = 11,
     CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED = 18,
     CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING = 19,
     CUPTI_CBID_RESOURCE_FORCE_INT = 0x7fffffff,
@@ -345,12 +371,21 @@ CUptiResult cuptiEnableCallback(uint32_t enable,
 /* cupti_activity.h */
 CUptiResult cuptiGetContextId(CUcontext context, uint32_t *contextId);
 CUptiResult cuptiGetDeviceId(CUcontext context, uint32_t *deviceId);
+CUptiResult cuptiFinalize(void);
 /* cupti_driver_cbid.h */
 typedef enum CUpti_driver_api_trace_cbid_enum {
     CUPTI_DRIVER_TRACE_CBID_INVALID = 0,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize = 17,
+    CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize = 121,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize = 126,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2 = 278,
     CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent = 295,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy = 305,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel = 307,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds = 398,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds = 408,
     CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz = 436,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz = 440,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz = 442,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel = 477,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz = 478,
@@ -366,9 +401,13 @@ typedef enum CUpti_driver_api_trace_cbid_enum {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz = 653,
     CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph = 720,
     CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz = 721,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2 = 800,
     CUPTI_DRIVER_TRACE_CBID_FORCE_INT = 0x7fffffff,
 } CUpti_driver_api_trace_cbid;
 /* generated_cuda_meta.h */
+typedef struct cuStreamSynchronize_params_st {
+    CUstream hStream;
+} cuStreamSynchronize_params;
 typedef struct cuLaunchKernel_params_st {
     CUfunction f;
     unsigned int gridDimX;

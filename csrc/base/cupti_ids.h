@@ -40,16 +40,32 @@
 #define CD_GRAPH_CBIDS(X)                                                       \
     X(CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz, 1)
 
+/* Calls in which the host waits for a stream (or for every stream of its
+ * context): at their API entry, while watching with sparse markers, a marker
+ * goes behind each stream's last unmarked launch (capture/watch_ring.c,
+ * cd_watch_host_waits), so that a stream the host waits for, or hangs on, has
+ * its last launches bracketed. Optional: refused ones are left out (the
+ * markers then come only every watch_every-th launch). */
+#define CD_WAIT_CBIDS(X)                                                        \
+    X(CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz, 1)                   \
+    X(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize, 0) X(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2, 0)                           \
+    X(CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize, 0)                                                                           \
+    X(CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, 0) X(CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds, 1)                         \
+    X(CUPTI_DRIVER_TRACE_CBID_cuMemcpy, 0) X(CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds, 1)
+
 /* Resource events (CUPTI_CB_DOMAIN_RESOURCE, a numbering of its own): a
  * context about to be destroyed (its completion slots retire), graph
- * executables made and destroyed, graphs destroyed (which captured graph a
- * replay runs).
+ * executables made and destroyed, graphs destroyed and cloned (which captured
+ * graph a replay runs; when a capture's markers are free again), a module
+ * about to be unloaded (a kernel name's pointer may name another kernel after
+ * it: base/intern.c).
  * Optional: refused ones are left out (then a reset is noticed only at the
  * next watch() entry, and replays are matched to their graphs by which
  * graph's markers were running). */
 #define CD_RESOURCE_CBIDS(X)                                                    \
     X(CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, 0)                         \
     X(CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, 0) X(CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING, 0) \
-    X(CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING, 0)
+    X(CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING, 0) X(CUPTI_CBID_RESOURCE_GRAPH_CLONED, 0)    \
+    X(CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING, 0)
 
 #endif

@@ -123,7 +123,25 @@ void cd_intern_fork(int op)
 static struct {
     _Atomic uintptr_t key;         /* written last on insertion */
     _Atomic uint64_t ids;          /* id << 32 | short id */
+    _Atomic uint32_t epoch;        /* kernel_epoch when the name was last checked */
 } kernels[KERNEL_TABLE];
+
+/* The whole-name check costs a strcmp of the mangled name (often 150 bytes)
+ * per launch. While CUPTI tells us of every module unload (its resource
+ * callback MODULE_UNLOAD_STARTING, enabled with the subscription), an entry
+ * checked in the current epoch needs no check: a pointer can only name
+ * another kernel after an unload, which moves the epoch (as does every new
+ * subscription: unloads while unsubscribed are unseen). */
+static atomic_uint kernel_epoch = 1;
+static atomic_int epoch_trusted;
+
+void cd_intern_kernels_unloaded(void) { atomic_fetch_add(&kernel_epoch, 1); }
+
+void cd_intern_kernels_trust_unloads(int on)
+{
+    atomic_fetch_add(&kernel_epoch, 1);
+    atomic_store(&epoch_trusted, on);
+}
 
 /* Is `symbol` the name kept at `id` (which is cut at KEPT_MAX bytes)? */
 static int is_kept_name(const char *symbol, uint32_t id)
@@ -143,8 +161,13 @@ uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id)
     for (uint32_t i = start, probes = 0; probes < 64; i = (i + 1) & (KERNEL_TABLE - 1), probes++) {
         uintptr_t k = atomic_load_explicit(&kernels[i].key, memory_order_acquire);
         if (k == key) {
+            const uint32_t epoch = atomic_load_explicit(&kernel_epoch, memory_order_acquire);
+            const int fresh = atomic_load_explicit(&epoch_trusted, memory_order_relaxed) &&
+                              atomic_load_explicit(&kernels[i].epoch, memory_order_acquire) == epoch;
             uint64_t ids = atomic_load_explicit(&kernels[i].ids, memory_order_acquire);
-            if ((uint32_t)(ids >> 32) && is_kept_name(symbol, (uint32_t)(ids >> 32))) {
+            if ((uint32_t)(ids >> 32) && (fresh || is_kept_name(symbol, (uint32_t)(ids >> 32)))) {
+                if (!fresh)
+                    atomic_store_explicit(&kernels[i].epoch, epoch, memory_order_release);
                 *short_id = (uint32_t)ids;
                 return (uint32_t)(ids >> 32);
             }
@@ -160,15 +183,18 @@ uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id)
     uint32_t id = intern_locked(symbol, strlen(symbol));
     uint32_t sid = intern_locked(short_name, sn);
     uint64_t ids = (uint64_t)id << 32 | sid;
+    const uint32_t epoch = atomic_load(&kernel_epoch);
     for (uint32_t i = start, probes = 0; id && probes < 64;
          i = (i + 1) & (KERNEL_TABLE - 1), probes++) {
         uintptr_t k = atomic_load_explicit(&kernels[i].key, memory_order_relaxed);
         if (k == key) {            /* another thread was first, or another module was here */
             atomic_store_explicit(&kernels[i].ids, ids, memory_order_release);
+            atomic_store_explicit(&kernels[i].epoch, epoch, memory_order_release);
             break;
         }
         if (k == 0) {
             atomic_store_explicit(&kernels[i].ids, ids, memory_order_relaxed);
+            atomic_store_explicit(&kernels[i].epoch, epoch, memory_order_relaxed);
             atomic_store_explicit(&kernels[i].key, key, memory_order_release);
             break;
         }

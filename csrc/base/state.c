@@ -11,6 +11,8 @@ cd_state_t cd_state = {
     .capture_check = 1,
     .capture_cache = 1,
     .graph_markers = CD_MARKERS_KERNEL,
+    .graph_marker_every = 8,          /* Python sets it (CUDA_DEBUG_GRAPH_MARKER_EVERY) */
+    .watch_every = 1,            /* Python sets it at each watch() entry */
 };
 
 void cd_state_fork(int op)

@@ -12,12 +12,14 @@
 #include "base/base.h"
 
 #include <string.h>
+#include <time.h>
 
 #define CD_ID_ENTRY(id, ptsz) id,
 static const CUpti_CallbackId launch_cbids[] = {CD_LAUNCH_CBIDS(CD_ID_ENTRY)};
 static const CUpti_CallbackId capture_cbids[] = {CD_CAPTURE_CBIDS(CD_ID_ENTRY)};
 static const CUpti_CallbackId graph_cbids[] = {CD_GRAPH_CBIDS(CD_ID_ENTRY)};
 static const CUpti_CallbackId resource_cbids[] = {CD_RESOURCE_CBIDS(CD_ID_ENTRY)};
+static const CUpti_CallbackId wait_cbids[] = {CD_WAIT_CBIDS(CD_ID_ENTRY)};
 
 /* Under sub_lock. */
 static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_len)
@@ -59,10 +61,16 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
     for (size_t i = 0; i < CD_N_OF(graph_cbids); i++)
         if (cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, graph_cbids[i]))
             refused++;
-    for (size_t i = 0; i < CD_N_OF(resource_cbids); i++)
+    int unloads_seen = 0;
+    for (size_t i = 0; i < CD_N_OF(resource_cbids); i++) {
         if (cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, resource_cbids[i]))
             refused++;
+        else if (resource_cbids[i] == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING)
+            unloads_seen = 1;
+    }
+    cd_intern_kernels_trust_unloads(unloads_seen);
     atomic_store(&cd_state.n_graph_ids_refused, (uint_fast64_t)refused);
+    cd_state.waits_enabled = 0;
     cd_state.subscriber = sub;
     /* Captures begun while we were not subscribed are unknown. */
     atomic_fetch_add(&cd_state.capture_gen, 1);
@@ -70,25 +78,86 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
     return 0;
 }
 
+/* Detaching (CUDA_DEBUG_CUPTI_DETACH=1): when the last scope closes, the
+ * subscription stays until the next launch's API exit, where the callback
+ * calls cuptiFinalize (CUPTI's documented place for it): CUPTI is then gone
+ * from the process and its API dispatch costs nothing. 0 none, 1 asked for,
+ * 2 the callback is detaching. A scope that opens while it is asked for
+ * takes the subscription back (1 -> 0); one that opens while the callback
+ * detaches waits for it (bounded). */
+static atomic_int detach_state;
+
+void cd_subscription_fork(int op)
+{
+    if (op == CD_FORK_CHILD)
+        atomic_store(&detach_state, 0);    /* never a cuptiFinalize into the parent's CUPTI */
+}
+
+int cd_cupti_detach_asked(void) { return atomic_load_explicit(&detach_state, memory_order_relaxed) == 1; }
+
+void cd_cupti_detach_now(void)
+{
+    int expect = 1;
+    if (!atomic_compare_exchange_strong(&detach_state, &expect, 2))
+        return;
+    if (cd_cupti.cuptiFinalize && CUPTI_CHECK(cd_cupti.cuptiFinalize()) == 0) {
+        atomic_fetch_add(&cd_state.n_detaches, 1);
+    } else if (cd_state.subscriber) {
+        CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
+    }
+    cd_state.subscriber = NULL;
+    cd_state.waits_enabled = 0;
+    atomic_store(&detach_state, 0);
+}
+
+/* Under sub_lock: a detach asked for is taken back (1: the subscription is
+ * still ours), or waited for (0: it is gone). */
+static int detach_taken_back(void)
+{
+    int expect = 1;
+    if (atomic_compare_exchange_strong(&detach_state, &expect, 0))
+        return 1;
+    for (int i = 0; i < 100000 && atomic_load(&detach_state) == 2; i++) {
+        struct timespec ts = {0, 10000};
+        nanosleep(&ts, NULL);          /* cuptiFinalize on another thread: ~ms */
+    }
+    return cd_state.subscriber != NULL;
+}
+
 int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size_t holder_len)
 {
     if (holder_len)
         holder[0] = '\0';
     *fresh = 0;
-    if (cd_state.subscriber)
+    if (cd_state.subscriber && detach_taken_back())
         return 0;
     int rc = subscribe(callback, holder, holder_len);
     *fresh = rc == 0;
     return rc;
 }
 
+void cd_cupti_watch_waits(int on)
+{
+    if (!cd_state.subscriber || cd_state.waits_enabled == on)
+        return;
+    int refused = 0;
+    for (size_t i = 0; i < CD_N_OF(wait_cbids); i++)
+        if (cd_cupti.cuptiEnableCallback((uint32_t)on, cd_state.subscriber,
+                                         CUPTI_CB_DOMAIN_DRIVER_API, wait_cbids[i]))
+            refused++;
+    if (on)
+        atomic_store(&cd_state.n_wait_ids_refused, (uint_fast64_t)refused);
+    cd_state.waits_enabled = on;
+}
+
 int cd_cupti_hand_over(void)
 {
     pthread_mutex_lock(&cd_state.sub_lock);
-    int had = cd_state.subscriber != NULL && !cd_state.inherited;
+    int had = cd_state.subscriber != NULL && !cd_state.inherited && detach_taken_back();
     if (had) {
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
         cd_state.subscriber = NULL;
+        cd_state.waits_enabled = 0;
         atomic_fetch_add(&cd_state.n_hand_overs, 1);
     }
     pthread_mutex_unlock(&cd_state.sub_lock);
@@ -101,7 +170,12 @@ void cd_cupti_release(void)
      * driver are the parent's copies there (CUDA does not survive a fork). */
     if (cd_state.subscriber && !cd_state.inherited && atomic_load(&cd_state.active) == 0 &&
         atomic_load(&cd_state.watching) == 0) {
+        if (cd_state.detach && cd_cupti.cuptiFinalize) {
+            atomic_store(&detach_state, 1);    /* the next launch's callback detaches */
+            return;
+        }
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
         cd_state.subscriber = NULL;
+        cd_state.waits_enabled = 0;
     }
 }

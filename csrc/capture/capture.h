@@ -175,6 +175,7 @@ int cd_tee_text_level(const char *text, size_t n, const char *kernel, int *asser
 #define CD_WATCH_SLOTS 65536       /* completion slots per context */
 #define CD_MAX_CONTEXTS 64         /* contexts with slots at one time */
 #define CD_GRAPH_NODES 131072      /* captured graph nodes with markers, per process */
+#define CD_NODE_FRAMES 16          /* innermost frames kept with a node, besides its record's */
 
 typedef struct {
     _Atomic uint64_t seq;      /* written last (release); 0 while being written */
@@ -189,12 +190,17 @@ typedef struct {
     uint8_t n_frames;
     uint8_t flags;             /* CD_WATCH_* */
     uint16_t cbid;
-    uint16_t graph;            /* a replay: 1 + the capture it replays (0 unknown); a node: its capture */
+    uint16_t graph;            /* a replay: the token of the capture it replays (0 unknown); a node: its capture's */
     uint32_t op;               /* the thread's current PyTorch op token (watch(ops=True)), 0 none */
     uint16_t ctx_gen;          /* the context entry's generation when recorded */
 } cd_watch_record;
 
-enum { CD_WATCH_MARKED = 1, CD_WATCH_GRAPH = 2, CD_WATCH_USER_LAST = 4, CD_WATCH_CAPTURED = 8 };
+/* MARKED: a marker of its own, enqueued behind it at the launch; CLOSED: one
+ * put behind it later, when the host waited for its stream (it was then the
+ * stream's newest launch). Either way its slot gets its seq when it and every
+ * earlier launch of its stream have finished. */
+enum { CD_WATCH_MARKED = 1, CD_WATCH_GRAPH = 2, CD_WATCH_USER_LAST = 4, CD_WATCH_CAPTURED = 8,
+       CD_WATCH_CLOSED = 16 };
 
 /* Completion slots for the contexts that exist now (watch entry, no GIL);
  * retires a context found behind another id than its entry's. */
@@ -214,9 +220,15 @@ int cd_watch_context_slots(int ci, uint32_t gen, volatile uint32_t **host, CUdev
 int cd_watch_contexts_live(void);
 /* Hot path, at a launch's API exit, while watching. */
 void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s);
-/* The launch's own fields of a record (all but seq, ctx, ctx_gen, MARKED). */
+/* The launch's own fields of a record (all but seq, ctx, ctx_gen, MARKED);
+ * the launching thread's frames when `frames`. */
 void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_CallbackId cbid,
-                   CUstream s);
+                   CUstream s, int frames);
+/* Cold (the host waits, or an NCCL kernel is about to be launched): a marker
+ * behind the newest launch of stream `stream` of context `uid` (every stream
+ * of it when `all`; only streams not capturing when `check_capture`), where
+ * that launch has none. Returns the markers written. */
+int cd_watch_close(uint32_t uid, int all, uintptr_t stream, int check_capture);
 uint64_t cd_watch_seq(void);
 /* The watch-ring seq of this thread's last launch (to tie a fault to it). */
 uint64_t cd_watch_thread_last(void);
@@ -225,9 +237,23 @@ uint64_t cd_watch_thread_last(void);
 int cd_watch_done(const cd_watch_record *r, uint64_t seq);
 /* Copy record `seq` if it is still in the ring; 0 on success. */
 int cd_watch_get(uint64_t seq, cd_watch_record *out);
-/* Per stream, the first launch after `since` whose marker never came back:
- * out[] sorted by seq; returns the count (-1: one guess in out[0]). */
-int cd_watch_incomplete(uint64_t since, uint64_t *out, int max);
+/* What the ring says of one stream (cd_watch_scan). */
+#define CD_SCAN_CANDIDATES 32      /* candidates kept per stream (the rest counted) */
+typedef struct {
+    uintptr_t stream;
+    int32_t tid;                   /* the per-thread default stream: its thread; else 0 */
+    uint16_t ctx, ctx_gen;
+    uint64_t last_done;            /* the newest launch known finished; 0: none */
+    uint64_t open;                 /* the first launch whose marker did not come back; 0: none */
+    uint64_t newest;               /* the stream's newest launch */
+    uint32_t pending;              /* launches after last_done, up to open (to newest if none) */
+    uint32_t after;                /* launches after open (waiting behind it) */
+    uint64_t cand[CD_SCAN_CANDIDATES];   /* the first of the pending, oldest first */
+} cd_stream_scan;
+/* Per stream with launches after `since` not known to have finished: out[]
+ * sorted by first candidate; returns the count; *streams_cut: streams that
+ * did not fit. Host memory only: async-signal-safe. */
+int cd_watch_scan(uint64_t since, cd_stream_scan *out, int max, uint32_t *streams_cut);
 int cd_watch_context_device(int ctx_index);
 /* The child: ctx_lock free; the parent's launches are never read again
  * (cd_watch_get refuses them: their markers would never come, the device
@@ -249,9 +275,11 @@ extern _Thread_local uint32_t cd_tls_op;
 #define CD_INFLIGHT_MAX 64         /* streams one search follows */
 
 typedef struct {
-    cd_watch_record rec;       /* the stream's oldest unfinished launch (rec.seq) */
+    cd_watch_record rec;       /* the stream's oldest launch not known to have finished */
     uint32_t queued;           /* launches recorded after it on that stream */
     uint64_t last_seq;         /* the stream's newest launch */
+    uint32_t candidates;       /* launches from rec on that may be the unfinished one (1: rec) */
+    uint64_t open_seq;         /* the first of them whose marker did not come back */
 } cd_inflight;
 
 typedef struct {
@@ -262,10 +290,13 @@ typedef struct {
     uint32_t streams_cut;      /* launches of streams that did not fit in out[] */
 } cd_inflight_summary;
 
-/* Per stream, the oldest launch of the watch ring whose marker has not come
- * back, with the launches queued behind it: out[] oldest first; returns the
- * count (at most max). Host memory only: async-signal-safe. */
-int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum);
+/* Per stream with a marker that has not come back, its oldest launch not
+ * known to have finished, with the launches queued behind it: out[] oldest
+ * first; returns the count (at most max). `scratch` holds max stream scans
+ * (the caller's: static in a signal handler). Host memory only:
+ * async-signal-safe. */
+int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum,
+                      cd_stream_scan *scratch);
 /* The collective an NCCL launch ran ("all_reduce", or the torch.distributed
  * function that issued it; "collective" when neither says): its length, 0
  * (and "") when the kernel is not NCCL's. Async-signal-safe. */
@@ -284,43 +315,75 @@ void cd_graph_capture_begun(const CUpti_CallbackData *cb, CUstream s);
 int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s);
 void cd_graph_capture_ending(const CUpti_CallbackData *cb, CUstream s);
 void cd_graph_capture_ended(const CUpti_CallbackData *cb, CUgraph graph);
-/* CUPTI's resource callbacks: executables made and destroyed, graphs destroyed. */
+/* CUPTI's resource callbacks: executables made and destroyed, graphs destroyed
+ * and cloned. A capture's chunks and entry are freed when its graph, its
+ * clones and its executables are all gone. */
 void cd_graph_exec_created(CUgraph graph, CUgraphExec exec);
 void cd_graph_exec_destroyed(CUgraphExec exec);
 void cd_graph_destroyed(CUgraph graph);
+void cd_graph_cloned(CUgraph original, CUgraph clone);
+/* Python's word that an executable is gone (its torch.cuda.CUDAGraph was
+ * freed or reset, perhaps while nothing was subscribed): as
+ * cd_graph_exec_destroyed; 0, or -1 when it was not known. */
+int cd_graph_release_exec(CUgraphExec exec);
+/* A graph captured while nothing watched, adopted by Python at the end of
+ * its capture (s still capturing): its kernel nodes from the driver's graph
+ * API (cuGraphGetNodes, cuGraphKernelNodeGetParams, cuFuncGetName), the
+ * calling thread's frames as where it was captured, no markers. The
+ * capture's token, 0 when it could not be read, -1 when no room, -2 when the
+ * capture is tracked already (begun while watching). Then each
+ * executable made from it (cd_graph_adopt_exec: 0, or -1), and the capture
+ * dropped if none came (cd_graph_adopt_drop). */
+long cd_graph_adopt(CUstream s);
+int cd_graph_adopt_exec(uint32_t token, CUgraphExec exec);
+void cd_graph_adopt_drop(uint32_t token);
 
 
 /* What a replay's capture says (reads host memory only: no CUDA call, no
  * lock; safe in a signal handler). */
 enum {
-    CD_GRAPH_FOUND = 0,            /* out[] holds the unfinished nodes */
+    CD_GRAPH_FOUND = 0,            /* out[] holds the candidates */
     CD_GRAPH_MATCHED = 1,          /* found, the capture matched by its running markers */
     CD_GRAPH_NO_MARKERS = 2,       /* not captured while watching (or not tracked) */
     CD_GRAPH_NOT_CLOSED = 3,       /* its capture's end was not seen: slots never cleared */
     CD_GRAPH_NOT_STARTED = 4,      /* its start marker is not set: this replay never began */
     CD_GRAPH_ALL_DONE = 5,         /* every node's marker is set */
     CD_GRAPH_BROKEN = 6,           /* its markers could not be captured (a write or memset refused) */
+    CD_GRAPH_ADOPTED = 7,          /* captured before watching: out[] holds every kernel node, no markers */
 };
-/* The replay's unfinished nodes: per stream of the capture, the first node
- * whose marker is missing, in capture order (node numbers for cd_graph_node);
- * the count, *status (CD_GRAPH_*), *capture (-1 unknown). */
+/* The replay's candidates: per stream of the capture, the nodes after the
+ * last one whose marker is set up to the first marked one whose marker is
+ * missing, in capture order (node numbers for cd_graph_node); the count,
+ * *status (CD_GRAPH_*), *capture (-1 unknown). */
 int cd_graph_unfinished(const cd_watch_record *replay, uint32_t *out, int max, int *status,
                         int *capture);
 /* Node g's record (seq = g + 1), its number in the capture, done (1, 0, -1): 0 ok. */
 int cd_graph_node(uint32_t g, cd_watch_record *out, uint32_t *index, int *done);
+/* The driver's id of node g for tools (cuGraphNodeGetToolsId, CUDA 13.1: the
+ * key of torch.cuda.graph_annotations' tags), 0 unknown. */
+unsigned long long cd_graph_node_tools_id(uint32_t g);
+/* Node g's innermost frames of any kind (CD_NODE_FRAMES at most; its record
+ * keeps the innermost few and the user's): the count. */
+int cd_graph_node_frames(uint32_t g, uint32_t *ids, int max);
 typedef struct {
     uint64_t id;                   /* the driver's capture id */
-    uint32_t n_nodes, unmarked;    /* kernel nodes; of which without a marker */
+    uint32_t n_nodes, unmarked;    /* kernel nodes; of which without a record or marker */
     int multi_stream;              /* captured on more than one stream (fork/join) */
-    int state;                     /* 1 open, 2 closing, 3 closed, 4 broken */
+    int state;                     /* 1 open, 2 closing, 3 closed, 4 broken, 5 adopted */
     uintptr_t origin;              /* the stream that began it */
+    uint32_t every;                /* a marker every `every` nodes of a stream (0: none) */
+    uint32_t token;
+    uint32_t exec_ids[4];          /* its executables' ids for tools (cuGraphExecGetId), 0 */
 } cd_graph_capture_info;
 int cd_graph_capture(int capture, cd_graph_capture_info *out);
 typedef struct {
-    uint64_t nodes_marked, nodes_unmarked, captures_untracked;
-    int captures;
+    uint64_t nodes_marked, nodes_unmarked, nodes_recorded, captures_untracked, captures_freed;
+    int captures;                  /* live now */
+    int chunks_used, chunks;       /* of CD_GRAPH_NODES / 64 */
     int clear_rc, write_rc;        /* the last refused memset (then cleared by writes) / write */
     int kernel_rc;                 /* the last failed marker-kernel load or launch */
+    int adopt_rc;                  /* the last failed graph API call of an adoption */
+    unsigned execs, execs_refused, exec_reach;  /* graph_execs.c */
 } cd_graph_counters;
 void cd_graph_stats(cd_graph_counters *out);
 /* The child: graph_lock free, this thread in no capture (base.h). */
@@ -328,10 +391,16 @@ void cd_graph_markers_fork(int op);
 
 /* ----------------------------------------------------- graph_execs.c -- */
 
-/* Executable -> 1 + the capture whose graph it runs (0: not ours). */
-void cd_graph_exec_set(CUgraphExec exec, uint32_t capture1);
-/* For a cuGraphLaunch's ring record: 1 + the capture its executable runs, 0 unknown. */
+/* Executable -> the token of the capture whose graph it runs: 0, or -1 when
+ * no slot is free near its home; *old the token it had (0 none). */
+int cd_graph_exec_set(CUgraphExec exec, uint32_t token, uint32_t *old);
+/* Its entry freed: the token it had, 0 when unknown. */
+uint32_t cd_graph_exec_take(CUgraphExec exec);
+uint32_t cd_graph_exec_token(CUgraphExec exec);       /* lock-free; 0 unknown */
+/* For a cuGraphLaunch's ring record: the token of the capture its executable
+ * runs, 0 unknown (hot path: reads a few entries at most). */
 uint16_t cd_graph_replayed(const void *launch_params);
+void cd_graph_exec_stats(unsigned *live, unsigned *refused, unsigned *max_reach);
 /* The child: exec_lock free (base.h). */
 void cd_graph_execs_fork(int op);
 

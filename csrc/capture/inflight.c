@@ -3,16 +3,17 @@
  * launch whose completion marker has not come back, how long ago it was
  * launched, and how many launches queue behind it.
  *
- * One pass over the watch ring's window (the last CD_WATCH_RING launches),
- * oldest first, reading host memory only: the ring records and the pinned
- * completion slots. No CUDA call, no lock, no allocation: safe in a signal
- * handler (the dump signal), from the hang watcher's thread, and while
- * another thread is stuck inside a CUDA call. A stream completes its work in
- * order, so per stream the first launch without its marker is the oldest
- * unfinished one and every later launch on that stream waits behind it; a
- * completed launch after it means the marker was lost (the record is then
- * dropped, never reported). Launches without a marker (an allocation or a
- * write failed) are skipped: their completion is unknown.
+ * One pass over the watch ring's window (cd_watch_scan, watch_ring.c), reading
+ * host memory only: the ring records and the pinned completion slots. No CUDA
+ * call, no lock, no allocation: safe in a signal handler (the dump signal),
+ * from the hang watcher's thread, and while another thread is stuck inside a
+ * CUDA call. A stream completes its work in order, so a marker that did not
+ * come back says that its launch, or one of the launches since the stream's
+ * last returned marker, has not finished, and every later launch waits behind
+ * it: the stream's oldest unfinished launch is the first of those candidates
+ * (exactly it when every launch has its marker, watch(exact=True)). A stream
+ * whose newest launches have no marker yet is not reported: their completion
+ * is unknown (the host's next wait on it puts a marker behind them).
  *
  * The collective of an NCCL launch, for reports across ranks: the
  * torch.distributed function that issued it (the innermost frame in
@@ -25,84 +26,37 @@
 
 #include <string.h>
 
-/* Flags this search knows. A record with any other flag (launches captured
- * into a graph, whose markers come only at replay) is not an unfinished
- * launch of a stream. */
-#define KNOWN_FLAGS (CD_WATCH_MARKED | CD_WATCH_GRAPH | CD_WATCH_USER_LAST)
-
-static int same_stream(const cd_watch_record *a, const cd_watch_record *b)
-{
-    if (a->stream != b->stream || a->ctx != b->ctx)
-        return 0;
-    /* The per-thread default stream is one stream per thread. */
-    return a->stream != (uintptr_t)CU_STREAM_PER_THREAD || a->thread_id == b->thread_id;
-}
-
-int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum)
+int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum,
+                      cd_stream_scan *scratch)
 {
     memset(sum, 0, sizeof *sum);
     uint64_t now = cd_watch_seq();
-    uint64_t window = CD_WATCH_RING < CD_WATCH_SLOTS ? CD_WATCH_RING : CD_WATCH_SLOTS;
-    uint64_t first = now >= window ? now - window + 1 : 1;
-    int n = 0;
-    for (uint64_t seq = first; seq <= now; seq++) {
-        cd_watch_record r;
-        if (cd_watch_get(seq, &r) != 0)
-            continue;
-        sum->scanned++;
-        sum->newest_seq = seq;
-        sum->newest_ns = r.t_ns;
-        if (r.flags & ~KNOWN_FLAGS)
-            continue;
-        int done = cd_watch_done(&r, seq);
-        if (done < 0) {
-            sum->unknown++;
-            continue;
-        }
-        int i = 0;
-        while (i < n && !(out[i].last_seq && same_stream(&out[i].rec, &r)))
-            i++;
-        if (done) {                /* the stream got this far: nothing before it waits */
-            if (i < n)
-                out[i].last_seq = 0;
-            continue;
-        }
-        if (i == n) {
-            int free_slot = 0;     /* an entry emptied by a completed launch */
-            while (free_slot < n && out[free_slot].last_seq)
-                free_slot++;
-            if (free_slot == n && n == max) {
-                sum->streams_cut++;
-                continue;
-            }
-            i = free_slot;
-            if (i == n)
-                n++;
-            memcpy(&out[i].rec, &r, sizeof r);
-            out[i].queued = 0;
-        } else {
-            out[i].queued++;
-        }
-        out[i].last_seq = seq;
-    }
-    /* Drop the emptied entries; oldest unfinished launch first. */
+    int n = cd_watch_scan(0, scratch, max, &sum->streams_cut);
     int k = 0;
-    for (int i = 0; i < n; i++)
-        if (out[i].last_seq) {
-            if (k != i)
-                memcpy(&out[k], &out[i], sizeof out[i]);
-            k++;
+    for (int i = 0; i < n; i++) {
+        const cd_stream_scan *e = &scratch[i];
+        if (!e->open) {            /* no marker missing: its last launches' completion is unknown */
+            sum->unknown += e->pending;
+            continue;
         }
-    for (int i = 1; i < k; i++) {
-        cd_inflight t;
-        memcpy(&t, &out[i], sizeof t);
-        int j = i - 1;
-        while (j >= 0 && out[j].rec.seq > t.rec.seq) {
-            memcpy(&out[j + 1], &out[j], sizeof t);
-            j--;
-        }
-        memcpy(&out[j + 1], &t, sizeof t);
+        if (cd_watch_get(e->cand[0], &out[k].rec) != 0)
+            continue;              /* overwritten since the scan */
+        out[k].queued = e->pending + e->after - 1;
+        out[k].last_seq = e->newest;
+        out[k].candidates = e->pending;
+        out[k].open_seq = e->open;
+        k++;
     }
+    /* The newest launch recorded, on any stream. */
+    cd_watch_record r;
+    for (uint64_t seq = now; seq && seq + 64 > now; seq--)
+        if (cd_watch_get(seq, &r) == 0) {
+            sum->newest_seq = seq;
+            sum->newest_ns = r.t_ns;
+            break;
+        }
+    uint64_t window = CD_WATCH_RING < CD_WATCH_SLOTS ? CD_WATCH_RING : CD_WATCH_SLOTS;
+    sum->scanned = (uint32_t)(now < window ? now : window);
     sum->now_ns = cd_clock_ns();
     return k;
 }

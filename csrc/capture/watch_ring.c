@@ -286,11 +286,18 @@ int cd_watch_contexts_live(void)
 
 /* --------------------------------------------------------- launches -- */
 
+static inline int32_t thread_id(void)
+{
+    if (!tls_tid)
+        tls_tid = (int32_t)syscall(SYS_gettid);
+    return tls_tid;
+}
+
 /* What a launch's record says of the launch itself, shared by the ring and
  * the captured graph nodes (graph_markers.c): configuration, stream, kernel,
  * thread, op, the launching thread's frames; flags USER_LAST and GRAPH. */
 void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_CallbackId cbid,
-                   CUstream s)
+                   CUstream s, int frames)
 {
     cd_launch_dims dims = {{0, 0, 0}, {0, 0, 0}, 0};
     cd_launch_stream(cbid, cb->functionParams, &dims);
@@ -300,27 +307,124 @@ void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_Callb
     r->stream = (uintptr_t)s;
     r->t_ns = cd_clock_ns();
     r->kernel = cd_intern_kernel(cb->symbolName, &r->kernel_short);
-    if (!tls_tid)
-        tls_tid = (int32_t)syscall(SYS_gettid);
-    r->thread_id = tls_tid;
+    r->thread_id = thread_id();
     r->cbid = (uint16_t)cbid;
     r->op = cd_tls_op;
     r->graph = 0;
     int complete = 0;
-    r->n_frames = (uint8_t)cd_frames_capture(r->frames, CD_RING_FRAMES, 1, &complete);
+    r->n_frames = frames ? (uint8_t)cd_frames_capture(r->frames, CD_RING_FRAMES, 1, &complete) : 0;
     r->flags = complete < 0 ? CD_WATCH_USER_LAST : 0;
     if (cd_is_graph_launch(cbid))
         r->flags |= CD_WATCH_GRAPH;
 }
 
+/* ---------------------------------------------------------- streams -- */
+
+/* The stream table: per (context, stream), how many launches went by since
+ * its last marker, and its newest launch. It decides which launches get a
+ * marker of their own (every watch_every-th of a stream), and lets a host
+ * wait put one behind a stream's newest launch (cd_watch_host_waits).
+ *
+ * A stream completes its work in order, so a marker that came back says that
+ * its launch and every earlier launch of its stream finished, and a marker
+ * that did not says that its launch or an earlier one of the window since
+ * the stream's last returned marker did not (capture/watch_ring.c's scan).
+ * With markers every K launches, a fault is placed among at most K launches
+ * of its stream; the device's assert text names which (Python, the fd-2
+ * block).
+ *
+ * Lock-free: an entry is claimed by a compare-exchange, filled, then
+ * published (state READY). Readers match (uid, stream, tid) on every use, so
+ * an entry taken over by another stream (the table full: the stalest of the
+ * probed entries is reused) is never mistaken for the old one. Counts are
+ * plain relaxed loads and stores: two threads launching on one stream at
+ * once may miscount a launch, which moves a marker by one, never a result. */
+#define CD_WATCH_STREAMS 256           /* a power of two */
+#define STREAM_PROBES 16
+typedef struct {
+    _Atomic int state;                 /* 0 free, 1 being written, 2 ready */
+    _Atomic uint32_t uid;              /* CUPTI contextUid */
+    _Atomic uintptr_t stream;
+    _Atomic int32_t tid;               /* the per-thread default stream: its thread; else 0 */
+    _Atomic uint32_t unmarked;         /* launches since its last marker */
+    _Atomic uint64_t last_seq;         /* its newest launch in the ring */
+} stream_entry;
+enum { ST_FREE = 0, ST_BUSY = 1, ST_READY = 2 };
+static stream_entry streams[CD_WATCH_STREAMS];
+
+static inline uint32_t stream_slot(uint32_t uid, uintptr_t s, int32_t tid)
+{
+    uint64_t k = ((uint64_t)s ^ ((uint64_t)uid << 40) ^ (uint64_t)(uint32_t)tid) *
+                 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(k >> 40) & (CD_WATCH_STREAMS - 1);
+}
+
+static inline int stream_is(const stream_entry *e, uint32_t uid, uintptr_t s, int32_t tid)
+{
+    return atomic_load_explicit(&e->state, memory_order_acquire) == ST_READY &&
+           atomic_load_explicit(&e->stream, memory_order_relaxed) == s &&
+           atomic_load_explicit(&e->uid, memory_order_relaxed) == uid &&
+           atomic_load_explicit(&e->tid, memory_order_relaxed) == tid;
+}
+
+static stream_entry *stream_fill(stream_entry *e, uint32_t uid, uintptr_t s, int32_t tid)
+{
+    atomic_store(&e->uid, uid);
+    atomic_store(&e->stream, s);
+    atomic_store(&e->tid, tid);
+    atomic_store(&e->unmarked, 0);
+    atomic_store(&e->last_seq, 0);
+    atomic_store_explicit(&e->state, ST_READY, memory_order_release);
+    return e;
+}
+
+/* Cold: first launch on a stream (or its entry was taken over). NULL when
+ * every probed entry is being written: that launch gets a marker. */
+static __attribute__((noinline, cold)) stream_entry *stream_add(uint32_t uid, uintptr_t s,
+                                                                 int32_t tid, uint32_t start)
+{
+    stream_entry *stalest = NULL;
+    for (uint32_t p = 0; p < STREAM_PROBES; p++) {
+        stream_entry *e = &streams[(start + p) & (CD_WATCH_STREAMS - 1)];
+        int expect = ST_FREE;
+        if (atomic_compare_exchange_strong(&e->state, &expect, ST_BUSY))
+            return stream_fill(e, uid, s, tid);
+        if (stream_is(e, uid, s, tid))
+            return e;                  /* another thread was first */
+        if (expect == ST_READY && (!stalest || atomic_load(&e->last_seq) <
+                                               atomic_load(&stalest->last_seq)))
+            stalest = e;
+    }
+    int expect = ST_READY;
+    if (stalest && atomic_compare_exchange_strong(&stalest->state, &expect, ST_BUSY))
+        return stream_fill(stalest, uid, s, tid);
+    return NULL;
+}
+
+static inline stream_entry *stream_of(uint32_t uid, uintptr_t s, int32_t tid)
+{
+    uint32_t start = stream_slot(uid, s, tid);
+    for (uint32_t p = 0; p < 4; p++) {
+        stream_entry *e = &streams[(start + p) & (CD_WATCH_STREAMS - 1)];
+        if (stream_is(e, uid, s, tid))
+            return e;
+        if (atomic_load_explicit(&e->state, memory_order_relaxed) == ST_FREE)
+            break;
+    }
+    return stream_add(uid, s, tid, start);
+}
+
 void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s)
 {
+    const int probe = cd_state.watch_probe;
+    if (probe == CD_PROBE_DISPATCH)
+        return;
     uint64_t seq = atomic_fetch_add_explicit(&watch_seq, 1, memory_order_relaxed) + 1;
     cd_watch_record *r = &ring[seq & (CD_WATCH_RING - 1)];
     atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
 
-    cd_watch_fill(r, cb, cbid, s);
+    cd_watch_fill(r, cb, cbid, s, probe != CD_PROBE_RECORD);
     uint8_t flags = r->flags;
     if (flags & CD_WATCH_GRAPH)
         r->graph = cd_graph_replayed(cb->functionParams);
@@ -328,9 +432,23 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
     int ci = cd_watch_context_index(cb);
     r->ctx = (uint16_t)(ci < 0 ? 0xFFFF : ci);
     r->ctx_gen = (uint16_t)cd_watch_context_gen(ci);
+
+    /* A marker of its own: every launch in the exact mode; a graph replay, an
+     * NCCL kernel (hangs across ranks are about collectives); else every
+     * watch_every-th launch of its stream. */
+    const unsigned every = atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed);
+    stream_entry *e = stream_of(cb->contextUid, (uintptr_t)s,
+                                s == CU_STREAM_PER_THREAD ? r->thread_id : 0);
+    int want = every <= 1 || !e || (flags & CD_WATCH_GRAPH) || cd_nccl_kernel(cb->symbolName);
+    if (!want) {
+        uint32_t u = atomic_load_explicit(&e->unmarked, memory_order_relaxed) + 1;
+        want = u >= every;
+        if (!want)
+            atomic_store_explicit(&e->unmarked, u, memory_order_relaxed);
+    }
     volatile uint32_t *host;
     CUdeviceptr base;
-    if (cd_watch_context_slots(ci, r->ctx_gen, &host, &base) == 0) {
+    if (want && probe == CD_PROBE_OFF && cd_watch_context_slots(ci, r->ctx_gen, &host, &base) == 0) {
         CUdeviceptr slot = base + (seq & (CD_WATCH_SLOTS - 1)) * sizeof(uint32_t);
         /* Default flags: the _v2 API refuses NO_MEMORY_BARRIER (seen: 1, INVALID_VALUE). */
         uint64_t t0 = cd_state.profile ? cd_clock_ns() : 0;
@@ -339,17 +457,94 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
         if (cd_state.profile)
             atomic_fetch_add_explicit(&cd_state.ns_marker, cd_clock_ns() - t0,
                                       memory_order_relaxed);
-        if (wrc == CUDA_SUCCESS)
+        if (wrc == CUDA_SUCCESS) {
             flags |= CD_WATCH_MARKED;
-        else
+            if (e)
+                atomic_store_explicit(&e->unmarked, 0, memory_order_relaxed);
+            atomic_fetch_add_explicit(&cd_state.n_marked, 1, memory_order_relaxed);
+        } else {
             atomic_store_explicit(&cd_state.watch_write_rc, (int)wrc, memory_order_relaxed);
+        }
     }
-    if (!(flags & CD_WATCH_MARKED))
+    if (want && !(flags & CD_WATCH_MARKED))
         atomic_fetch_add_explicit(&cd_state.n_unmarked, 1, memory_order_relaxed);
     r->flags = flags;
     atomic_store_explicit(&r->seq, seq, memory_order_release);
+    if (e)
+        atomic_store_explicit(&e->last_seq, seq, memory_order_release);
     tls_last_seq = seq;
     atomic_fetch_add_explicit(&cd_state.n_watched, 1, memory_order_relaxed);
+}
+
+/* Cold: a marker behind entry e's newest launch, if that launch has none (a
+ * marker of its own, or one put behind it before). 1 when one was written. */
+static int close_stream(stream_entry *e, int check_capture)
+{
+    if (!atomic_load_explicit(&e->unmarked, memory_order_relaxed))
+        return 0;                      /* its newest launch has its marker */
+    const uint64_t last = atomic_load_explicit(&e->last_seq, memory_order_acquire);
+    cd_watch_record r;
+    if (!last || cd_watch_get(last, &r) != 0 || r.stream != atomic_load(&e->stream) ||
+        (r.flags & (CD_WATCH_MARKED | CD_WATCH_CLOSED)))
+        return 0;
+    volatile uint32_t *host;
+    CUdeviceptr base;
+    if (cd_watch_context_slots(r.ctx, r.ctx_gen, &host, &base) != 0)
+        return 0;
+    if (check_capture) {               /* never a write into somebody's capture */
+        CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (cd_drv.cuStreamIsCapturing((CUstream)r.stream, &cap) != CUDA_SUCCESS ||
+            cap != CU_STREAM_CAPTURE_STATUS_NONE)
+            return 0;
+    }
+    CUresult wrc = cd_drv.cuStreamWriteValue32((CUstream)r.stream,
+                                               base + (last & (CD_WATCH_SLOTS - 1)) *
+                                                          sizeof(uint32_t),
+                                               (cuuint32_t)last, CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (wrc != CUDA_SUCCESS) {
+        atomic_store_explicit(&cd_state.watch_write_rc, (int)wrc, memory_order_relaxed);
+        return 0;
+    }
+    /* The record says so (CLOSED: a marker behind it, put there later). If
+     * the ring slot was taken by a newer launch meanwhile (65,536 launches
+     * during this call), the flag is taken back from it: it never claims a
+     * marker it does not have. */
+    cd_watch_record *slot = &ring[last & (CD_WATCH_RING - 1)];
+    __atomic_fetch_or(&slot->flags, (uint8_t)CD_WATCH_CLOSED, __ATOMIC_RELEASE);
+    if (atomic_load(&slot->seq) != last)
+        __atomic_fetch_and(&slot->flags, (uint8_t)~CD_WATCH_CLOSED, __ATOMIC_RELEASE);
+    atomic_store_explicit(&e->unmarked, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cd_state.n_closed, 1, memory_order_relaxed);
+    return 1;
+}
+
+int cd_watch_close(uint32_t uid, int all, uintptr_t stream, int check_capture)
+{
+    if (atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) <= 1)
+        return 0;                      /* every launch has its marker */
+    const int32_t tid = thread_id();
+    int n = 0;
+    if (!all) {
+        int32_t key = stream == (uintptr_t)CU_STREAM_PER_THREAD ? tid : 0;
+        uint32_t start = stream_slot(uid, stream, key);
+        for (uint32_t p = 0; p < STREAM_PROBES; p++) {
+            stream_entry *e = &streams[(start + p) & (CD_WATCH_STREAMS - 1)];
+            if (stream_is(e, uid, stream, key))
+                n += close_stream(e, check_capture);   /* duplicates too (a race at insert) */
+        }
+        return n;
+    }
+    for (int i = 0; i < CD_WATCH_STREAMS; i++) {
+        stream_entry *e = &streams[i];
+        if (atomic_load_explicit(&e->state, memory_order_acquire) != ST_READY ||
+            atomic_load(&e->uid) != uid)
+            continue;
+        int32_t t = atomic_load(&e->tid);
+        if (t && t != tid)
+            continue;                  /* another thread's per-thread default stream */
+        n += close_stream(e, 1);
+    }
+    return n;
 }
 
 uint64_t cd_watch_seq(void) { return atomic_load(&watch_seq); }
@@ -370,7 +565,7 @@ int cd_watch_done(const cd_watch_record *r, uint64_t seq)
     if (cd_watch_context_slots(r->ctx, r->ctx_gen, &host, NULL) != 0)
         return atomic_load(&ctxs[r->ctx].state) == CTX_LIVE &&
                cd_watch_context_gen(r->ctx) == r->ctx_gen ? -1 : -2;
-    if (!(r->flags & CD_WATCH_MARKED))
+    if (!(r->flags & (CD_WATCH_MARKED | CD_WATCH_CLOSED)))
         return -1;
     return host[seq & (CD_WATCH_SLOTS - 1)] == (uint32_t)seq;
 }
@@ -407,6 +602,7 @@ void cd_watch_fork(int op)
         atomic_fetch_add(&ctx_epoch, 1);
         tls_last_seq = 0;
         tls_tid = 0;               /* the child's thread has its own id */
+        memset(streams, 0, sizeof streams);   /* the parent's streams */
         break;
     case CD_FORK_TEST_TAKE:
         pthread_mutex_lock(&ctx_lock);
@@ -417,48 +613,103 @@ void cd_watch_fork(int op)
     }
 }
 
-/* Per stream, the first launch after `since` whose marker never came back.
- * When no launch has a missing marker but some have none at all (their
- * completion is unknown: a slot allocation or a write failed), the last of
- * those is returned instead, as a guess the caller reports as inexact. */
-int cd_watch_incomplete(uint64_t since, uint64_t *out, int max)
+/* Per stream, in one pass over the ring's window after `since`, oldest first
+ * (host memory only: no CUDA call, no lock, no allocation; safe in a signal
+ * handler): the newest launch known to have finished (its marker came back,
+ * or a later one of its stream did), the first launch whose marker did not
+ * come back (`open`), and the launches in between (the candidates: the first
+ * of them that did not finish is the stream's culprit). A returned marker
+ * after an open one means the open one's marker was lost (a refused write):
+ * the stream starts again from there. Records of captured graph nodes are not
+ * launches of a stream (graph_markers.c); records of retired contexts are
+ * never read. Streams with nothing pending are left out; the rest sorted by
+ * their first candidate. */
+int cd_watch_scan(uint64_t since, cd_stream_scan *out, int max, uint32_t *streams_cut)
 {
     uint64_t now = atomic_load(&watch_seq);
     uint64_t window = CD_WATCH_RING < CD_WATCH_SLOTS ? CD_WATCH_RING : CD_WATCH_SLOTS;
     uint64_t first = since + 1;
     if (now >= window && first < now - window + 1)
         first = now - window + 1;
-    uintptr_t streams[64];
-    int32_t threads[64];
-    int n_streams = 0, n = 0;
-    uint64_t last_unknown = 0;
-    for (uint64_t seq = first; seq <= now && n < max; seq++) {
+    int n = 0, last = -1;
+    uint32_t cut = 0;
+    for (uint64_t seq = first; seq <= now; seq++) {
         cd_watch_record r;
-        if (cd_watch_get(seq, &r) != 0)
+        if (cd_watch_get(seq, &r) != 0 || (r.flags & CD_WATCH_CAPTURED))
             continue;
         int done = cd_watch_done(&r, seq);
-        if (done == -1)
-            last_unknown = seq;
-        if (done != 0)
-            continue;          /* finished, unknown, or of a context that is gone */
-        /* The per-thread default stream is one stream per thread. */
+        if (done == -2)
+            continue;                  /* its context is gone */
         int32_t tid = r.stream == (uintptr_t)CU_STREAM_PER_THREAD ? r.thread_id : 0;
-        int seen = 0;
-        for (int i = 0; i < n_streams; i++)
-            if (streams[i] == r.stream && threads[i] == tid)
-                seen = 1;
-        if (seen)
-            continue;
-        if (n_streams < 64) {
-            streams[n_streams] = r.stream;
-            threads[n_streams] = tid;
-            n_streams++;
+        int i = last;
+        if (i < 0 || !out[i].pending || out[i].stream != r.stream || out[i].ctx != r.ctx ||
+            out[i].ctx_gen != r.ctx_gen || out[i].tid != tid) {
+            int free_slot = -1;
+            for (i = 0; i < n; i++) {
+                if (!out[i].pending) {
+                    if (free_slot < 0)
+                        free_slot = i;
+                } else if (out[i].stream == r.stream && out[i].ctx == r.ctx &&
+                           out[i].ctx_gen == r.ctx_gen && out[i].tid == tid) {
+                    break;
+                }
+            }
+            if (i == n) {
+                if (done == 1)
+                    continue;          /* finished, nothing of its stream pending */
+                if (free_slot < 0) {
+                    if (n == max) {
+                        cut++;
+                        continue;
+                    }
+                    free_slot = n++;
+                }
+                i = free_slot;
+                memset(&out[i], 0, sizeof out[i]);
+                out[i].stream = r.stream;
+                out[i].tid = tid;
+                out[i].ctx = r.ctx;
+                out[i].ctx_gen = r.ctx_gen;
+            }
+            last = i;
         }
-        out[n++] = seq;
+        cd_stream_scan *e = &out[i];
+        e->newest = seq;
+        if (done == 1) {               /* finished: so did everything before it; the entry
+                                        * is free for another stream (pending 0) */
+            e->last_done = seq;
+            e->open = 0;
+            e->pending = e->after = 0;
+            continue;
+        }
+        if (e->open) {
+            e->after++;
+            continue;
+        }
+        if (e->pending < CD_SCAN_CANDIDATES)
+            e->cand[e->pending] = seq;
+        e->pending++;
+        if (done == 0)
+            e->open = seq;             /* its marker never came: the window ends here */
     }
-    if (n == 0 && last_unknown && max > 0) {
-        out[0] = last_unknown;
-        return -1;                 /* a guess: completion unknown */
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (out[i].pending) {
+            if (k != i)
+                memcpy(&out[k], &out[i], sizeof out[i]);
+            k++;
+        }
+    for (int i = 1; i < k; i++) {      /* by first candidate (insertion sort: few streams) */
+        cd_stream_scan t;
+        memcpy(&t, &out[i], sizeof t);
+        int j = i - 1;
+        while (j >= 0 && out[j].cand[0] > t.cand[0]) {
+            memcpy(&out[j + 1], &out[j], sizeof t);
+            j--;
+        }
+        memcpy(&out[j + 1], &t, sizeof t);
     }
-    return n;
+    if (streams_cut)
+        *streams_cut = cut;
+    return k;
 }

@@ -15,7 +15,7 @@
  *   - every lock free: sub_lock, the contexts' retain_lock, the string
  *     arena's, loc_lock, ctx_lock, graph_lock, exec_lock, the tee's locks,
  *     log_lock, fault_lock, the report lock, the hang watcher's mutex (and its
- *     condition variable made anew), and the flags a handler running in
+ *     condition variable made anew), the dump listener's mutex, and the flags a handler running in
  *     another thread would have left set;
  *   - not watching, not blocking: no scope or watch() open, none on the
  *     child's thread; a scope opened before the fork closes nothing there; a
@@ -27,7 +27,8 @@
  *     torchrun's error file count as not written; so the signal handlers
  *     (SIGTERM, SIGABRT, the dump signal) have nothing of the parent's to say;
  *   - no hang watcher thread, hang_after 0: the next watch(hang_after=)
- *     starts a thread of the child's own.
+ *     starts a thread of the child's own; no dump listener (the parent's
+ *     socket closed): the next watch() starts the child's, under its pid.
  * Python's own state follows (os.register_at_fork in cuda_debug/_report.py,
  * _hangs.py).
  *
@@ -45,11 +46,11 @@ static void (*beside)(int op);     /* a layer beside hooks/: the benchmarks' loc
 /* Every file's cd_*_fork, bottom layer first (the order of taking, for the
  * tests; giving back goes the other way). */
 static void (*const forks[])(int op) = {
-    cd_state_fork, cd_contexts_fork, cd_intern_fork,                        /* base */
+    cd_state_fork, cd_subscription_fork, cd_contexts_fork, cd_intern_fork,  /* base */
     cd_frames_fork, cd_watch_fork, cd_graph_markers_fork, cd_graph_execs_fork,
     cd_tee_fork, cd_driver_log_fork,                                        /* capture */
     cd_faults_fork, cd_report_fork, cd_inflight_report_fork,                /* report */
-    cd_scopes_fork, cd_thread_fork, cd_hang_watch_fork,                     /* hooks */
+    cd_scopes_fork, cd_thread_fork, cd_hang_watch_fork, cd_dump_server_fork, /* hooks */
 };
 
 static void in_child(void)

@@ -42,6 +42,7 @@ static atomic_uint_fast64_t n_reports;
 
 /* The watcher thread's own. */
 static cd_inflight table[CD_INFLIGHT_MAX];
+static cd_stream_scan scan[CD_INFLIGHT_MAX];
 static uint64_t reported[CD_INFLIGHT_MAX];
 static int n_reported;
 static uint64_t last_seq;
@@ -64,7 +65,7 @@ static void look(uint64_t h)
     if (seq == last_seq && !last_unfinished)
         return;                    /* nothing launched, nothing running */
     cd_inflight_summary sum;
-    int n = cd_watch_inflight(table, CD_INFLIGHT_MAX, &sum);
+    int n = cd_watch_inflight(table, CD_INFLIGHT_MAX, &sum, scan);
     last_seq = seq;
     last_unfinished = n;
     uint64_t quiet = sum.now_ns > sum.newest_ns ? sum.now_ns - sum.newest_ns : 0;

@@ -11,6 +11,8 @@
  *                      launches, the process left alive
  *   after_fork.c       a forked child's state: every lock free, nothing of
  *                      the parent's reported (pthread_atfork)
+ *   dump_server.c      `cuda-debug dump PID`: the thread that answers with the
+ *                      in-flight report, on a socket (no signal)
  */
 #ifndef CD_HOOKS_H
 #define CD_HOOKS_H
@@ -79,5 +81,20 @@ int cd_fork_init(void (*more)(int op));
  * and holds them until given back (0): a fork meanwhile is a fork while
  * another thread holds them. 0, or an errno. */
 int cd_fork_test_hold(int hold);
+
+/* ------------------------------------------------------ dump_server.c -- */
+
+/* `cuda-debug dump PID`: a thread that answers on the abstract Unix socket
+ * "@cuda_debug-dump-<pid>" with the in-flight document (report/inflight_doc.c).
+ * Started once per process (again in a forked child); rank / world_size go
+ * into the document (-1 / 0 unknown). 0, or an errno. */
+int cd_dump_server_start(int rank, int world_size);
+/* 1 listening, 0 not started, -errno: the start failed. */
+int cd_dump_server_state(void);
+/* The abstract name's bytes after the NUL, for pid. */
+int cd_dump_server_name(int pid, char *out, size_t cap);
+/* The document, in-process (the same as the listener sends); 0 or -1. */
+int cd_dump_document(cd_buf *b, int recent);
+void cd_dump_server_fork(int op);
 
 #endif

@@ -251,9 +251,62 @@ static __attribute__((noinline, cold)) void resource_event(CUpti_CallbackId cbid
         if (g)
             cd_graph_destroyed(g->graph);
         break;
+    case CUPTI_CBID_RESOURCE_GRAPH_CLONED:
+        if (g)
+            cd_graph_cloned(g->originalGraph, g->graph);
+        break;
+    case CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING:
+        cd_intern_kernels_unloaded();
+        break;
     default:
         break;
     }
+}
+
+/* At the entry of a call in which the host waits (CD_WAIT_CBIDS), while
+ * watching with sparse markers: a marker behind the newest launch of the
+ * stream it waits for (of every stream of its context, for a context
+ * synchronisation, an event's, or a synchronous copy), so that what the host
+ * waits on is bracketed: a hang there, or the fault the wait finds, lies
+ * among the launches since the stream's last returned marker. Cold: these
+ * calls block anyway. */
+static __attribute__((noinline, cold)) void host_waits(const CUpti_CallbackData *cb,
+                                                        CUpti_CallbackId cbid)
+{
+    CUstream s;
+    switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
+        s = ((const cuStreamSynchronize_params *)cb->functionParams)->hStream;
+        if (!s && cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz)
+            s = CU_STREAM_PER_THREAD;
+        if (s)                     /* the legacy stream waits for every blocking stream */
+            cd_watch_close(cb->contextUid, 0, (uintptr_t)s, 0);
+        else
+            cd_watch_close(cb->contextUid, 1, 0, 1);
+        return;
+    default:
+        cd_watch_close(cb->contextUid, 1, 0, 1);
+        return;
+    }
+}
+
+/* At the entry of a launch of an NCCL kernel, while watching with sparse
+ * markers: a marker behind its stream's newest launch first, so that the
+ * collective (which gets a marker of its own) is bracketed: a rank stuck in
+ * it is named exactly. Not while its stream captures. */
+static __attribute__((noinline, cold)) void nccl_launching(const CUpti_CallbackData *cb,
+                                                            CUpti_CallbackId cbid)
+{
+    CUstream s = cd_launch_stream(cbid, cb->functionParams, NULL);
+    if (!capturing(s))
+        cd_watch_close(cb->contextUid, 0, (uintptr_t)s, 0);
+}
+
+static inline int sparse_markers(void)
+{
+    return atomic_load_explicit(&cd_state.watching, memory_order_relaxed) &&
+           atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) > 1;
 }
 
 #define CD_CAPTURE_CASE(id, ptsz) case id:
@@ -272,12 +325,20 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
             CD_GRAPH_CBIDS(CD_CAPTURE_CASE)
             capture_api(cb, cbid, 0);
             break;
+            CD_WAIT_CBIDS(CD_CAPTURE_CASE)
+            if (sparse_markers())
+                host_waits(cb, cbid);
+            break;
         default:
+            if (sparse_markers() && cd_nccl_kernel(cb->symbolName))
+                nccl_launching(cb, cbid);
             break;
         }
         return;
     }
     switch (cbid) {
+        CD_WAIT_CBIDS(CD_CAPTURE_CASE)
+        return;
         CD_CAPTURE_CBIDS(CD_CAPTURE_CASE)
         atomic_fetch_add_explicit(&cd_state.capture_gen, 1, memory_order_relaxed);
         capture_api(cb, cbid, 1);
@@ -290,8 +351,11 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
     }
     const int watching = atomic_load_explicit(&cd_state.watching, memory_order_relaxed);
     const int block = cd_thread_wants_blocking();
-    if (!watching && !block)
+    if (!watching && !block) {
+        if (cd_cupti_detach_asked())
+            cd_cupti_detach_now();     /* the last scope closed: CUPTI leaves the process */
         return;
+    }
     const CUresult ret = *(const CUresult *)cb->functionReturnValue;
     if (ret != CUDA_SUCCESS) {
         launch_refused(cb, cbid, ret, block, watching);

@@ -34,8 +34,11 @@
 
 /* Which launches to instrument (Python arms it before the program starts). */
 enum cd_replay_match { CD_MATCH_ANY = 0, CD_MATCH_MANGLED_PREFIX = 1, CD_MATCH_SUBSTRING = 2 };
+#define CD_REPLAY_LAUNCHES 64      /* candidate launch numbers at most */
 typedef struct {
     uint64_t launch;               /* the culprit's launch number (1-based), 0: unknown */
+    uint64_t set[CD_REPLAY_LAUNCHES];   /* or several candidates: each is instrumented, */
+    int n_set;                          /* whatever its kernel (n_set 0: none) */
     uint64_t from;                 /* with a kernel: instrument its launches from this number */
     char kernel[CD_REPLAY_NAME];   /* "" any kernel */
     int match;                     /* cd_replay_match for `kernel` */

@@ -291,6 +291,12 @@ static int is_target(uint64_t n, const Sanitizer_LaunchData *ld)
     }
     if (atomic_load_explicit(&rp.violated, memory_order_relaxed))
         return 0;
+    if (t->n_set) {
+        for (int i = 0; i < t->n_set; i++)
+            if (n == t->set[i])
+                return 1;
+        return 0;
+    }
     if (t->launch && !t->kernel[0])
         return n == t->launch;
     if (t->launch && n < t->from)

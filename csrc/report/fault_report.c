@@ -326,61 +326,79 @@ static void put_launch_ids(cd_out *o, uint64_t seq, uintptr_t stream, int32_t ti
     cd_out_u(o, (unsigned)tid);
 }
 
-/* A graph replay among the unfinished launches: the unfinished nodes of the
- * graph it runs (capture/graph_markers.c), each with the line that captured
- * it, then the line that replayed it; or the replay, and why its nodes are
- * not known. Host memory only. */
-static void put_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq,
-                             const char *label)
+/* The culprit's candidates, oldest first, from host memory: the launches of
+ * each stream whose marker did not come back, from its last returned marker
+ * on (one launch per stream when every launch has its marker); when no
+ * marker is missing, the launches whose completion is unknown (*proven 0).
+ * Where the device's assert text names a kernel (or fits one: stderr_tee.c,
+ * CD_ASSERT_*), the candidates it names (when any). Returns the count kept in out[] (*total: all). */
+static int culprit_candidates(cd_stream_scan *scan, uint64_t *out, int max, const char *asserts,
+                              size_t alen, int *proven, uint32_t *total, int *named)
 {
-    static const char *const why[] = {
-        [CD_GRAPH_NO_MARKERS] = "captured before watching: no markers inside it",
-        [CD_GRAPH_NOT_CLOSED] = "its capture did not end inside watch(): markers never cleared",
-        [CD_GRAPH_NOT_STARTED] = "the replay had not begun",
-        [CD_GRAPH_ALL_DONE] = "every node of the graph finished",
-        [CD_GRAPH_BROKEN] = "its markers could not be captured",
-    };
-    uint32_t nodes[3];
-    int status, capture;
-    int k = cd_graph_unfinished(r, nodes, 3, &status, &capture);
-    int shown = 0;
-    for (int j = 0; j < k; j++) {
-        cd_watch_record nr;
-        uint32_t index;
-        int done;
-        if (cd_graph_node(nodes[j], &nr, &index, &done) != 0)
+    int n = cd_watch_scan(0, scan, CD_INFLIGHT_MAX, NULL), any_open = 0;
+    for (int i = 0; i < n; i++)
+        any_open |= scan[i].open != 0;
+    *proven = any_open;
+    *total = 0;
+    *named = 0;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (any_open && !scan[i].open)
             continue;
-        const char *kernel = cd_interned(nr.kernel_short);
-        cd_out_puts(o, shown ? "  or: " : k > 1 ? "  culprit (one of the first unfinished nodes "
-                                            "per stream of the graph): " : label);
-        cd_out_puts(o, kernel ? kernel : "?");
-        cd_out_puts(o, " (node ");
-        cd_out_u(o, index);
-        cd_out_puts(o, " of a CUDA graph; replay ");
-        put_launch_ids(o, seq, r->stream, r->thread_id);
-        cd_out_puts(o, ")\n");
-        cd_out_location_as(o, "captured", nr.frames, nr.n_frames, 0);
-        shown++;
+        *total += scan[i].pending;
+        for (uint32_t j = 0; j < scan[i].pending && j < CD_SCAN_CANDIDATES && k < max; j++)
+            out[k++] = scan[i].cand[j];
     }
-    if (!shown) {
-        cd_out_puts(o, label);
-        cd_out_puts(o, "a CUDA graph replay (");
-        cd_out_puts(o, status >= 0 && status < (int)CD_N_OF(why) && why[status] ? why[status]
-                                                                          : "nodes unknown");
-        cd_out_puts(o, "; ");
-        put_launch_ids(o, seq, r->stream, r->thread_id);
-        cd_out_puts(o, ")\n");
+    for (int i = 1; i < k; i++) {          /* launch order */
+        uint64_t t = out[i];
+        int j = i - 1;
+        while (j >= 0 && out[j] > t) {
+            out[j + 1] = out[j];
+            j--;
+        }
+        out[j + 1] = t;
     }
-    cd_out_location_as(o, "replayed", r->frames, r->n_frames, 0);
+    if (!alen || k <= 1)
+        return k;
+    /* The candidates the text names; where it names none (a lambda's
+     * operator(), Triton's unknown), the ones it fits (a kernel holding a
+     * closure type, a kernel that is not C++). */
+    int m = 0, best = CD_ASSERT_FITS;
+    for (int i = 0; i < k; i++) {
+        cd_watch_record r;
+        int lv = cd_watch_get(out[i], &r) == 0 && !(r.flags & CD_WATCH_GRAPH)
+                     ? cd_tee_text_level(asserts, alen, cd_interned(r.kernel), NULL)
+                     : CD_ASSERT_NONE;
+        if (lv > best) {
+            best = lv;
+            m = 0;
+        }
+        if (lv == best && lv >= CD_ASSERT_FITS)
+            out[m++] = out[i];
+    }
+    if (m) {
+        *named = 1;
+        *total = (uint32_t)m;
+        return m;
+    }
+    return k;                      /* it names none of them (or no kernel): all stay */
 }
+
+static cd_stream_scan culprit_scan[2][CD_INFLIGHT_MAX];   /* [from a signal]: once each */
+
+#define CULPRITS_SHOWN 8
 
 static void write_watch_culprit(int code, const char *found_at, int from_signal)
 {
-    uint64_t seqs[8];
-    int n = cd_watch_incomplete(0, seqs, 8), guess = n < 0;
-    if (guess)
-        n = 1;
-    if (code == 0 && n == 0)
+    static char assert_buf[2][2048];
+    char *asserts = assert_buf[from_signal ? 1 : 0];
+    size_t alen = from_signal ? 0 : cd_tee_recent_asserts(asserts, sizeof assert_buf[0]);
+    uint64_t seqs[CULPRITS_SHOWN * 8];
+    int proven, named;
+    uint32_t total;
+    int n = culprit_candidates(culprit_scan[from_signal ? 1 : 0], seqs, (int)CD_N_OF(seqs),
+                               asserts, alen, &proven, &total, &named);
+    if (code == 0 && !n)
         return;                    /* a signal, and nothing unfinished: nothing to say */
     int to_fd = 1;
     if (from_signal) {
@@ -408,25 +426,40 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
         cd_out_puts(&o, found_at);
     } else {
         cd_out_puts(&o, found_at);
-        cd_out_puts(&o, " while watching, and no CUDA error seen yet: the launches still unfinished "
-                  "(a kernel fault makes them so; so does a hang)");
+        cd_out_puts(&o, proven ? " while watching, and no CUDA error seen yet: the launches still "
+                                 "unfinished (a kernel fault makes them so; so does a hang)"
+                               : " while watching, and no CUDA error seen yet: the launches not "
+                                 "known to have finished (the always-on watch() puts completion "
+                                 "markers behind a few of them)");
     }
     cd_out_puts(&o, "\n");
-    char asserts[2048];
-    size_t alen = from_signal ? 0 : cd_tee_recent_asserts(asserts, sizeof asserts);
+    const unsigned every = atomic_load(&cd_state.watch_every);
+    if (n > 1 || total > 1) {
+        cd_out_puts(&o, proven ? "  culprit: one of " : "  culprit (no marker is missing yet: "
+                                                        "one of the launches not known to "
+                                                        "have finished): one of ");
+        cd_out_u(&o, total);
+        cd_out_puts(&o, named ? " launches of the kernel the device names"
+                              : " launches, in launch order");
+        if (every > 1) {
+            cd_out_puts(&o, " (watch() puts a completion marker behind every ");
+            cd_out_u(&o, every);
+            cd_out_puts(&o, "th launch of a stream; watch(exact=True) behind each)");
+        }
+        cd_out_puts(&o, ":\n");
+    }
     int shown = 0;
-    for (int i = 0; i < n && shown < 3; i++) {
+    for (int i = 0; i < n && shown < CULPRITS_SHOWN; i++) {
         cd_watch_record r;
         if (cd_watch_get(seqs[i], &r) != 0)
             continue;
         const char *kernel = cd_interned(r.kernel_short);
-        const char *label = shown ? "  or: " : guess ? "  culprit (a guess: completion markers "
-                                                       "missing; the last launch recorded): "
-                            : (n == 1 ? "  culprit: " : "  culprit (one of the first "
-                                                        "unfinished launches per stream): ");
+        const char *label = n > 1 || total > 1 ? "    " : proven ? "  culprit: "
+                            : "  culprit (a guess: no marker is missing; the last launch "
+                              "recorded): ";
         shown++;
         if (r.flags & CD_WATCH_GRAPH) {
-            put_graph_replay(&o, &r, seqs[i], label);
+            cd_out_graph_replay(&o, &r, seqs[i], label, from_signal);
             continue;
         }
         cd_out_puts(&o, label);
@@ -435,6 +468,11 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
         put_launch_ids(&o, seqs[i], r.stream, r.thread_id);
         cd_out_puts(&o, ")\n");
         cd_out_location(&o, r.frames, r.n_frames, 0);
+    }
+    if (total > (uint32_t)shown && shown) {
+        cd_out_puts(&o, "    and ");
+        cd_out_u(&o, total - (uint32_t)shown);
+        cd_out_puts(&o, " more\n");
     }
     if (!shown)
         cd_out_puts(&o, "  no unfinished launch in the watch ring: the faulting kernel was launched "

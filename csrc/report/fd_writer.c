@@ -25,8 +25,7 @@ void cd_out_set_prefix(const char *pfx) { snprintf(prefix, sizeof prefix, "%s", 
 
 const char *cd_out_prefix(void) { return prefix; }
 
-/* The length of the valid UTF-8 sequence at s (of n bytes), 0 if invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
+size_t cd_utf8_seq(const unsigned char *s, size_t n)
 {
     size_t k;
     unsigned min;
@@ -66,7 +65,7 @@ void cd_out_put(cd_out *o, const char *s, size_t len)
             i++;
             continue;
         }
-        size_t k = utf8_seq((const unsigned char *)s + i, len - i);
+        size_t k = cd_utf8_seq((const unsigned char *)s + i, len - i);
         if (k && o->n + k <= room) {
             memcpy(o->buf + o->n, s + i, k);
             o->n += k;
@@ -134,12 +133,20 @@ void cd_write_all(int fd, const char *p, size_t n)
     }
 }
 
+void cd_out_drain(cd_out *o)
+{
+    if (o->sink)
+        o->sink(o->sink_ctx, o->buf, o->n);
+    else
+        cd_write_all(2, o->buf, o->n);
+    o->n = 0;
+}
+
 void cd_out_flush(cd_out *o)
 {
     if (o->n && o->buf[o->n - 1] != '\n')
         o->buf[o->n++] = '\n';
-    cd_write_all(2, o->buf, o->n);
-    o->n = 0;
+    cd_out_drain(o);
 }
 
 /* "<verb> at file:line in func" ("launched", "captured", "replayed") from

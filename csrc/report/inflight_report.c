@@ -11,8 +11,15 @@
  *                device 0: unfinished for 7.1 s, 0 launches queued behind it (launch #311,
  *                thread 4242)                                       (one line each)
  *   [rank 0]     launched at /work/train.py:40 in main
+ *   [rank 0]   spin (node 4 of a CUDA graph) on stream 0x5, device 0: unfinished for ...
+ *   [rank 0]     captured at /work/train.py:33 in step    (a graph replay: its node
+ *   [rank 0]     replayed at /work/train.py:41 in main     still running, graph_report.c)
  *   [rank 0]   The process goes on (one report per stuck launch); `python -m cuda_debug
- *                dump 4242` (SIGUSR1) writes this again.
+ *                dump 4242` prints this again in the terminal it runs in.
+ *
+ * `cuda-debug dump PID` gets the same block (headline "unfinished launches of
+ * pid N") inside the document of inflight_doc.c, from the listener thread
+ * (hooks/dump_server.c): no signal, nothing on fd 2.
  *
  * Async-signal-safe, as faulthandler: the watch ring and the completion slots
  * are read from host memory (capture/inflight.c), the text is built in a
@@ -33,11 +40,13 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* Under cd_report_lock (or, when it could not be had in 3 s, shared at worst
  * with a report being written: text may mix, nothing worse). */
 static cd_inflight table[CD_INFLIGHT_MAX];
+static cd_stream_scan scan[CD_INFLIGHT_MAX];
 static cd_out out;
 static atomic_int dump_signal;     /* the dump signal installed, 0 none */
 
@@ -57,23 +66,17 @@ static void put_secs(cd_out *o, uint64_t ns)
     cd_out_puts(o, " s");
 }
 
-static void put_entry(cd_out *o, const cd_inflight *e, uint64_t now_ns)
+typedef struct {
+    const cd_inflight *e;
+    uint64_t now_ns;
+} entry_arg;
+
+/* The rest of an entry's first line: " on stream ..., device d: unfinished
+ * for 7.1 s, 0 launches queued behind it (launch #311, thread 4242)\n". */
+static void put_details(cd_out *o, const void *arg)
 {
-    const cd_watch_record *r = &e->rec;
-    char coll[96];
-    size_t cl = cd_collective_name(r, coll, sizeof coll);
-    const char *kernel = cd_interned(r->kernel_short);
-    cd_out_puts(o, "  ");
-    if (r->flags & CD_WATCH_GRAPH) {
-        cd_out_puts(o, "a CUDA graph replay");
-    } else if (cl) {
-        cd_out_put(o, coll, cl);
-        cd_out_puts(o, " (");
-        cd_out_puts(o, kernel ? kernel : "?");
-        cd_out_puts(o, ")");
-    } else {
-        cd_out_puts(o, kernel ? kernel : "?");
-    }
+    const entry_arg *a = arg;
+    const cd_watch_record *r = &a->e->rec;
     cd_out_puts(o, " on stream ");
     cd_out_hex(o, r->stream);
     int device = cd_watch_context_device(r->ctx);
@@ -82,16 +85,67 @@ static void put_entry(cd_out *o, const cd_inflight *e, uint64_t now_ns)
         cd_out_u(o, (unsigned)device);
     }
     cd_out_puts(o, ": unfinished for ");
-    put_secs(o, now_ns > r->t_ns ? now_ns - r->t_ns : 0);
+    put_secs(o, a->now_ns > r->t_ns ? a->now_ns - r->t_ns : 0);
     cd_out_puts(o, ", ");
-    cd_out_u(o, e->queued);
-    cd_out_puts(o, e->queued == 1 ? " launch queued behind it" : " launches queued behind it");
+    cd_out_u(o, a->e->queued);
+    cd_out_puts(o, a->e->queued == 1 ? " launch queued behind it" : " launches queued behind it");
     cd_out_puts(o, " (launch #");
     cd_out_u(o, (unsigned long long)r->seq);
     cd_out_puts(o, ", thread ");
     cd_out_u(o, (unsigned)r->thread_id);
-    cd_out_puts(o, ")\n  ");
+    cd_out_puts(o, ")\n");
+}
+
+static void put_entry(cd_out *o, const cd_inflight *e, uint64_t now_ns)
+{
+    const cd_watch_record *r = &e->rec;
+    entry_arg a = {e, now_ns};
+    if (r->flags & CD_WATCH_GRAPH) {   /* the node(s) of its graph still running */
+        cd_out_graph_inflight(o, r, put_details, &a);
+        return;
+    }
+    char coll[96];
+    size_t cl = cd_collective_name(r, coll, sizeof coll);
+    const char *kernel = cd_interned(r->kernel_short);
+    cd_out_puts(o, "  ");
+    if (cl) {
+        cd_out_put(o, coll, cl);
+        cd_out_puts(o, " (");
+        cd_out_puts(o, kernel ? kernel : "?");
+        cd_out_puts(o, ")");
+    } else {
+        cd_out_puts(o, kernel ? kernel : "?");
+    }
+    put_details(o, &a);
+    cd_out_puts(o, "  ");
     cd_out_location(o, r->frames, r->n_frames, 0);
+    if (e->candidates > 1) {
+        /* Sparse markers: the unfinished one is this launch or one of the
+         * next candidates - 1 of its stream; each named, the first few. */
+        cd_out_puts(o, "    (or one of the ");
+        cd_out_u(o, e->candidates - 1);
+        cd_out_puts(o, e->candidates == 2 ? " launch after it" : " launches after it");
+        cd_out_puts(o, " up to launch #");
+        cd_out_u(o, (unsigned long long)e->open_seq);
+        cd_out_puts(o, ": watch() puts a completion marker behind every ");
+        cd_out_u(o, atomic_load(&cd_state.watch_every));
+        cd_out_puts(o, "th launch of a stream; watch(exact=True) behind each)\n");
+        uint64_t shown = 0;
+        for (uint64_t seq = r->seq + 1; seq <= e->open_seq && shown < 3; seq++) {
+            cd_watch_record c;
+            if (cd_watch_get(seq, &c) != 0 || c.stream != r->stream || c.ctx != r->ctx ||
+                (c.flags & CD_WATCH_CAPTURED))
+                continue;
+            const char *k = cd_interned(c.kernel_short);
+            cd_out_puts(o, "    or ");
+            cd_out_puts(o, k ? k : "?");
+            cd_out_puts(o, " (launch #");
+            cd_out_u(o, (unsigned long long)seq);
+            cd_out_puts(o, ")\n    ");
+            cd_out_location(o, c.frames, c.n_frames, 0);
+            shown++;
+        }
+    }
 }
 
 static const char *signal_name(int sig)
@@ -99,35 +153,40 @@ static const char *signal_name(int sig)
     return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGUSR2 ? "SIGUSR2" : "a signal";
 }
 
-/* The block. hang_after_ns: the watcher's threshold (0: asked by `sig`). */
-static void write_inflight(uint64_t hang_after_ns, int sig)
+static atomic_int dump_listening;  /* the dump listener (hooks/dump_server.c) answers */
+
+void cd_report_dump_listening(int on) { atomic_store(&dump_listening, on); }
+
+/* The block, from one search (table, n, sum). hang_after_ns: the watcher's
+ * threshold; else asked by `sig`; else (both 0) asked by `cuda_debug dump`. */
+static void put_inflight(cd_out *o, const cd_inflight *t, int n, const cd_inflight_summary *sum,
+                         uint64_t hang_after_ns, int sig)
 {
-    cd_out *o = &out;
-    o->n = 0;
-    o->line_start = 1;
-    o->raw = 0;
-    cd_inflight_summary sum;
-    int n = cd_watch_inflight(table, CD_INFLIGHT_MAX, &sum);
     cd_out_puts(o, "cuda_debug (watch): ");
     if (hang_after_ns) {
         cd_out_puts(o, "possible hang: a launch unfinished for longer than hang_after=");
         put_secs(o, hang_after_ns);
     } else {
-        cd_out_puts(o, signal_name(sig));
-        cd_out_puts(o, " (pid ");
+        if (sig) {
+            cd_out_puts(o, signal_name(sig));
+            cd_out_puts(o, " (pid ");
+        } else {
+            cd_out_puts(o, "unfinished launches of pid ");
+        }
         cd_out_u(o, (unsigned long long)getpid());
-        cd_out_puts(o, ")");
+        if (sig)
+            cd_out_puts(o, ")");
         if (!atomic_load(&cd_state.watching))
             cd_out_puts(o, ", no watch() open now (launches since it closed are not recorded)");
     }
     cd_out_puts(o, "\n");
     if (n == 0) {
         cd_out_puts(o, "  no unfinished launch");
-        if (sum.scanned) {
+        if (sum->scanned) {
             cd_out_puts(o, " (the last of the ");
-            cd_out_u(o, sum.scanned);
+            cd_out_u(o, sum->scanned);
             cd_out_puts(o, " launches in the watch ring was ");
-            put_secs(o, sum.now_ns > sum.newest_ns ? sum.now_ns - sum.newest_ns : 0);
+            put_secs(o, sum->now_ns > sum->newest_ns ? sum->now_ns - sum->newest_ns : 0);
             cd_out_puts(o, " ago)");
         } else {
             cd_out_puts(o, ": no launch recorded (watch() records the launches made while it is open)");
@@ -139,16 +198,16 @@ static void write_inflight(uint64_t hang_after_ns, int sig)
     for (int i = 0; i < n && i < SHOWN_MAX; i++) {
         if (o->n > sizeof o->buf - 1024)
             cd_out_flush(o);
-        put_entry(o, &table[i], sum.now_ns);
+        put_entry(o, &t[i], sum->now_ns);
     }
     if (n > SHOWN_MAX) {
         cd_out_puts(o, "  and ");
         cd_out_u(o, (unsigned)(n - SHOWN_MAX));
         cd_out_puts(o, " more streams\n");
     }
-    if (sum.streams_cut) {
+    if (sum->streams_cut) {
         cd_out_puts(o, "  and ");
-        cd_out_u(o, sum.streams_cut);
+        cd_out_u(o, sum->streams_cut);
         cd_out_puts(o, " unfinished launches on streams beyond the ");
         cd_out_u(o, CD_INFLIGHT_MAX);
         cd_out_puts(o, " followed\n");
@@ -156,16 +215,36 @@ static void write_inflight(uint64_t hang_after_ns, int sig)
     if (hang_after_ns) {
         cd_out_puts(o, "  The process goes on (one report per stuck launch)");
         int dump = atomic_load(&dump_signal);
-        if (dump) {
+        if (atomic_load(&dump_listening)) {
             cd_out_puts(o, "; `python -m cuda_debug dump ");
             cd_out_u(o, (unsigned long long)getpid());
-            cd_out_puts(o, "` (");
+            cd_out_puts(o, "` prints this again in the terminal it runs in");
+        } else if (dump) {
+            cd_out_puts(o, "; ");
             cd_out_puts(o, signal_name(dump));
-            cd_out_puts(o, ") writes this again");
+            cd_out_puts(o, " writes this again");
         }
         cd_out_puts(o, ".\n");
     }
     cd_out_flush(o);
+}
+
+/* The block on fd 2 (static buffers, under cd_report_lock). */
+static void write_inflight(uint64_t hang_after_ns, int sig)
+{
+    cd_out *o = &out;
+    o->n = 0;
+    o->line_start = 1;
+    o->raw = 0;
+    cd_inflight_summary sum;
+    int n = cd_watch_inflight(table, CD_INFLIGHT_MAX, &sum, scan);
+    put_inflight(o, table, n, &sum, hang_after_ns, sig);
+}
+
+void cd_report_inflight_text(cd_out *o, const cd_inflight *t, int n,
+                             const cd_inflight_summary *sum)
+{
+    put_inflight(o, t, n, sum, 0, 0);
 }
 
 void cd_report_hang(uint64_t hang_after_ns)
@@ -187,21 +266,53 @@ void cd_report_hang(uint64_t hang_after_ns)
 
 static struct sigaction old_dump;
 
-static atomic_int in_handler;
+/* The threads inside on_dump_signal now (their tids; 0 free). A handler
+ * installed after ours that chains back to us (faulthandler.register(chain=
+ * True)), which we chain to after re-installing, re-enters on the same
+ * thread: that round returns. Another thread's signal is its own: it writes
+ * its report and chains too (one flag for the whole process made the second
+ * of two simultaneous signals return without chaining). */
+#define HANDLER_THREADS 16
+static atomic_int in_handler[HANDLER_THREADS];
+
+static int enter_handler(int tid)
+{
+    for (int i = 0; i < HANDLER_THREADS; i++)
+        if (atomic_load(&in_handler[i]) == tid)
+            return -1;             /* this thread is inside already: a chain came back */
+    for (int i = 0; i < HANDLER_THREADS; i++) {
+        int free_ = 0;
+        if (atomic_compare_exchange_strong(&in_handler[i], &free_, tid))
+            return i;
+    }
+    return HANDLER_THREADS;        /* more threads than slots at once: not tracked */
+}
 
 static void on_dump_signal(int sig, siginfo_t *info, void *uctx)
 {
-    /* A handler installed after ours that chains back to us (faulthandler.
-     * register(chain=True)), which we chain to after re-installing: once round. */
-    if (atomic_exchange(&in_handler, 1))
-        return;
     int saved_errno = errno;
+    int tid = (int)syscall(SYS_gettid);
+    int slot = enter_handler(tid);
+    if (slot < 0) {
+        errno = saved_errno;
+        return;
+    }
     int taken = cd_report_lock();
     write_inflight(0, sig);
     cd_report_unlock(taken);
     cd_signal_chain(&old_dump, sig, info, uctx);  /* never the default: it ends the process */
-    atomic_store(&in_handler, 0);
+    if (slot < HANDLER_THREADS)
+        atomic_store(&in_handler[slot], 0);
     errno = saved_errno;
+}
+
+int cd_dump_handler_is_ours(void)
+{
+    int sig = atomic_load(&dump_signal);
+    struct sigaction cur;
+    if (!sig || sigaction(sig, NULL, &cur) != 0)
+        return 0;
+    return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_dump_signal;
 }
 
 static uintptr_t python_trampoline;      /* Python's C-level signal handler, if known */
@@ -262,13 +373,15 @@ void cd_inflight_report_fork(int op)
 {
     switch (op) {
     case CD_FORK_CHILD:
-        atomic_store(&in_handler, 0);
+        for (int i = 0; i < HANDLER_THREADS; i++)
+            atomic_store(&in_handler[i], 0);
+        atomic_store(&dump_listening, 0);   /* the child's listener starts at its watch() */
         break;
     case CD_FORK_TEST_TAKE:
-        atomic_store(&in_handler, 1);       /* another thread inside the dump handler */
+        atomic_store(&in_handler[0], -1);   /* another thread inside the dump handler */
         break;
     case CD_FORK_TEST_GIVE:
-        atomic_store(&in_handler, 0);
+        atomic_store(&in_handler[0], 0);
         break;
     }
 }

@@ -11,6 +11,9 @@
  *                    the SIGABRT/SIGTERM handlers
  *   inflight_report.c  the hang report: every stream's oldest unfinished launch
  *                    (age, queue, collective); the dump signal (SIGUSR1)
+ *   graph_report.c   a CUDA graph replay in any of those blocks: its node(s), the
+ *                    capture and replay lines
+ *   inflight_doc.c   the same as a JSON document, with the last launches (dump)
  */
 #ifndef CD_REPORT_H
 #define CD_REPORT_H
@@ -26,6 +29,10 @@ typedef struct {
     size_t n;
     int line_start;
     int raw;                       /* 1: no rank prefix (the JSON) */
+    /* Where a flush goes: NULL, fd 2 (every block of the fault path); else
+     * sink(sink_ctx, bytes, n) (the dump answer, built off the fault path). */
+    void (*sink)(void *sink_ctx, const char *p, size_t n);
+    void *sink_ctx;
 } cd_out;
 
 void cd_out_set_prefix(const char *prefix);   /* "[rank k] " or "" (configure time) */
@@ -38,8 +45,11 @@ void cd_out_dims(cd_out *o, const unsigned *d);
 /* "  launched at file:line in func\n" of the innermost user frame of ids. */
 void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete);
 void cd_out_location_as(cd_out *o, const char *verb, const uint32_t *ids, int n, int complete);
-void cd_out_flush(cd_out *o);      /* write(2) to fd 2, then empty */
+void cd_out_flush(cd_out *o);      /* write(2) to fd 2 (or the sink), then empty */
+void cd_out_drain(cd_out *o);      /* the same, without ending the text with a newline */
 void cd_write_all(int fd, const char *p, size_t n);   /* write(2) until done or an error */
+/* The length of the valid UTF-8 sequence at s (of n bytes), 0 if invalid. */
+size_t cd_utf8_seq(const unsigned char *s, size_t n);
 
 /* --------------------------------------------------- fault_records.c -- */
 
@@ -147,6 +157,28 @@ void cd_report_test_pause(uint64_t ns);
 /* The child: nothing written yet, no report being written, no handler running. */
 void cd_report_fork(int op);
 
+/* ----------------------------------------------------- graph_report.c -- */
+
+/* The nodes of a replay's graph a report names (cd_graph_unfinished; for a
+ * graph captured before watching, those whose kernel the device's assert text
+ * names, never from a signal): the count (nodes[] holds the first max of
+ * them), *status (CD_GRAPH_*), *capture. */
+int cd_graph_report_nodes(const cd_watch_record *r, uint32_t *nodes, int max, int *status,
+                          int *capture, int from_signal);
+/* Why a replay's nodes are not named ("captured before watching: ..."). */
+void cd_out_graph_why(cd_out *o, int status, int capture);
+/* "  culprit (one of N nodes after the last marker written...): " */
+void cd_out_graph_label(cd_out *o, int n, int status, int capture);
+/* A replay as a culprit: its node(s) ("<label>kernel (node N of a CUDA graph;
+ * replay launch #seq, stream, thread)", "captured at"), "replayed at". */
+void cd_out_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq, const char *label,
+                         int from_signal);
+/* A replay as a hang report's unfinished launch: the running node's name,
+ * then details(o, arg) (the rest of the first line, its newline included),
+ * "captured at", the other candidates, "replayed at". */
+void cd_out_graph_inflight(cd_out *o, const cd_watch_record *r,
+                           void (*details)(cd_out *, const void *), const void *arg);
+
 /* -------------------------------------------------- inflight_report.c -- */
 
 /* The hang watcher's report: every stream's oldest unfinished launch (kernel
@@ -160,6 +192,39 @@ void cd_report_hang(uint64_t hang_after_ns);
  * recognised). 0, or -1 with errno (EBUSY: another dump signal is installed). */
 int cd_install_dump_signal(int sig, int sig_is_python, int sigint_is_python);
 int cd_dump_signal(void);          /* the one installed, 0 none */
+/* 1 when the dump signal's disposition now is our handler. */
+int cd_dump_handler_is_ours(void);
+/* The block (headline "unfinished launches of pid N") from one search, into o. */
+void cd_report_inflight_text(cd_out *o, const cd_inflight *t, int n,
+                             const cd_inflight_summary *sum);
+/* The dump listener answers (the hang report then names `cuda_debug dump PID`). */
+void cd_report_dump_listening(int on);
+
+/* ----------------------------------------------------- inflight_doc.c -- */
+
+#define CD_DOC_VERSION 1           /* cuda_debug/_dump.py checks it: bump on a change */
+#define CD_DOC_MAX (64u << 20)     /* a document's bytes at most */
+
+/* A growable buffer (malloc: not for signal handlers); a cd_out sink. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int failed;                    /* out of memory or over CD_DOC_MAX: p holds a prefix */
+} cd_buf;
+void cd_buf_sink(void *ctx, const char *p, size_t n);
+void cd_buf_free(cd_buf *b);
+
+typedef struct {
+    int rank, world_size;          /* -1 / 0: unknown */
+    uint64_t hang_after_ns;        /* the watcher's threshold now, 0 off */
+    int recent;                    /* the last launches to list, 0 none */
+} cd_dump_params;
+/* The in-flight report as JSON (inflight_doc.c says what it holds), appended
+ * to b. 0, or -1 (out of memory). */
+int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p);
+/* JSON (made by Python's json.dumps) that every document carries as
+ * "flight_recorder" from now on (n 0: null again). 0, or -1 out of memory. */
+int cd_report_set_extra(const char *json, size_t n);
 void cd_inflight_report_fork(int op);   /* the child: no dump handler running */
 
 #endif

@@ -65,8 +65,12 @@ _SIGNATURES = {
     "fake_stats": (c_int, [ctypes.POINTER(c_longlong), c_int]),
     "fake_rename_function": (c_int, [c_char_p, c_char_p]),
     "fake_launch_loop": (c_long, [c_char_p, c_long]),
+    "fake_launch_n": (c_int, [c_char_p, c_size, c_long]),
+    "fake_tools_ids": (None, [c_int]),
     "fake_launch_on_fiber": (c_int, [c_char_p]),
     "fake_call_below_stale_frame": (c_int, [ctypes.c_void_p]),
+    "fake_count_signal": (c_int, [c_int, c_long]),
+    "fake_signal_calls": (c_int, []),
 }
 
 

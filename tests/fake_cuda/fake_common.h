@@ -22,6 +22,7 @@ FAKE_EXPORT CUptiResult fakecuda_cupti_unsubscribe(CUpti_SubscriberHandle sub);
 FAKE_EXPORT CUptiResult fakecuda_cupti_enable(uint32_t enable, CUpti_SubscriberHandle sub,
                                               CUpti_CallbackDomain domain,
                                               CUpti_CallbackId cbid);
+FAKE_EXPORT CUptiResult fakecuda_cupti_finalize(void);
 FAKE_EXPORT int fakecuda_ctx_valid(CUcontext ctx);
 FAKE_EXPORT unsigned fakecuda_ctx_uid(CUcontext ctx);
 FAKE_EXPORT int fakecuda_initialised(void);

@@ -99,6 +99,9 @@ typedef struct op {
     size_t count;
     fake_event *ev;
     fake_graph *graph;
+    unsigned grid[3], block[3];      /* kernels: their configuration */
+    unsigned serial;                 /* the node's local id (cuGraphNodeGetToolsId) */
+    unsigned graph_serial;           /* in a capture: its graph's id */
     struct op *next;
 } op;
 
@@ -111,6 +114,8 @@ typedef struct fake_stream {
     struct fake_stream *cap_origin;  /* the stream that began the capture (self for it) */
     unsigned long long cap_id;       /* the capture's id (cuStreamGetCaptureInfo) */
     op *cap_head, *cap_tail;         /* the origin's: every joined stream appends here */
+    fake_graph *cap_graph;           /* the origin's: the graph being captured */
+    struct op *cap_last;             /* the last node this stream captured (its dependency) */
     int has_worker;
     pthread_t worker;
     struct fake_stream *next_all;
@@ -118,7 +123,10 @@ typedef struct fake_stream {
 
 struct fake_graph {
     uint32_t magic;
+    unsigned serial;                 /* cuGraphGetId's; the executable's is 1000 more */
     op *ops;                         /* captured operations, in capture order */
+    struct fake_stream *capturing;   /* while captured: the origin stream (its list) */
+    int graph_destroyed, exec_destroyed;   /* both: its operations are freed */
 };
 
 struct fake_event {
@@ -155,6 +163,7 @@ static int primary_retained;
  * a new context behind the same CUcontext pointer, with the next id. */
 static atomic_uint ctx_uid = 1;
 static unsigned long long next_capture_id = 1;
+static unsigned next_graph_serial, next_op_serial;
 
 /* Pinned host memory the context knows: its own allocations (cuMemHostAlloc,
  * each its own mapping, made inaccessible at a reset and never reused, so a
@@ -472,6 +481,9 @@ static int capture_append(fake_stream *s, op *o)
         return 0;
     fake_stream *origin = s->cap_origin ? s->cap_origin : s;
     o->next = NULL;
+    o->serial = ++next_op_serial;
+    o->graph_serial = origin->cap_graph ? origin->cap_graph->serial : 0;
+    s->cap_last = o;
     if (origin->cap_tail)
         origin->cap_tail->next = o;
     else
@@ -672,6 +684,23 @@ CUptiResult fakecuda_cupti_unsubscribe(CUpti_SubscriberHandle handle)
     pthread_mutex_unlock(&sub_lock);
     return CUPTI_SUCCESS;
 }
+
+static atomic_int st_finalizes;
+
+CUptiResult fakecuda_cupti_finalize(void)
+{
+    pthread_mutex_lock(&sub_lock);
+    atomic_store(&sub.in_use, 0);
+    for (size_t i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
+        atomic_store(&sub.enabled[i], 0);
+    for (size_t i = 0; i < CUPTI_CBID_RESOURCE_SIZE; i++)
+        atomic_store(&sub.res_enabled[i], 0);
+    atomic_fetch_add(&st_finalizes, 1);
+    pthread_mutex_unlock(&sub_lock);
+    return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT int fake_cupti_finalizes(void) { return atomic_load(&st_finalizes); }
 
 CUptiResult fakecuda_cupti_enable(uint32_t enable, CUpti_SubscriberHandle handle,
                                   CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
@@ -927,16 +956,25 @@ CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *id)
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxSynchronize(void)
+/* The host's waits are traced (CUPTI's ids for them): the always-on watch
+ * puts a marker behind a stream's newest launch at their entry. */
+static CUresult ctx_sync_body(void *a)
 {
+    (void)a;
     if (!current_ctx())
-        RET("cuCtxSynchronize", CUDA_ERROR_INVALID_CONTEXT);
+        return CUDA_ERROR_INVALID_CONTEXT;
     atomic_fetch_add(&st_syncs, 1);
     pthread_mutex_lock(&dev_lock);
     for (fake_stream *s = all_streams; s; s = s->next_all)
         drain_locked(s);
     pthread_mutex_unlock(&dev_lock);
-    RET("cuCtxSynchronize", sync_result());
+    return sync_result();
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void)
+{
+    return traced(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize, "cuCtxSynchronize", NULL, NULL,
+                  ctx_sync_body, NULL);
 }
 
 /* ------------------------------------------------ driver: streams ------ */
@@ -967,21 +1005,29 @@ CUresult CUDAAPI cuStreamDestroy(CUstream h)
     return CUDA_SUCCESS;   /* kept: its queued work still runs, like the real one */
 }
 
-CUresult CUDAAPI cuStreamSynchronize(CUstream h)
+static CUresult stream_sync_body(void *a)
 {
-    fake_stream *s = resolve(h);
-    if (!s)
-        RET("cuStreamSynchronize", CUDA_ERROR_INVALID_HANDLE);
+    fake_stream *s = a;
     atomic_fetch_add(&st_syncs, 1);
     pthread_mutex_lock(&dev_lock);
     if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {   /* invalidates the capture */
         s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
         pthread_mutex_unlock(&dev_lock);
-        RET("cuStreamSynchronize", CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     drain_locked(s);
     pthread_mutex_unlock(&dev_lock);
-    RET("cuStreamSynchronize", sync_result());
+    return sync_result();
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream h)
+{
+    fake_stream *s = resolve(h);
+    if (!s)
+        RET("cuStreamSynchronize", CUDA_ERROR_INVALID_HANDLE);
+    cuStreamSynchronize_params p = {h};
+    return traced(CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize, "cuStreamSynchronize", &p, NULL,
+                  stream_sync_body, s);
 }
 
 CUresult CUDAAPI cuStreamQuery(CUstream h)
@@ -1039,8 +1085,13 @@ static CUresult begin_capture_body(void *a)
     else {
         c->s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
         c->s->cap_origin = c->s;
+        c->s->cap_last = NULL;
         c->s->cap_id = next_capture_id++;
         c->s->cap_head = c->s->cap_tail = NULL;
+        c->s->cap_graph = calloc(1, sizeof *c->s->cap_graph);
+        c->s->cap_graph->magic = MAGIC_GRAPH;
+        c->s->cap_graph->capturing = c->s;
+        c->s->cap_graph->serial = ++next_graph_serial;
     }
     pthread_mutex_unlock(&dev_lock);
     return rc;
@@ -1082,6 +1133,8 @@ static CUresult end_capture_body(void *a)
         return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;      /* not the origin stream */
     }
     op *ops = s->cap_head;
+    fake_graph *g = s->cap_graph;
+    s->cap_graph = NULL;
     for (fake_stream *o = all_streams; o; o = o->next_all)
         if (o->cap_origin == s) {
             o->capture = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -1094,9 +1147,10 @@ static CUresult end_capture_body(void *a)
         return CUDA_ERROR_ILLEGAL_STATE;
     if (st == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
         return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    fake_graph *g = calloc(1, sizeof *g);
-    g->magic = MAGIC_GRAPH;
+    pthread_mutex_lock(&dev_lock);
+    g->capturing = NULL;
     g->ops = ops;
+    pthread_mutex_unlock(&dev_lock);
     *c->graph_out = (CUgraph)(void *)g;
     return CUDA_SUCCESS;
 }
@@ -1125,15 +1179,20 @@ CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *statu
     if (id)
         *id = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && s->cap_origin ?
                   s->cap_origin->cap_id : 0;
-    pthread_mutex_unlock(&dev_lock);
     if (graph)
-        *graph = NULL;
+        *graph = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && s->cap_origin ?
+                     (CUgraph)(void *)s->cap_origin->cap_graph : NULL;
+    pthread_mutex_unlock(&dev_lock);
+    static _Thread_local CUgraphNode dep;
+    pthread_mutex_lock(&dev_lock);
+    dep = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (CUgraphNode)(void *)s->cap_last : NULL;
+    pthread_mutex_unlock(&dev_lock);
     if (deps)
-        *deps = NULL;
+        *deps = dep ? &dep : NULL;
     if (edges)
         *edges = NULL;
     if (n_deps)
-        *n_deps = 0;
+        *n_deps = dep ? 1 : 0;
     return CUDA_SUCCESS;
 }
 
@@ -1152,13 +1211,36 @@ CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phExec, CUgraph g, unsigned lon
     return CUDA_SUCCESS;
 }
 
-/* The graph is its own executable in the fake: kept, only CUPTI is told. */
+/* The graph is its own executable in the fake: CUPTI is told of each
+ * destruction, and the operations are freed once both the graph and its
+ * executable are destroyed (the caller has let its replays finish). */
+static void graph_free_if_done(fake_graph *g)
+{
+    if (!g || g->magic != MAGIC_GRAPH || !g->graph_destroyed || !g->exec_destroyed)
+        return;
+    pthread_mutex_lock(&dev_lock);
+    g->magic = 0;
+    op *o = g->ops;
+    g->ops = NULL;
+    pthread_mutex_unlock(&dev_lock);
+    while (o) {
+        op *next = o->next;
+        free(o);
+        o = next;
+    }
+    free(g);
+}
+
 CUresult CUDAAPI cuGraphDestroy(CUgraph g)
 {
     CUpti_GraphData gd;
     memset(&gd, 0, sizeof gd);
     gd.graph = g;
     fire_resource(CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING, &gd);
+    if (g && ((fake_graph *)g)->magic == MAGIC_GRAPH) {
+        ((fake_graph *)g)->graph_destroyed = 1;
+        graph_free_if_done((fake_graph *)g);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1168,6 +1250,96 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec e)
     memset(&gd, 0, sizeof gd);
     gd.graphExec = e;
     fire_resource(CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING, &gd);
+    if (e && ((fake_graph *)e)->magic == MAGIC_GRAPH) {
+        ((fake_graph *)e)->exec_destroyed = 1;
+        graph_free_if_done((fake_graph *)e);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The graph API that reads a graph (cuda_debug reads a graph being captured
+ * before watching): nodes are the captured operations, in capture order. */
+static op *graph_ops_of(fake_graph *g)       /* dev_lock held */
+{
+    return g->capturing ? g->capturing->cap_head : g->ops;
+}
+
+CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    fake_graph *g = (fake_graph *)hGraph;
+    if (!g || g->magic != MAGIC_GRAPH || !numNodes)
+        RET("cuGraphGetNodes", CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&dev_lock);
+    size_t n = 0;
+    for (op *o = graph_ops_of(g); o; o = o->next, n++)
+        if (nodes && n < *numNodes)
+            nodes[n] = (CUgraphNode)(void *)o;
+    pthread_mutex_unlock(&dev_lock);
+    if (nodes && n > *numNodes)
+        n = *numNodes;
+    *numNodes = n;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    const op *o = (const op *)hNode;
+    if (!o || !type)
+        RET("cuGraphNodeGetType", CUDA_ERROR_INVALID_VALUE);
+    *type = o->kind == OP_KERNEL ? CU_GRAPH_NODE_TYPE_KERNEL :
+            o->kind == OP_MEMSET32 ? CU_GRAPH_NODE_TYPE_MEMSET :
+            o->kind == OP_EVENT ? CU_GRAPH_NODE_TYPE_EVENT_RECORD : CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *p)
+{
+    const op *o = (const op *)hNode;
+    if (!o || !p || o->kind != OP_KERNEL)
+        RET("cuGraphKernelNodeGetParams_v2", CUDA_ERROR_INVALID_VALUE);
+    memset(p, 0, sizeof *p);
+    p->func = (CUfunction)(void *)o->fn;
+    p->gridDimX = o->grid[0], p->gridDimY = o->grid[1], p->gridDimZ = o->grid[2];
+    p->blockDimX = o->block[0], p->blockDimY = o->block[1], p->blockDimZ = o->block[2];
+    return CUDA_SUCCESS;
+}
+
+/* CUDA 13.1's ids for tools: a node's is its graph's id above its local id;
+ * an executable's id is its graph's plus 1000 (the driver mints both from one
+ * counter). fake_tools_ids(0) makes them refused (an older driver). */
+static int tools_ids = 1;
+FAKE_EXPORT void fake_tools_ids(int on) { tools_ids = on; }
+
+CUresult CUDAAPI cuGraphNodeGetToolsId(CUgraphNode hNode, unsigned long long *id);
+CUresult CUDAAPI cuGraphNodeGetToolsId(CUgraphNode hNode, unsigned long long *id)
+{
+    const op *o = (const op *)hNode;
+    if (!tools_ids)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (!o || !id)
+        RET("cuGraphNodeGetToolsId", CUDA_ERROR_INVALID_VALUE);
+    *id = (unsigned long long)o->graph_serial << 32 | o->serial;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphExecGetId(CUgraphExec hExec, unsigned int *id);
+CUresult CUDAAPI cuGraphExecGetId(CUgraphExec hExec, unsigned int *id)
+{
+    const fake_graph *g = (const fake_graph *)hExec;
+    if (!tools_ids)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (!g || g->magic != MAGIC_GRAPH || !id)
+        RET("cuGraphExecGetId", CUDA_ERROR_INVALID_VALUE);
+    *id = g->serial + 1000;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
+{
+    fake_func *f = (fake_func *)hfunc;
+    if (!name || !f || f->magic != MAGIC_FUNC)
+        RET("cuFuncGetName", CUDA_ERROR_INVALID_HANDLE);
+    *name = f->name;
     return CUDA_SUCCESS;
 }
 
@@ -1190,6 +1362,7 @@ static CUresult wait_event_body(void *a)
         w->s->capture == CU_STREAM_CAPTURE_STATUS_NONE && w->s != &legacy_stream) {
         w->s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
         w->s->cap_origin = origin;
+        w->s->cap_last = NULL;
     }
     pthread_mutex_unlock(&dev_lock);
     return CUDA_SUCCESS;
@@ -1250,6 +1423,8 @@ static CUresult launch_body(void *a)
         }
         o->kind = OP_KERNEL;
         o->fn = L->fn;
+        memcpy(o->grid, L->grid, sizeof o->grid);
+        memcpy(o->block, L->block, sizeof o->block);
         pthread_mutex_lock(&dev_lock);
         o->cfg = lookup_cfg(L->fn->name);
         pthread_mutex_unlock(&dev_lock);
@@ -1409,7 +1584,12 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule *mod, const void *image)
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuModuleUnload(CUmodule mod) { (void)mod; return CUDA_SUCCESS; }
+CUresult CUDAAPI cuModuleUnload(CUmodule mod)
+{
+    (void)mod;
+    fire_resource(CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING, NULL);
+    return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule mod, const char *name)
 {
@@ -1456,17 +1636,31 @@ CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+typedef struct {
+    void *dst;
+    CUdeviceptr src;
+    size_t n;
+} copy_arg;
+
+static CUresult dtoh_body(void *a)
 {
+    copy_arg *c = a;
     atomic_fetch_add(&st_syncs, 1);
     pthread_mutex_lock(&dev_lock);
     drain_locked(&legacy_stream);         /* synchronous copy on the legacy stream */
     pthread_mutex_unlock(&dev_lock);
     CUresult rc = sync_result();
     if (rc)
-        RET("cuMemcpyDtoH", rc);
-    memcpy(dst, (const void *)(uintptr_t)src, n);
+        return rc;
+    memcpy(c->dst, (const void *)(uintptr_t)c->src, c->n);
     return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+    copy_arg c = {dst, src, n};
+    return traced(CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2", NULL, NULL,
+                  dtoh_body, &c);
 }
 
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n)
@@ -1670,17 +1864,24 @@ CUresult CUDAAPI cuEventQuery(CUevent h)
     return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-CUresult CUDAAPI cuEventSynchronize(CUevent h)
+static CUresult event_sync_body(void *a)
 {
-    fake_event *e = (fake_event *)h;
-    if (!e || e->magic != MAGIC_EVENT)
-        RET("cuEventSynchronize", CUDA_ERROR_INVALID_HANDLE);
+    fake_event *e = a;
     atomic_fetch_add(&st_syncs, 1);
     pthread_mutex_lock(&dev_lock);
     if (e->stream)
         drain_locked(e->stream);
     pthread_mutex_unlock(&dev_lock);
-    RET("cuEventSynchronize", sync_result());
+    return sync_result();
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent h)
+{
+    fake_event *e = (fake_event *)h;
+    if (!e || e->magic != MAGIC_EVENT)
+        RET("cuEventSynchronize", CUDA_ERROR_INVALID_HANDLE);
+    return traced(CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize, "cuEventSynchronize", NULL, NULL,
+                  event_sync_body, e);
 }
 
 CUresult CUDAAPI cuEventElapsedTime(float *ms, CUevent a, CUevent b)
@@ -2150,6 +2351,7 @@ FAKE_EXPORT int fake_glibc_error_done(int join)
  * symbolName pointer stays the same). 0 on success, -1 if `new` is longer. */
 FAKE_EXPORT int fake_rename_function(const char *old, const char *new_name)
 {
+    fire_resource(CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING, NULL);   /* as an unload does */
     pthread_mutex_lock(&dev_lock);
     fake_func *f = function_named(old);
     int ok = strlen(new_name) <= strlen(f->name);
@@ -2171,6 +2373,18 @@ FAKE_EXPORT long fake_launch_loop(const char *name, long ms)
         n++;
     }
     return n;
+}
+
+/* Launch kernel `name` n times on `stream` (a capture of n nodes without n
+ * calls from Python): the first failure's CUresult, or 0. */
+FAKE_EXPORT int fake_launch_n(const char *name, uintptr_t stream, long n)
+{
+    for (long i = 0; i < n; i++) {
+        int rc = fake_launch(name, stream, 1, 1, 1, 32, 1, 1);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 /* ---- a stale frame chain above the launch: what unwinding meets across a
@@ -2287,3 +2501,34 @@ FAKE_EXPORT int fake_stats(long long *out, int n)
         out[i] = v[i];
     return m;
 }
+
+/* ------------------------------------------------ signal chaining tests -- */
+
+#include <signal.h>
+
+/* fake_count_signal(sig, sleep_us): a C handler for `sig` (installed before
+ * cuda_debug's, which then chains to it) that counts its calls and sleeps
+ * sleep_us in each: a window in which another thread's signal arrives. */
+static atomic_int sig_calls;
+static long sig_sleep_us;
+
+static void counting_handler(int sig)
+{
+    (void)sig;
+    atomic_fetch_add(&sig_calls, 1);
+    struct timespec ts = {sig_sleep_us / 1000000, (sig_sleep_us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+FAKE_EXPORT int fake_count_signal(int sig, long sleep_us)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = counting_handler;
+    sigemptyset(&sa.sa_mask);
+    sig_sleep_us = sleep_us;
+    return sigaction(sig, &sa, NULL);
+}
+
+FAKE_EXPORT int fake_signal_calls(void) { return atomic_load(&sig_calls); }

@@ -34,6 +34,12 @@ CUptiResult CUPTIAPI cuptiUnsubscribe(CUpti_SubscriberHandle subscriber)
     return fakecuda_cupti_unsubscribe(subscriber);
 }
 
+/* Detach: every subscriber goes (the real one frees all of CUPTI's state). */
+CUptiResult CUPTIAPI cuptiFinalize(void)
+{
+    return fakecuda_cupti_finalize();
+}
+
 CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle subscriber,
                                          CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
 {

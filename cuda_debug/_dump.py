@@ -1,0 +1,502 @@
+"""``cuda-debug dump``: a watching process's unfinished launches, in the caller's terminal.
+
+How it asks (csrc/hooks/dump_server.c): the first ``watch()`` of a process
+starts a thread of cuda_debug's that listens on the abstract Unix socket
+``@cuda_debug-dump-<pid>``. ``dump PID`` connects, checks that the listener
+is PID (SO_PEERCRED), sends one line and reads back one JSON document
+(csrc/report/inflight_doc.c): every stream's oldest unfinished launch, the
+text block the dump signal would write, and on request the last launches.
+No signal is sent and no memory of the target is read from outside: a process
+that has not loaded cuda_debug, or has not opened ``watch()``, has no listener,
+so it cannot be reached; the thread answers while the program's threads are
+stuck in a CUDA call (with or without the GIL). The target's stderr gets
+nothing: the report is the caller's (``kill -USR1 PID`` still writes it there).
+
+Before connecting, the PID is checked: a positive number no larger than
+``/proc/sys/kernel/pid_max``, a live process (not a zombie) of the caller's
+own user, with cuda_debug's extension in ``/proc/PID/maps``. A process
+without cuda_debug whose descendants have it (a torchrun agent) is asked
+through them: every rank's report, each line prefixed ``[rank k]``, then one
+verdict line (:func:`verdict`).
+
+Also: ``--json`` (:func:`as_json`), ``--trace`` (Chrome/Perfetto trace events,
+:func:`trace_events`), ``--job`` (cuda_debug/_job.py: every rank of a job,
+through its c10d TCPStore).
+"""
+import json
+import os
+import re
+import socket
+import struct
+import sys
+import time
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+FORMAT = "cuda_debug.dump"
+VERSION = 1                       # csrc/report/report.h CD_DOC_VERSION
+TIMEOUT_S = 5.0
+DOC_MAX = 64 << 20
+
+
+class DumpError(Exception):
+    """Why a process cannot be asked: one line, printed as ``cuda_debug dump: <it>``."""
+
+
+# -- which process ---------------------------------------------------------------------
+
+_PID_TEXT = re.compile(r"[+-]?[0-9]+\Z")
+
+
+def pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 4194304              # Linux's PID_MAX_LIMIT
+
+
+def parse_pid(text: str) -> int:
+    """A PID as typed: a positive whole number naming one process, at most
+    pid_max. -1 and 0 are refused by name: kill(2) reads them as every process
+    the caller may signal and the caller's process group."""
+    t = text.strip()
+    if not _PID_TEXT.match(t):
+        raise DumpError("%r is not a process id: a PID is a positive whole number" % text)
+    v = int(t)
+    if v == -1 or v == 0:
+        raise DumpError("%s is not a process id: a PID is a positive number (to kill(2), %s "
+                        "means %s; dump asks one process at a time)"
+                        % (t, t, "every process you may signal" if v == -1
+                           else "your own process group"))
+    if v < 0:
+        raise DumpError("%s is not a process id: a PID is a positive number" % t)
+    top = pid_max()
+    if v > top:
+        raise DumpError("%s is not a process id: larger than the largest PID here (%d, "
+                        "/proc/sys/kernel/pid_max)" % (t, top))
+    return v
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def command_of(pid: int) -> str:
+    # one line, whatever the command line holds (python -c with newlines in it)
+    cmd = " ".join((_read("/proc/%d/cmdline" % pid) or "").replace("\0", " ").split())
+    cmd = "".join(c if c.isprintable() else "?" for c in cmd)
+    if not cmd:
+        return ""
+    return " (%s)" % (cmd if len(cmd) <= 80 else cmd[:77] + "...")
+
+
+class Process(NamedTuple):
+    pid: int
+    ppid: int
+    uid: int                      # real uid
+    euid: int
+    state: str                    # R, S, D, Z...
+    command: str                  # " (cmdline)" or ""
+
+
+def process(pid: int) -> Process:
+    """/proc/PID/status (readable by anyone): DumpError when it is gone."""
+    status = _read("/proc/%d/status" % pid)
+    if status is None:
+        raise DumpError("no process %d" % pid)
+    fields = {}
+    for line in status.splitlines():
+        k, _, v = line.partition(":")
+        fields[k] = v.strip()
+    uids = (fields.get("Uid") or "-1 -1").split()
+    return Process(pid=pid, ppid=int(fields.get("PPid") or 0), uid=int(uids[0]),
+                   euid=int(uids[1]) if len(uids) > 1 else int(uids[0]),
+                   state=(fields.get("State") or "?")[:1], command=command_of(pid))
+
+
+def check_askable(p: Process) -> None:
+    """Refuse, with the reason, what dump never asks: a zombie, another user's process."""
+    what = "process %d%s" % (p.pid, p.command)
+    if p.state in ("Z", "X"):
+        raise DumpError("%s is a zombie: it has exited and its parent has not collected it; "
+                        "there is nothing to ask" % what)
+    me = os.geteuid()
+    if me != 0 and (p.uid != me or p.euid != me):
+        raise DumpError("%s is another user's (uid %d): dump asks only your own processes; "
+                        "nothing was sent to it" % (what, p.euid if p.euid != me else p.uid))
+
+
+_CORE = re.compile(r"/cuda_debug/_core[^/]*\.so\s*$")
+
+
+def has_cuda_debug(pid: int) -> Optional[bool]:
+    """Is cuda_debug's extension mapped into the process (/proc/PID/maps)?
+    None: its map cannot be read."""
+    try:
+        with open("/proc/%d/maps" % pid, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return any(_CORE.search(line) for line in text.splitlines())
+
+
+def descendants(pid: int) -> List[int]:
+    """Every process below `pid` (children, theirs...), in PID order."""
+    kids: Dict[int, List[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _read("/proc/%s/stat" % name)
+        if not stat:
+            continue
+        try:                        # "pid (comm) state ppid ...": comm may hold anything
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for c in kids.get(todo.pop(), ()):
+            if c != os.getpid():          # dump itself, run from a shell below the PID
+                out.append(c)
+            todo.append(c)
+    return sorted(out)
+
+
+# -- asking one process ----------------------------------------------------------------
+
+def ask(pid: int, recent: int = 0, timeout: float = TIMEOUT_S) -> dict:
+    """The document of process `pid`'s dump listener (checked first with
+    check_askable and has_cuda_debug). DumpError when it cannot answer."""
+    from . import _core
+    _, name = _core.dump_listener(pid)
+    what = "process %d%s" % (pid, command_of(pid))
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        try:
+            s.connect(b"\0" + name)
+        except (ConnectionRefusedError, FileNotFoundError):
+            raise DumpError("%s has cuda_debug loaded but does not answer: it has not opened "
+                            "watch() (python -m cuda_debug run, cuda_debug.watch()) since it "
+                            "started, its CUDA_DEBUG_DUMP is off, or it runs in another network "
+                            "namespace (a container)" % what) from None
+        peer_pid, peer_uid, _ = struct.unpack("3i", s.getsockopt(
+            socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        if peer_pid != pid:
+            raise DumpError("the listener named for %s is another process (pid %d): not asked"
+                            % (what, peer_pid))
+        s.sendall(b"cuda_debug dump %d recent=%d\n" % (VERSION, max(0, int(recent))))
+        chunks, n, deadline = [], 0, time.monotonic() + timeout
+        while True:
+            s.settimeout(max(0.05, deadline - time.monotonic()))
+            b = s.recv(1 << 16)
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+            if n > DOC_MAX:
+                raise DumpError("%s sent more than %d MiB: cut" % (what, DOC_MAX >> 20))
+    except socket.timeout:
+        raise DumpError("%s did not answer within %.0f s" % (what, timeout)) from None
+    except OSError as e:
+        raise DumpError("%s: %s" % (what, e)) from None
+    finally:
+        s.close()
+    try:
+        doc = json.loads(b"".join(chunks))
+    except ValueError as e:
+        raise DumpError("%s sent a document that is not JSON (%s)" % (what, e)) from None
+    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        raise DumpError("%s speaks another version of the dump (%s %s; this cuda_debug "
+                        "reads %s %d): run the dump of the cuda_debug it runs"
+                        % (what, doc.get("format"), doc.get("version"), FORMAT, VERSION))
+    return doc
+
+
+def local_document(recent: int = 0) -> dict:
+    """This process's own document (the one its listener sends)."""
+    from . import _core
+    return json.loads(_core.dump_document(recent))
+
+
+def records(doc: dict):
+    """The document's streams as cuda_debug.InFlight records, oldest first."""
+    from . import _hangs, _locations
+    return [_hangs.record(seq=e["seq"], stream=e["stream"], kernel=e["kernel"] or "",
+                          short=e["short"], collective=e["collective"], graph=e["graph"],
+                          thread_id=e["thread_id"], thread_name=e["thread_name"],
+                          device=e["device"], stack=_locations.stack_from_frames(e["frames"]),
+                          age_ns=e["age_ns"], queued=e["queued"],
+                          candidates=e.get("candidates", 1), **_graph_fields(e))
+            for e in doc.get("streams", ())]
+
+
+def _graph_fields(e: dict) -> dict:
+    """A graph replay's candidates from the document (inflight_doc.c)."""
+    if not e.get("graph") or "graph_nodes" not in e:
+        return {}
+    from . import _graph_names, _locations
+    nodes = tuple(dict(node=n["node"], kernel=n["kernel"] or "", short=n["short"],
+                       collective=n["collective"], annotation=None,
+                       captured_at=_locations.where(_locations.stack_from_frames(n["frames"])))
+                  for n in e["graph_nodes"])
+    status = e.get("graph_status")
+    return {"graph_nodes": nodes,
+            "graph_note": None if nodes else _graph_names.GRAPH_NOTES.get(status)}
+
+
+def as_json(doc: dict) -> dict:
+    """``dump --json`` of one process: pid, rank, time, and one object per
+    stream with the fields of cuda_debug.in_flight()'s records."""
+    streams = []
+    for r in records(doc):
+        d = r._asdict()
+        d["stack"] = [list(f) for f in d["stack"]]
+        streams.append(d)
+    out = {"pid": doc["pid"], "rank": doc.get("rank"), "time": doc["time"],
+           "watching": doc.get("watching"), "streams": streams}
+    if doc.get("flight_recorder"):
+        out["flight_recorder"] = doc["flight_recorder"]
+    return out
+
+
+def label(doc: dict) -> str:
+    return "rank %d" % doc["rank"] if doc.get("rank") is not None else "pid %d" % doc["pid"]
+
+
+def prefixed(doc: dict, text: Optional[str] = None) -> str:
+    """The report's text, each line prefixed ``[rank k]`` (``[pid N]`` without a rank)."""
+    pfx = "[%s] " % label(doc)
+    text = doc.get("text") or "" if text is None else text
+    return "".join(pfx + line + "\n" for line in text.splitlines())
+
+
+# -- one verdict for many ranks -------------------------------------------------------
+
+def _where(r) -> str:
+    if r.filename:
+        return "%s:%s" % (r.filename, r.lineno)
+    return "no Python line"
+
+
+def _what(r) -> str:
+    if r.graph and r.graph_node is not None:
+        name = "%s (%s)" % (r.collective, r.short) if r.collective else r.short or r.kernel
+        return "%s, node %d of a CUDA graph%s" % (
+            name, r.graph_node, " (one of %d nodes)" % len(r.graph_nodes)
+            if len(r.graph_nodes) > 1 else "")
+    if r.graph:
+        return "a CUDA graph replay"
+    if r.collective:
+        return "%s (%s)" % (r.collective, r.short or r.kernel)
+    return r.short or r.kernel or "?"
+
+
+def _last_launch(doc: dict):
+    recent = doc.get("recent") or []
+    if not recent:
+        return None
+    from . import _hangs, _locations
+    e = recent[-1]
+    return _hangs.record(seq=e["seq"], stream=e["stream"], kernel=e["kernel"] or "",
+                         short=e["short"], collective=e["collective"], graph=e["graph"],
+                         thread_id=e["thread_id"], thread_name=e["thread_name"],
+                         device=e["device"], stack=_locations.stack_from_frames(e["frames"]),
+                         age_ns=e["age_ns"], queued=0)
+
+
+def _names(labels: Sequence[str]) -> str:
+    labels = list(labels)
+    if len(labels) == 1:
+        return labels[0]
+    nums = [l.split(" ", 1)[1] for l in labels]
+    kind = "ranks" if all(l.startswith("rank ") for l in labels) else "processes"
+    return "%s %s" % (kind, ", ".join(nums))
+
+
+def verdict(docs: Sequence[dict]) -> str:
+    """One line for a job: the rank that stalls it (its oldest unfinished
+    launch is a compute kernel while the others wait in a collective: that
+    rank, kernel and line), or the collective some ranks have not joined
+    (each rank's line), or that the ranks disagree on the collective."""
+    oldest = []
+    for doc in docs:
+        recs = records(doc)
+        oldest.append((label(doc), recs[0] if recs else None, doc))
+    compute = [(n, r) for n, r, _ in oldest if r is not None and not r.collective]
+    waiting = [(n, r) for n, r, _ in oldest if r is not None and r.collective]
+    idle = [(n, d) for n, r, d in oldest if r is None]
+    if not compute and not waiting:
+        return "verdict: no %s has an unfinished launch: the job is not stuck on the GPU" % (
+            "rank" if len(docs) > 1 else "process")
+    colls = sorted({r.collective for _, r in waiting})
+    if compute and waiting:
+        stall = "; ".join("%s in %s at %s (unfinished for %.1f s)"
+                          % (n, _what(r), _where(r), r.age_s) for n, r in compute)
+        wait = "; ".join("%s at %s" % (n, _where(r)) for n, r in waiting)
+        return "verdict: %s stall%s the job: %s, while %s wait%s in %s (%s)" % (
+            _names([n for n, _ in compute]), "s" if len(compute) == 1 else "", stall,
+            _names([n for n, _ in waiting]), "s" if len(waiting) == 1 else "",
+            " / ".join(colls), wait)
+    if waiting and idle:
+        lines = []
+        for n, d in idle:
+            last = _last_launch(d)
+            lines.append("%s has nothing unfinished%s" % (
+                n, "; its last launch: %s at %s" % (_what(last), _where(last)) if last else
+                " (no launch recorded)"))
+        return "verdict: %s not joined %s: %s wait%s in it (%s); %s" % (
+            "a collective was" if len(colls) > 1 else "%s was" % colls[0],
+            "by " + _names([n for n, _ in idle]), _names([n for n, _ in waiting]),
+            "s" if len(waiting) == 1 else "",
+            "; ".join("%s at %s" % (n, _where(r)) for n, r in waiting), "; ".join(lines))
+    if waiting and len(colls) > 1:
+        return "verdict: the ranks wait in different collectives: %s" % "; ".join(
+            "%s in %s at %s" % (n, r.collective, _where(r)) for n, r in waiting)
+    if waiting:
+        return ("verdict: every rank waits in %s (%s): all joined it and it does not finish "
+                "(the network or NCCL itself: NCCL_DEBUG=INFO says more)" % (
+                    colls[0], "; ".join("%s at %s" % (n, _where(r)) for n, r in waiting)))
+    busy = "; ".join("%s in %s at %s (unfinished for %.1f s)" % (n, _what(r), _where(r), r.age_s)
+                     for n, r in compute)
+    if idle:
+        return "verdict: %s: %s; %s %s nothing unfinished" % (
+            "a compute kernel does not finish", busy, _names([n for n, _ in idle]),
+            "has" if len(idle) == 1 else "have")
+    return "verdict: no collective is waited for: %s" % busy
+
+
+def flight_recorder_lines(docs: Sequence[dict]) -> List[str]:
+    """Per rank whose NCCL flight recorder is on (TORCH_NCCL_TRACE_BUFFER_SIZE):
+    its last collectives, sequence number, op and state."""
+    out = []
+    for doc in docs:
+        fr = doc.get("flight_recorder") or {}
+        entries = fr.get("entries") or []
+        if not entries:
+            continue
+        out.append("  flight recorder, %s (%.0f s ago): %s" % (
+            label(doc), max(0.0, float(doc["time"]) - float(fr.get("time") or doc["time"])),
+            ", ".join("#%s %s %s" % (e.get("seq"), e.get("op"), e.get("state"))
+                      for e in entries)))
+    return out
+
+
+def verdict_lines(docs: Sequence[dict]) -> List[str]:
+    """The verdict, then the flight recorders' last collectives where they are on."""
+    return [verdict(docs)] + flight_recorder_lines(docs)
+
+
+# -- a timeline ------------------------------------------------------------------------
+
+def trace_events(docs: Sequence[dict], culprit: Optional[Dict[int, int]] = None) -> dict:
+    """Chrome/Perfetto trace events (the JSON object format torch.profiler
+    exports) of the documents' last launches: per process (one per rank) a
+    track per stream and one per launching thread; each launch is an event
+    with its kernel (a collective named as such) and Python line. The ring
+    records when a launch was made and whether its completion marker came
+    back, not when it ran: a finished launch is an instant on its stream's
+    track, an unfinished one a slice from its launch to the dump, the culprit
+    (per process: `culprit` {pid: seq}, else its oldest unfinished launch)
+    named so. Timestamps are wall-clock microseconds, so ranks line up."""
+    events = []
+    culprit = culprit or {}
+    for doc in docs:
+        pid = doc["pid"]
+        t_doc = float(doc["time"]) * 1e6
+        bad = culprit.get(pid, doc.get("culprit"))
+        unfinished = {e["seq"]: e for e in doc.get("streams", ())}
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                       "args": {"name": "%s (pid %d)" % (label(doc), pid)}})
+        launches = list(doc.get("recent") or [])
+        seen = {e["seq"] for e in launches}
+        launches += [e for s, e in unfinished.items() if s not in seen]
+        launches.sort(key=lambda e: e["seq"])
+        tracks, threads = {}, {}
+        for e in launches:
+            key = (e["stream"], e["device"], e["thread_id"] if e["stream"] == 2 else 0)
+            if key not in tracks:
+                tracks[key] = tid = 1000000000 + len(tracks)
+                events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                               "args": {"name": "stream %#x%s" % (
+                                   e["stream"], " (device %d)" % e["device"]
+                                   if e["device"] is not None and e["device"] >= 0 else "")}})
+                events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                               "args": {"sort_index": len(tracks)}})
+            if e["thread_id"] not in threads:
+                threads[e["thread_id"]] = True
+                events.append({"ph": "M", "name": "thread_name", "pid": pid,
+                               "tid": e["thread_id"], "args": {"name": "thread %s (tid %d)" % (
+                                   e.get("thread_name") or "?", e["thread_id"])}})
+        for e in launches:
+            from . import _locations
+            stack = _locations.stack_from_frames(e["frames"])
+            fs = _locations.user_frame(stack, complete=False)
+            line = "%s:%s in %s" % (fs.filename, fs.lineno, fs.name) if fs else None
+            name = "a CUDA graph replay" if e["graph"] else \
+                "%s (%s)" % (e["collective"], e["short"]) if e["collective"] else \
+                (e["short"] or e["kernel"] or "?")
+            state = "unfinished" if e["seq"] in unfinished else \
+                {1: "finished", 0: "unfinished", -1: "unknown", -2: "context gone"}.get(
+                    e.get("done"), "unknown")
+            is_culprit = e["seq"] == bad
+            cat = "graph" if e["graph"] else "collective" if e["collective"] else "kernel"
+            args = {"seq": e["seq"], "kernel": e["kernel"], "line": line, "state": state,
+                    "stream": "%#x" % e["stream"], "thread_id": e["thread_id"]}
+            if e["collective"]:
+                args["collective"] = e["collective"]
+            if is_culprit:
+                args["culprit"] = True
+                name = "CULPRIT " + name
+            if e["seq"] in unfinished:
+                args["queued_behind"] = unfinished[e["seq"]]["queued"]
+            ts = t_doc - e["age_ns"] / 1e3
+            key = (e["stream"], e["device"], e["thread_id"] if e["stream"] == 2 else 0)
+            track = tracks[key]
+            if state == "unfinished":
+                events.append({"ph": "X", "name": name, "cat": cat + ",unfinished", "pid": pid,
+                               "tid": track, "ts": ts, "dur": max(t_doc - ts, 1.0),
+                               "args": args})
+            else:
+                events.append({"ph": "i", "s": "t", "name": name, "cat": cat, "pid": pid,
+                               "tid": track, "ts": ts, "args": args})
+            events.append({"ph": "i", "s": "t", "name": "launch " + name, "cat": "launch",
+                           "pid": pid, "tid": e["thread_id"], "ts": ts,
+                           "args": {"seq": e["seq"], "line": line, "stream": args["stream"]}})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"producer": "cuda_debug dump", "version": VERSION}}
+
+
+def write_trace(path: str, docs: Sequence[dict], culprit: Optional[Dict[int, int]] = None) -> None:
+    data = trace_events(docs, culprit)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+_FAULT_TRACE = []
+
+
+def trace_at_fault(culprit_seq: int) -> None:
+    """CUDA_DEBUG_TRACE=path: the ring's last launches as a trace, at the
+    first sticky fault reported while watching (once per process)."""
+    from . import _options
+    path = _options.OPTIONS.trace
+    if not path or _FAULT_TRACE:
+        return
+    _FAULT_TRACE.append(path)
+    try:
+        doc = local_document(RECENT_DEFAULT)
+        write_trace(path, [doc], {doc["pid"]: culprit_seq} if culprit_seq else None)
+    except (OSError, ValueError) as e:
+        sys.stderr.write("cuda_debug: CUDA_DEBUG_TRACE=%s: the trace was not written: %s\n"
+                         % (path, e))
+
+
+RECENT_DEFAULT = 2000

@@ -1,0 +1,84 @@
+"""Names for the nodes of CUDA graphs, shared by the exception (cuda_debug/_report.py)
+and the in-flight records (cuda_debug/_hangs.py): why a replay's nodes are not
+named, the tag torch.cuda.graph_annotations gave a node, and a node's candidates
+as dicts (host memory only: csrc/capture/graph_markers.c)."""
+import sys
+from typing import Optional
+
+from . import _core, _locations
+
+#: Why a graph replay's nodes are not named (csrc/capture/capture.h: CD_GRAPH_*).
+GRAPH_NOTES = {
+    _core.GRAPH_NO_MARKERS: "captured before watching: the graph has no markers inside it, so "
+                            "its nodes are not named (capture it inside watch() to name them)",
+    _core.GRAPH_NOT_CLOSED: "its capture did not end inside watch(): its markers are never "
+                            "cleared, so its nodes are not named",
+    _core.GRAPH_NOT_STARTED: "the replay had not begun (it waited for work that did not finish)",
+    _core.GRAPH_ALL_DONE: "every node of the graph finished",
+    _core.GRAPH_BROKEN: "its markers could not be captured (the driver refused a stream write "
+                        "or memset: _core.graph_stats() says which)",
+    _core.GRAPH_ADOPTED: "captured before watching: the graph has no markers inside it, and the "
+                         "device's text names none of its %d kernel nodes (capture it inside "
+                         "watch() to name them)",
+}
+
+
+def graph_annotation(tools_id: int, exec_ids=()) -> Optional[dict]:
+    """The tag ``torch.cuda.graph_annotations.mark_kernels`` gave a node (PyTorch
+    2.12+, a driver with cuGraphNodeGetToolsId: CUDA 13.1+), when that module is
+    loaded and holds one; else None. Its tags are keyed by the node's id for
+    tools: the graph's id above the node's, the capture's graph id until the
+    graph is instantiated, the executable's after; C kept the node's id at
+    capture and the ids of the executables made from it."""
+    if not tools_id:
+        return None
+    mod = sys.modules.get("torch.cuda._graph_annotations") or \
+        sys.modules.get("torch.cuda.graph_annotations")
+    get = getattr(mod, "get_kernel_annotations", None)
+    if get is None:
+        return None
+    try:
+        table = get()
+        low = tools_id & 0xFFFFFFFF
+        for high in [tools_id >> 32] + [e for e in exec_ids if e]:
+            tag = table.get(high << 32 | low)
+            if isinstance(tag, (list, tuple)):
+                tag = tag[0] if tag else None
+            if tag:
+                return dict(tag) if isinstance(tag, dict) else {"name": tag}
+    except Exception:
+        return None
+    return None
+
+
+#: A graph captured before watching whose node the device's text names.
+ADOPTED_NAMED = "captured before watching (no markers inside it): named by the device's text"
+
+
+
+
+def node_candidates(info):
+    """((node dict, ...), note) for a replay's (status, capture, [node]) from C
+    (``_core.in_flight()``'s graph field): per node its number, kernel, short
+    name, collective (NCCL), the line that captured it, its annotation; or no
+    nodes and why (a graph captured before watching has no markers: nothing
+    says which node runs)."""
+    if info is None:
+        return (), None
+    status, capture, node_ids = info
+    if status == _core.GRAPH_ADOPTED:
+        return (), GRAPH_NOTES[_core.GRAPH_NO_MARKERS]
+    cap = _core.graph_capture(capture) if capture >= 0 else None
+    nodes = []
+    for g in node_ids:
+        got = _core.graph_node(g)
+        if got is None:
+            continue
+        rec, index, collective, tools_id, inner = got
+        name = rec[2].decode("utf-8", "replace")
+        stack = _locations.stack_from_ids(_locations.merged_ids(rec[8], inner))
+        nodes.append(dict(node=index, kernel=name,
+                          short=_core.short_kernel_name(name) if name else None,
+                          collective=collective, captured_at=_locations.where(stack),
+                          annotation=graph_annotation(tools_id, cap[7] if cap else ())))
+    return tuple(nodes), (None if nodes else GRAPH_NOTES.get(status))

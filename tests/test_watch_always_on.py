@@ -1,0 +1,299 @@
+"""The always-on watch() (issue 26), against the fake CUDA driver: CPU only.
+
+watch() puts a completion marker behind every K-th launch of a stream
+(CUDA_DEBUG_WATCH_EVERY, default 16), behind a stream's newest launch when the
+host waits for it (cuStreamSynchronize, cuCtxSynchronize, an event's
+synchronisation, a synchronous copy), and behind every graph replay and NCCL
+kernel (the NCCL kernel also after one put behind the stream's newest launch
+first). A fault lies among the launches of its stream from the last marker
+that came back to the first that did not: the culprit is exact when the
+device's assert text names one of them, else the candidates (at most K) are
+named in launch order. watch(exact=True) keeps a marker behind every launch.
+"""
+import pytest
+
+L = "1, 1, 1, 32, 1, 1"
+
+
+def test_a_marker_behind_every_kth_launch_and_behind_the_newest_at_a_wait(fake_child):
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core
+        t.empty()
+        out = {}
+        with cuda_debug.watch():
+            for _ in range(100):
+                fake.fake_launch(b"k", 0, %s)
+            s = _core.stats()
+            out["marked"], out["closed"], out["every"] = s["marked"], s["closed"], s["watch_every"]
+            out["pending"] = [st[5] for st in _core.watch_streams(0)]
+            cuda_debug.check()                     # a host wait: a marker behind launch 100
+            s = _core.stats()
+            out["closed_after"] = s["closed"]
+            out["pending_after"] = _core.watch_streams(0)
+            with cuda_debug.watch(exact=True):     # nested: a marker behind each launch
+                for _ in range(10):
+                    fake.fake_launch(b"k", 0, %s)
+                out["marked_exact"] = _core.stats()["marked"] - s["marked"]
+                out["every_exact"] = _core.stats()["watch_every"]
+            out["every_back"] = _core.stats()["watch_every"]
+        report(out)
+    ''' % (L, L))
+    r = c.result
+    assert r is not None, c
+    assert (r["marked"], r["closed"], r["every"]) == (6, 0, 16), r     # launches 16, 32, ... 96
+    assert r["pending"] == [16], r     # nothing ran yet (the fake runs work at a sync): 1-16
+    assert r["closed_after"] == 1 and r["pending_after"] == [], r
+    assert (r["marked_exact"], r["every_exact"], r["every_back"]) == (10, 1, 16), r
+
+
+@pytest.mark.parametrize("every", [None, "4"])
+def test_a_fault_the_device_does_not_name_gives_the_candidates_in_launch_order(fake_child,
+                                                                              every):
+    """An illegal address (no assert text) at launch 21 of 40 on one stream: the
+    marker behind launch 16 came back, the one behind 32 did not: launches 17 to
+    32 are the candidates (K=16), in launch order, each named; exact False. With
+    K=4: launches 21 to 24."""
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        t.empty()                                  # the primary context: check() synchronises it
+        fake.fake_set_kernel(b"bad_k", 700, 0, None, 0, 0)
+        out = {}
+        try:
+            with cuda_debug.watch():
+                for i in range(40):
+                    fake.fake_launch(b"bad_k" if i == 20 else b"ok_%%d" %% i, 0, %s)  # LAUNCH
+                cuda_debug.check()
+        except cuda_debug.CudaError as e:
+            out = dict(kernel=e.kernel, exact=e.exact, lineno=e.lineno,
+                       cands=[c["kernel"] for c in e.candidates], count=e.candidate_count,
+                       every=e.markers_every, text=str(e))
+        report(out)
+    ''' % L, env={"CUDA_DEBUG_WATCH_EVERY": every} if every else None)
+    r = c.result
+    assert r is not None, c
+    if every is None:
+        names = ["ok_%d" % i for i in range(16, 32)]
+        names[4] = "bad_k"
+        assert (r["count"], r["every"]) == (16, 16), r
+    else:
+        names = ["bad_k", "ok_21", "ok_22", "ok_23"]
+        assert (r["count"], r["every"]) == (4, 4), r
+    assert [r["kernel"]] + r["cands"] == names, r
+    assert r["exact"] is False and r["lineno"] == c.line_of("# LAUNCH"), r
+    assert "one of %d launches not known to have finished" % len(names) in r["text"], r["text"]
+    assert "or %s launched at %s:%d" % (names[1], c.script, c.line_of("# LAUNCH")) in r["text"]
+    assert "watch(exact=True) names every launch" in r["text"], r["text"]
+    # the fd-2 block, written at the fault: the same candidates
+    block = c.stderr[c.stderr.index("cuda_debug (watch): illegal"):]
+    assert "culprit: one of %d launches, in launch order" % len(names) in block, block
+    assert "    %s (launch #" % names[0] in block and "    %s (launch #" % names[1] in block
+
+
+def test_a_fault_the_device_names_is_exact_among_the_candidates(fake_child):
+    """A device assert at launch 21 of 40: the assert text names bad_k, the only
+    candidate of that name: exact, in the exception and in the fd-2 block."""
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        t.empty()                                  # the primary context: check() synchronises it
+        fake.fake_set_kernel(b"bad_k", 710, 1, b"idx < n", -1, 0)
+        out = {}
+        try:
+            with cuda_debug.watch():
+                for i in range(40):
+                    if i == 20:
+                        fake.fake_launch(b"bad_k", 0, %s)  # CULPRIT
+                    else:
+                        fake.fake_launch(b"ok_k", 0, %s)
+                cuda_debug.check()
+        except cuda_debug.CudaError as e:
+            out = dict(kernel=e.kernel, exact=e.exact, lineno=e.lineno, cands=e.candidates,
+                       named=e.named_by_device, text=str(e))
+        report(out)
+    ''' % (L, L))
+    r = c.result
+    assert r is not None, c
+    assert (r["kernel"], r["exact"], r["cands"], r["named"]) == ("bad_k", True, [], True), r
+    assert r["lineno"] == c.line_of("# CULPRIT"), r
+    assert "not known to have finished" not in r["text"], r["text"]
+    block = c.stderr[c.stderr.index("cuda_debug (watch): device-side assert"):]
+    assert "  culprit: bad_k (launch #21," in block, block
+
+
+def test_a_fault_named_in_a_kernel_launched_twice_in_the_window_stays_inexact(fake_child):
+    """The named kernel twice among the candidates: both are the candidates,
+    the first of them first; not exact (the device does not say which launch)."""
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        t.empty()                                  # the primary context: check() synchronises it
+        fake.fake_set_kernel(b"bad_k", 710, 1, b"idx < n", -1, 0)
+        out = {}
+        try:
+            with cuda_debug.watch():
+                for i in range(8):
+                    fake.fake_launch(b"bad_k" if i in (2, 5) else b"ok_k", 0, %s)
+                cuda_debug.check()
+        except cuda_debug.CudaError as e:
+            out = dict(kernel=e.kernel, exact=e.exact, cands=[c["seq"] for c in e.candidates],
+                       count=e.candidate_count)
+        report(out)
+    ''' % L)
+    r = c.result
+    assert r is not None, c
+    assert (r["kernel"], r["exact"], r["cands"], r["count"]) == ("bad_k", False, [6], 2), r
+
+
+def test_a_triton_assert_names_its_kernel_by_the_source_line(fake_child, tmp_path):
+    """Triton prints `unknown` as the function: the asserting line of the
+    kernel's source file names it (the function defined around that line)."""
+    src = tmp_path / "ckernel.py"
+    src.write_text("import triton\n\n@triton.jit\ndef triton_poi_fused_index_0(x):\n"
+                   "    tl.device_assert(x < 10, 'index out of bounds')\n")
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        t.empty()
+        fake.fake_set_kernel(b"triton_poi_fused_index_0", 710, 1, b"index out of bounds", -1, 0)
+        fake.fake_set_assert_site(b"triton_poi_fused_index_0", %r, 5, b"unknown")
+        out = {}
+        try:
+            with cuda_debug.watch():
+                for i in range(6):
+                    fake.fake_launch(b"triton_poi_fused_index_0" if i == 3 else b"ok_k", 0, %s)
+                cuda_debug.check()
+        except cuda_debug.CudaError as e:
+            out = dict(kernel=e.kernel, exact=e.exact)
+        report(out)
+    ''' % (str(src).encode(), L))
+    assert c.result == {"kernel": "triton_poi_fused_index_0", "exact": True}, c
+
+
+def test_the_host_wait_brackets_a_hang_among_the_candidates(fake_child):
+    """Three quick launches and a spinning kernel, then the host waits: the
+    marker put behind the spin at the wait's entry does not come back; the hang
+    report names the window's first launch and says the unfinished one is among
+    the next; in_flight() says how many candidates."""
+    c = fake_child('''
+        import threading, time, cuda_debug, cuda_debug.testing as t
+        fake.fake_set_async(1)
+        seen = {}
+        def look():
+            time.sleep(1.6)
+            r = cuda_debug.in_flight()
+            seen.update(n=len(r), short=r[0].short if r else None,
+                        cands=r[0].candidates if r else None)
+        with cuda_debug.watch(hang_after=1):
+            for _ in range(3):
+                t.empty()
+            t.spin(2.5)                            # SPIN
+            th = threading.Thread(target=look)
+            th.start()
+            cuda_debug.check()
+            th.join()
+        report(seen)
+    ''')
+    assert c.returncode == 0, c
+    assert c.result == {"n": 1, "short": "empty", "cands": 4}, c
+    report = c.stderr[c.stderr.index("cuda_debug (watch): possible hang"):]
+    assert "(or one of the 3 launches after it up to launch #4" in report, report
+    assert "    or spin (launch #4)" in report, report
+    assert "launched at %s:%d" % (c.script, c.line_of("# SPIN")) in report, report
+
+
+def test_an_nccl_kernel_is_bracketed_and_named_exactly(fake_child):
+    """Launches, then an NCCL kernel that does not finish (a rank that never
+    joins): the marker put before it came back, its own did not: it alone is
+    unfinished."""
+    c = fake_child('''
+        import time, cuda_debug
+        fake.fake_set_async(1)
+        fake.fake_set_kernel(b"ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 0, b"", -1, 3000000)
+        s = fake.fake_stream_create()
+        with cuda_debug.watch():
+            for _ in range(5):
+                fake.fake_launch(b"ok_k", s, %s)
+            fake.fake_launch(b"ncclDevKernel_AllReduce_Sum_f32_RING_LL", s, %s)  # NCCL
+            time.sleep(0.3)                        # the five finish
+            r = cuda_debug.in_flight()
+            out = [(x.collective, x.candidates, x.lineno) for x in r]
+            fake.fake_stream_sync(s)
+        report(out)
+    ''' % (L, L))
+    assert c.result == [["all_reduce", 1, c.line_of("# NCCL")]], c
+
+
+def test_the_stream_table_keeps_the_culprit_past_its_size(fake_child):
+    """More streams than the table holds (256): entries are taken over, never
+    confused: a fault on the 300th stream is still among its own launches."""
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        t.empty()                                  # the primary context: check() synchronises it
+        fake.fake_set_kernel(b"bad_k", 700, 0, None, 0, 0)
+        streams = [fake.fake_stream_create() for _ in range(300)]
+        out = {}
+        try:
+            with cuda_debug.watch():
+                for s in streams:
+                    fake.fake_launch(b"ok_k", s, %s)
+                    fake.fake_stream_sync(s)       # each stream done, its launch closed
+                fake.fake_launch(b"ok_k", streams[-1], %s)
+                fake.fake_launch(b"bad_k", streams[-1], %s)  # CULPRIT
+                cuda_debug.check()
+        except cuda_debug.CudaError as e:
+            out = dict(kernel=e.kernel, stream=e.stream == streams[-1],
+                       cands=[c["kernel"] for c in e.candidates])
+        report(out)
+    ''' % (L, L, L))
+    r = c.result
+    assert r is not None, c
+    assert r == {"kernel": "ok_k", "stream": True, "cands": ["bad_k"]}, r
+
+
+def test_probe_levels_take_the_cost_apart(fake_child):
+    """CUDA_DEBUG_WATCH_PROBE (measurements only): dispatch records nothing;
+    record keeps no frames and writes no marker; frames keeps the frames."""
+    code = '''
+        import cuda_debug
+        from cuda_debug import _core
+        with cuda_debug.watch():
+            for _ in range(40):
+                fake.fake_launch(b"k", 0, %s)
+            s = _core.stats()
+            rec = _core.watch_record(_core.watch_seq())
+            report(dict(watched=s["watched"], marked=s["marked"],
+                        frames=len(rec[8]) if rec else None))
+    ''' % L
+    got = {p: fake_child(code, env={"CUDA_DEBUG_WATCH_PROBE": p}).result
+           for p in ("dispatch", "record", "frames", "off")}
+    assert got["dispatch"] == {"watched": 0, "marked": 0, "frames": None}, got
+    assert got["record"] == {"watched": 40, "marked": 0, "frames": 0}, got
+    assert got["frames"]["marked"] == 0 and got["frames"]["frames"] >= 1, got
+    assert got["off"]["marked"] == 2 and got["off"]["frames"] >= 1, got
+
+
+def test_cupti_detach_after_the_last_watch_and_a_new_watch_works(fake_child):
+    """CUDA_DEBUG_CUPTI_DETACH=1: the launch after the last watch() closed
+    detaches CUPTI (cuptiFinalize, at its API exit); the next watch() takes it
+    again and names a fault."""
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core
+        t.empty()
+        fake.fake_set_kernel(b"bad_k", 710, 1, b"idx < n", -1, 0)
+        out = {}
+        with cuda_debug.watch():
+            fake.fake_launch(b"ok_k", 0, %s)
+        out["subscribed_after_exit"] = _core.stats()["subscribed"]
+        fake.fake_launch(b"ok_k", 0, %s)          # its callback detaches
+        out["finalizes"] = fake.fake_cupti_finalizes()
+        out["subscribed"] = _core.stats()["subscribed"]
+        out["detaches"] = _core.stats()["detaches"]
+        try:
+            with cuda_debug.watch():
+                fake.fake_launch(b"bad_k", 0, %s)
+                cuda_debug.check()
+        except cuda_debug.CudaError as e:
+            out["kernel"] = e.kernel
+        report(out)
+    ''' % (L, L, L), env={"CUDA_DEBUG_CUPTI_DETACH": "1"})
+    assert c.result == {"subscribed_after_exit": True, "finalizes": 1, "subscribed": False,
+                        "detaches": 1, "kernel": "bad_k"}, c
