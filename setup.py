@@ -68,4 +68,5 @@ core = Extension(
     libraries=["dl", "pthread"],
 )
 
-setup(ext_modules=[core], cmdclass={"build_ext": BuildExt})
+# license: see pyproject.toml (dynamic = ["license"]): a `License: MIT` field.
+setup(ext_modules=[core], cmdclass={"build_ext": BuildExt}, license="MIT")

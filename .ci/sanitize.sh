@@ -20,12 +20,17 @@
 # whatever its exit status.
 #
 # usage: .ci/sanitize.sh [PYTHON]
+#   PYTHON runs the tests (it needs the [test] extra: a venv after the README's
+#   install); the extension is built by an interpreter with the build
+#   requirements (tests/build_env.py: PYTHON itself if its setuptools is >= 77,
+#   else a venv made for them), as pip builds it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # the interpreter itself, not a wrapper script (pyenv's shims are bash: bash
 # does not run with the ThreadSanitizer runtime preloaded)
 PY=$("${1:-python3}" -c 'import sys; print(sys.executable)')
 SRC=$PWD
+BUILD_PY=$("$PY" tests/build_env.py "$SRC")
 CC=${CC:-gcc}
 WORK=$(mktemp -d /tmp/cuda_debug_sanitize.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -39,7 +44,7 @@ copy() {
 
 build() {        # build DIR FLAGS: the extension, in place, with FLAGS
     (cd "$1" && CC=$CC CFLAGS="$2 -fno-omit-frame-pointer" LDFLAGS="$2" \
-        "$PY" setup.py build_ext --inplace -q) > "$1.build.log" 2>&1 ||
+        "$BUILD_PY" setup.py build_ext --inplace -q) > "$1.build.log" 2>&1 ||
         { cat "$1.build.log"; echo "FAIL: the sanitizer build failed"; exit 1; }
 }
 

@@ -159,8 +159,8 @@ _hook_torch_graphs()
 
 
 def load_ipython_extension(ipython):
-    """``%load_ext cuda_debug``: the %cuda_guard / %cuda_watch / %launch_blocking magics and
-    short reports."""
+    """``%load_ext cuda_debug``: the %cuda_watch / %cuda_guard / %cuda_launch_blocking
+    magics (line and cell; %launch_blocking is an old name) and short reports."""
     from . import _notebook
     _notebook.load(ipython)
 

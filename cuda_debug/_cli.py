@@ -130,7 +130,8 @@ def main(argv: Optional[List[str]] = None, prog: str = MODULE_PROG) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd in ("-V", "--version"):
         if rest:
-            sys.stderr.write("cuda_debug: %s takes no arguments, not %s\n" % (cmd, " ".join(rest)))
+            sys.stderr.write("%s: error: %s takes no arguments, not %s\n"
+                             % (prog, cmd, " ".join(rest)))
             return EXIT_USAGE
         from . import __version__
         print("cuda_debug %s" % __version__)
@@ -145,7 +146,7 @@ def main(argv: Optional[List[str]] = None, prog: str = MODULE_PROG) -> int:
         return dump_main(rest, prog)
     if cmd == "bench":
         return bench_main(rest, prog)
-    sys.stderr.write("cuda_debug: unknown command %r\n\n%s" % (cmd, usage))
+    sys.stderr.write("%s: error: unknown command %r\n\n%s" % (prog, cmd, usage))
     return EXIT_USAGE
 
 
@@ -157,7 +158,7 @@ def bench_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     except ModuleNotFoundError as e:
         if e.name != "cuda_debug.bench._cli":
             raise
-        sys.stderr.write("cuda_debug: the bench command is not available in this build "
+        sys.stderr.write("%s bench: the bench command is not available in this build "
                          "(cuda_debug.bench._cli is missing)\n")
         return EXIT_ERROR
     return int(mod.main(argv, prog=prog + " bench") or 0)
@@ -220,8 +221,10 @@ def _is_module_name(name: str) -> bool:
 
 
 def _usage_error(parser: argparse.ArgumentParser, message: str) -> int:
+    """As argparse says it: the usage, then ``PROG run: error: message`` (the
+    command as typed: ``cuda-debug`` or ``python -m cuda_debug``)."""
     parser.print_usage(sys.stderr)
-    sys.stderr.write("cuda_debug run: %s\n" % message)
+    sys.stderr.write("%s: error: %s\n" % (parser.prog, message))
     return EXIT_USAGE
 
 
@@ -324,7 +327,7 @@ def _replay_after(target: str, args: List[str], module: bool, prog: str) -> None
 
 
 def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None,
-           exact: Optional[bool] = None):
+           exact: Optional[bool] = None, prog: str = MODULE_PROG):
     """The entered scope for `mode`, or None: where it cannot be had (no GPU,
     no CUPTI, a profiler holds it) say so once and run without it."""
     if mode == "none":
@@ -340,8 +343,8 @@ def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None,
     try:
         scope.__enter__()
     except (CudaUnavailableError, ToolConflictError) as e:
-        sys.stderr.write("cuda_debug run: running without %s: %s\n"
-                         % ("watch()" if mode == "watch" else "launch_blocking()", e))
+        sys.stderr.write("%s run: running without %s: %s\n"
+                         % (prog, "watch()" if mode == "watch" else "launch_blocking()", e))
         return None
     if mode == "watch":
         from . import _replay_command
@@ -392,7 +395,7 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
             sys.argv = [target] + args
             sys.path[0:1] = [os.path.dirname(os.path.abspath(target))]
         try:
-            scope = _enter(mode, all_threads, hang_after, exact)
+            scope = _enter(mode, all_threads, hang_after, exact, prog)
             with contextlib.ExitStack() as stack:
                 if scope is not None:
                     stack.push(scope)
@@ -429,7 +432,7 @@ def _ranked(text: str) -> str:
     return "\n".join("[rank %s] %s" % (rank, line) for line in text.splitlines())
 
 
-def _write_elastic_error(text: str) -> None:
+def _write_elastic_error(text: str, prog: str = MODULE_PROG) -> None:
     """torchrun's failure summary names this as the root cause: the format of
     torch.distributed.elastic's ErrorHandler.record_exception (TORCHELASTIC_ERROR_FILE)."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
@@ -443,7 +446,7 @@ def _write_elastic_error(text: str) -> None:
         with open(path, "w") as f:
             json.dump(data, f)
     except OSError as exc:
-        sys.stderr.write("cuda_debug run: could not write %s: %s\n" % (path, exc))
+        sys.stderr.write("%s run: could not write %s: %s\n" % (prog, path, exc))
 
 
 def _exit_status(code) -> int:
@@ -492,7 +495,7 @@ def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG) -> 
         if err is not e:
             text += "\n  (raised as %s)" % _sticky.first_line(e)
         sys.stderr.write(_ranked(text) + "\n")
-        _write_elastic_error(text)
+        _write_elastic_error(text, prog)
         return EXIT_STICKY if err.sticky else EXIT_ERROR
     code = _sticky.sticky_code(e)
     _print_traceback(e)
@@ -942,7 +945,7 @@ def doctor_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     facts["ok"] = problem is None
     facts["problem"] = problem
     if ns.json:
-        print(json.dumps(facts, indent=2, sort_keys=True, default=str))
+        print(json.dumps(_doctor_json(facts), indent=2, sort_keys=True, default=str))
     else:
         print(_doctor_text(facts))
     return 0 if problem is None else EXIT_ERROR
@@ -993,16 +996,31 @@ def _lib_line(lib: Optional[dict]) -> str:
     return "not found (%s)" % lib["error"]
 
 
+#: doctor's `assert text` row for each assert_text "state" (the JSON says the state)
+_ASSERT_TEXT = {
+    "off": "not captured: CUDA_DEBUG_CAPTURE=off (it still reaches stderr)",
+    "not_checked": "not checked (no libcuda)",
+    "not_captured": "not captured: libcuda has no reference to stderr that can be redirected "
+                    "(the device's assert text reaches stderr, but not the reports)",
+    "captured": "captured from libcuda's writes to stderr (libc's stderr is left alone)",
+}
+
+
 def _assert_text_line(a: dict) -> str:
-    n = a.get("stderr_references")
-    if not a.get("on"):
-        return "not captured: CUDA_DEBUG_CAPTURE=off (it still reaches stderr)"
-    if n is None or n < 0:
-        return "not checked (no libcuda)"
-    if n == 0:
-        return ("not captured: libcuda has no reference to stderr that can be redirected "
-                "(the device's assert text reaches stderr, but not the reports)")
-    return "captured from libcuda's writes to stderr (libc's stderr is left alone)"
+    return _ASSERT_TEXT[a.get("state", "not_checked")]
+
+
+def _doctor_json(facts: dict) -> dict:
+    """What --json prints: the facts the text shows, with one list of GPUs,
+    ``devices``: the driver's (``"source": "driver"``), or where the driver
+    lists none, the kernel module's (``"source": "/proc/driver/nvidia"``)."""
+    out = dict(facts)
+    models = out.pop("gpus", None) or []
+    out["devices"] = [dict(dev, source="driver") for dev in facts.get("devices") or []]
+    if not out["devices"]:
+        out["devices"] = [{"index": i, "name": m, "source": "/proc/driver/nvidia"}
+                          for i, m in enumerate(models)]
+    return out
 
 
 def _doctor_text(d: dict) -> str:

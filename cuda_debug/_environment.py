@@ -202,7 +202,24 @@ def assert_text_capture(d: dict) -> dict:
     CUDA_DEBUG_CAPTURE leaves capture on."""
     from . import _options
     n = _core.stderr_references(d["libcuda"]["path"]) if d["libcuda"]["found"] else None
-    return {"on": bool(_options.OPTIONS.capture), "stderr_references": n}
+    on = bool(_options.OPTIONS.capture)
+    return {"state": assert_text_state(on, n), "capture_setting": "on" if on else "off",
+            "stderr_references": n}
+
+
+#: assert_text_capture()'s "state": what doctor's `assert text` row says
+ASSERT_TEXT_STATES = ("captured", "not_captured", "off", "not_checked")
+
+
+def assert_text_state(on: bool, stderr_references: Optional[int]) -> str:
+    """``captured`` (libcuda writes the text through a stderr reference that
+    cuda_debug redirects), ``not_captured`` (libcuda has none), ``off``
+    (CUDA_DEBUG_CAPTURE=off) or ``not_checked`` (no libcuda to look at)."""
+    if not on:
+        return "off"
+    if stderr_references is None or stderr_references < 0:
+        return "not_checked"
+    return "captured" if stderr_references > 0 else "not_captured"
 
 
 def _cuda_name(rc: int) -> str:

@@ -50,7 +50,18 @@ class CudaError(RuntimeError):
     """A CUDA error, translated. Base of every cuda_debug error."""
 
     #: what happened, in a few words; subclasses refine it
-    what = None
+    what: Optional[str] = None
+
+    #: the CUresult (700, 710, ...), its name (CUDA_ERROR_ASSERT), the driver's
+    #: description of it, and whether it killed the CUDA context
+    code: Optional[int]
+    name: Optional[str]
+    description: Optional[str]
+    sticky: bool
+    #: the text given to the constructor (None: the short report), and the
+    #: constructor's other keywords (missing=, tried=, holder=)
+    message: Optional[str]
+    extra: Dict[str, Any]
 
     # The report fields (REPORT_FIELDS), None where unknown: declared for type
     # checkers and IDEs (__init__ sets them all).
@@ -147,7 +158,8 @@ class CudaUnavailableError(CudaError):
     """No driver, no GPU, or a library (CUPTI, cuBLAS) missing: the message says which."""
 
     @property
-    def missing(self):
+    def missing(self) -> Optional[str]:
+        """What is missing: "driver", "gpu", "cupti", "cublas" (None: not said)."""
         return self.extra.get("missing")
 
 
@@ -155,7 +167,8 @@ class ToolConflictError(CudaError):
     """CUPTI is held by another tool (a profiler, Nsight, cuda-gdb)."""
 
     @property
-    def holder(self):
+    def holder(self) -> Optional[str]:
+        """The tool holding CUPTI, when CUPTI names it."""
         return self.extra.get("holder")
 
 
@@ -464,7 +477,25 @@ class GuardError(Exception):
     ``shapes``: the op's tensors (name, shape, dtype, device);
     ``filename``/``lineno``/``function``/``line``: the user's line."""
 
-    def __init__(self, message=None, **fields):
+    # The fields (GUARD_FIELDS), declared for type checkers and IDEs (__init__ sets
+    # them all, None where not given: a GuardError that guard() raises has each one
+    # typed so, the shapes and the user's line where known).
+    op: str                            # "F.embedding", "Tensor.index_select", "x[idx]"
+    argument: str                      # "input", "target", "index"
+    values: List[Any]                  # up to 5 offending values (int or float)
+    positions: List[Tuple[int, ...]]   # where each is in the argument
+    count: int                         # how many offending values in all
+    numel: int                         # out of how many
+    valid: str                         # the valid range: "[0, 32000)"
+    rule: Tuple[str, str]              # (what is counted, the rule): ("value", "outside [0, 10)")
+    shapes: Optional[List[Dict[str, Any]]]   # the op's tensors: name, shape, dtype, device
+    filename: Optional[str]            # the user's line (innermost frame of user code)
+    lineno: Optional[int]
+    function: Optional[str]
+    line: Optional[str]
+    message: Optional[str]
+
+    def __init__(self, message: Optional[str] = None, **fields: Any):
         for f in GUARD_FIELDS:
             setattr(self, f, fields.pop(f, None))
         if fields:

@@ -29,9 +29,11 @@ import functools
 import os
 import sys
 import threading
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Optional, Type, overload
 
 from ._errors import GuardError, GuardIndexError, GuardValueError
-from ._scope import _Region, _check_bool, _entered
+from ._scope import _F, _Region, _check_bool, _entered
 
 # -- who is guarded, now ------------------------------------------------------------
 
@@ -124,16 +126,25 @@ class guard(_Region):
     """
 
     _what = "guard()"
+    enabled: bool
+    all_threads: bool
 
-    def __init__(self, enabled: bool = True, *, all_threads: bool = False):
-        self.enabled = _check_bool("guard(enabled)", enabled)
-        self.all_threads = _check_bool("guard(all_threads)", all_threads) and self.enabled
-        self._handles = []
+    if TYPE_CHECKING:             # as launch_blocking's: @cuda_debug.guard returns the function
+        @overload
+        def __new__(cls, enabled: _F) -> _F: ...
+        @overload
+        def __new__(cls, enabled: bool = True, *, all_threads: bool = False) -> "guard": ...
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any: ...
+    else:
+        def __init__(self, enabled: bool = True, *, all_threads: bool = False):
+            self.enabled = _check_bool("guard(enabled)", enabled)
+            self.all_threads = _check_bool("guard(all_threads)", all_threads) and self.enabled
+            self._handles = []
 
-    def _copy(self):
+    def _copy(self) -> "guard":
         return guard(self.enabled, all_threads=self.all_threads)
 
-    def __enter__(self):
+    def __enter__(self) -> "guard":
         if self.enabled:
             install()
         self._handles.append(_Entry(self.enabled, self.all_threads))
@@ -143,7 +154,8 @@ class guard(_Region):
             _entered.discard(self)
             raise
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         self._exit_handle()
         return False
 

@@ -21,7 +21,7 @@ are stuck. Three ways to ask:
 import os
 import threading
 import warnings
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
 from . import _core, _locations, _options
 
@@ -46,7 +46,8 @@ class InFlight(NamedTuple):
     age_s: float                   # since the launch
     queue_depth: int               # launches recorded after it on the same stream
     seq: int                       # its watch-ring number ("launch #seq" in the report)
-    stack: list                    # (filename, lineno, function, line), outermost first
+    stack: List[Tuple[str, int, str, Optional[str]]]   # (filename, lineno, function, line),
+    #                                                    outermost first
     candidates: int                # 1: this launch is unfinished; n > 1 (the always-on
     #                                watch's sparse markers): this launch or one of the
     #                                next n - 1 of its stream is, the first unfinished one

@@ -1,17 +1,18 @@
 """IPython / Jupyter extension: ``%load_ext cuda_debug``.
 
-- ``%%launch_blocking`` runs one cell inside ``cuda_debug.launch_blocking()``
-  (``%%launch_blocking --all-threads`` blocks launches from every thread).
-- ``%cuda_guard on`` / ``off``: ``cuda_debug.guard()`` across cells: an
-  index, label or probability that would make a kernel assert raises a
-  GuardError in its cell, before anything runs, and the kernel lives on;
-  ``%%cuda_guard`` guards one cell.
-- ``%cuda_watch on`` / ``off``: ``cuda_debug.watch()`` across cells: kernels
-  stay asynchronous, and a fault that surfaces later names its launching cell
-  and line.
-- ``%launch_blocking on`` / ``off`` runs every cell from here on (the rest of
-  this one included) inside a scope, entered before the cell and left after it,
-  so CUPTI is free for profilers between cells; ``%launch_blocking`` says which.
+One magic per mode, each a line magic (``on`` / ``off``: every cell from here on;
+alone: says which) and a cell magic (``%%...``: this cell only):
+
+- ``%cuda_watch on|off`` / ``%%cuda_watch``: ``cuda_debug.watch()``: kernels stay
+  asynchronous, and a fault that surfaces later names its launching cell and line.
+- ``%cuda_guard on|off`` / ``%%cuda_guard``: ``cuda_debug.guard()``: an index,
+  label or probability that would make a kernel assert raises a GuardError in
+  its cell, before anything runs, and the kernel lives on.
+- ``%cuda_launch_blocking on|off`` / ``%%cuda_launch_blocking [--all-threads]``:
+  ``cuda_debug.launch_blocking()``; in line mode every cell from here on (the
+  rest of this one included) runs inside a scope, entered before the cell and
+  left after it, so CUPTI is free for profilers between cells.
+  ``%launch_blocking`` / ``%%launch_blocking`` are its old names (aliases).
 - cuda_debug errors render as the short report (what, which kernel, which cell
   line, the device's assert text, which otherwise goes to the kernel's fd 2
   and never reaches the notebook) instead of a long traceback.
@@ -21,7 +22,8 @@
   recorded the fault behind it; when it names a sticky error cuda_debug did not
   see, it renders as its first line, where it was reported, and what to do.
 - Without a GPU (or CUPTI) the magics say so, once for each reason, and run the
-  code without the scope, as ``run`` and the pytest plugin do.
+  code without the scope, as ``run`` and the pytest plugin do. Messages name
+  the magic as it was typed.
 
 The full traceback stays available: ``import traceback;
 traceback.print_exception(sys.last_value)``.
@@ -40,7 +42,8 @@ _RED, _BOLD, _RESET = "\x1b[0;31m", "\x1b[1m", "\x1b[0m"
 class _State:
     def __init__(self, shell):
         self.shell = shell
-        self.every_cell = False        # %launch_blocking on
+        self.every_cell = False        # %cuda_launch_blocking on
+        self.every_cell_name = "cuda_launch_blocking"   # as typed
         self.all_threads = False
         self.cell_scope = None         # the scope of the running cell (every_cell mode)
         self.seq_seen = _core.fault_seq()
@@ -162,7 +165,8 @@ def framework_report(value, tb, shell=None) -> Optional[List[str]]:
         "  %s: a sticky CUDA error. Kernels run asynchronously: the faulting kernel was "
         "launched earlier, not necessarily on this line." % _sticky.describe(code),
         "  To name the kernel, the line and the assert text: restart the kernel, then "
-        "%cuda_watch on (kernels stay asynchronous), or run the cell under %%launch_blocking.",
+        "%cuda_watch on (kernels stay asynchronous), or run the cell under "
+        "%%cuda_launch_blocking.",
         "  " + _errors_restart(),
     ]
     if _color(shell):
@@ -210,11 +214,17 @@ def _custom_exc(shell, etype, value, tb, tb_offset=None):
 
 # -- magics ---------------------------------------------------------------------------
 
-def _status() -> str:
+#: the magics' names: (line and cell magic, its old names)
+LAUNCH_BLOCKING = ("cuda_launch_blocking", ("launch_blocking",))
+WATCH = ("cuda_watch", ())
+GUARD = ("cuda_guard", ())
+
+
+def _status(name: str = LAUNCH_BLOCKING[0]) -> str:
     if _state is not None and _state.every_cell:
         return "launch blocking: on, every cell%s" % (
             " (all threads)" if _state.all_threads else "")
-    return "launch blocking: off (%%launch_blocking runs one cell in a scope)"
+    return "launch blocking: off (%%%%%s runs one cell in a scope)" % name
 
 
 def _running_cell_number(shell) -> int:
@@ -287,8 +297,11 @@ def _run_cell_body(shell, cell: str, all_threads: bool, scope=None, magic="%%lau
     return None
 
 
-def _launch_blocking_magic(line: str, cell: Optional[str] = None):
-    """%launch_blocking on|off (every cell) / %%launch_blocking [--all-threads] (one cell)"""
+def _launch_blocking_magic(line: str, cell: Optional[str] = None,
+                           name: str = LAUNCH_BLOCKING[0]):
+    """%cuda_launch_blocking on|off (every cell) / %%cuda_launch_blocking
+    [--all-threads] (one cell) / %cuda_launch_blocking (which). Old name:
+    %launch_blocking."""
     from IPython.core.error import UsageError
     shell = _state.shell
     words = line.split()
@@ -296,28 +309,28 @@ def _launch_blocking_magic(line: str, cell: Optional[str] = None):
     words = [w for w in words if w != "--all-threads"]
     if cell is not None:
         if words:
-            raise UsageError("%%%%launch_blocking takes only --all-threads, not %s"
-                             % " ".join(words))
-        return _run_cell_body(shell, cell, all_threads)
+            raise UsageError("%%%%%s takes only --all-threads, not %s" % (name, " ".join(words)))
+        return _run_cell_body(shell, cell, all_threads, magic="%%" + name)
     if not words:
-        print(_status())
+        print(_status(name))
         return None
     if len(words) != 1 or words[0].lower() not in ("on", "off", "1", "0", "true", "false"):
-        raise UsageError("usage: %launch_blocking [on|off] [--all-threads]")
+        raise UsageError("usage: %%%s [on|off] [--all-threads]" % name)
     on = words[0].lower() in ("on", "1", "true")
     if on:
         if _state.every_cell and _state.all_threads != all_threads:
             _exit_cell_scope()
         _state.all_threads = all_threads
+        _state.every_cell_name = name
         if _state.cell_scope is None:
             scope = _make_scope(all_threads)
-            if _entered(scope, "%launch_blocking on"):
+            if _entered(scope, "%%%s on" % name):
                 _state.cell_scope = scope  # the rest of this cell too
         _state.every_cell = _state.cell_scope is not None
     else:
         _state.every_cell = False
         _exit_cell_scope()
-    print(_status())
+    print(_status(name))
     return None
 
 
@@ -340,7 +353,7 @@ def _pre_run_cell(*args):
         _enter_cell_scope()
     except CudaError as e:
         _state.every_cell = False
-        print("cuda_debug: %%launch_blocking is now off: %s: %s" % (type(e).__name__, e),
+        print("cuda_debug: %%%s is now off: %s: %s" % (_state.every_cell_name, type(e).__name__, e),
               file=sys.stderr)
 
 
@@ -360,12 +373,18 @@ def _post_run_cell(*args):
         _state.shell.showtraceback((type(e), e, e.__traceback__))
 
 
-def _cuda_watch_magic(line: str):
+def _cuda_watch_magic(line: str, cell: Optional[str] = None, name: str = WATCH[0]):
     """%cuda_watch on|off: keep cuda_debug.watch() open across cells (kernels
     stay asynchronous; a fault that surfaces in any later cell names its
-    launching cell and line). %cuda_watch alone says whether it is on."""
+    launching cell and line). %%cuda_watch watches one cell. %cuda_watch alone
+    says whether it is on."""
     from IPython.core.error import UsageError
     words = line.split()
+    if cell is not None:
+        if words:
+            raise UsageError("%%%%%s takes no arguments, not %s" % (name, " ".join(words)))
+        from ._scope import watch
+        return _run_cell_body(_state.shell, cell, False, scope=watch(), magic="%%" + name)
     if not words:
         print("cuda_watch: %s" % ("on" if _state.watch is not None else "off"))
         return None
@@ -388,7 +407,7 @@ def _cuda_watch_magic(line: str):
 _guard_region = None            # the guard() of %cuda_guard on
 
 
-def _cuda_guard_magic(line: str, cell: Optional[str] = None):
+def _cuda_guard_magic(line: str, cell: Optional[str] = None, name: str = GUARD[0]):
     """%cuda_guard on|off: keep cuda_debug.guard() open across cells (the
     listed ops check their inputs; a bad one raises GuardError in its cell and
     nothing is launched). %%cuda_guard guards one cell. %cuda_guard alone says
@@ -399,8 +418,8 @@ def _cuda_guard_magic(line: str, cell: Optional[str] = None):
     words = line.split()
     if cell is not None:
         if words:
-            raise UsageError("%%%%cuda_guard takes no arguments, not %s" % " ".join(words))
-        return _run_cell_body(_state.shell, cell, False, scope=guard(), magic="%%cuda_guard")
+            raise UsageError("%%%%%s takes no arguments, not %s" % (name, " ".join(words)))
+        return _run_cell_body(_state.shell, cell, False, scope=guard(), magic="%%" + name)
     if words and (len(words) != 1 or words[0].lower() not in ("on", "off")):
         raise UsageError("usage: %cuda_guard [on|off]")
     if words and words[0].lower() == "on" and _guard_region is None:
@@ -419,14 +438,32 @@ def _render_guard_(self):
 
 # -- load / unload --------------------------------------------------------------------
 
+_MAGICS = ((_launch_blocking_magic, LAUNCH_BLOCKING), (_cuda_watch_magic, WATCH),
+           (_cuda_guard_magic, GUARD))
+
+
+def _as_typed(fn, typed: str):
+    """`fn` registered under the name `typed`: its messages name it so."""
+    def magic(line: str, cell: Optional[str] = None):
+        return fn(line, cell, name=typed)
+    magic.__name__ = magic.__qualname__ = typed
+    magic.__doc__ = fn.__doc__
+    return magic
+
+
+def magic_names() -> List[str]:
+    """Every magic the extension registers (each a line and a cell magic)."""
+    return [typed for _, (name, aliases) in _MAGICS for typed in (name,) + aliases]
+
+
 def load(ipython) -> None:
     global _state
     if _state is not None and _state.shell is ipython:
         return
     _state = _State(ipython)
-    ipython.register_magic_function(_launch_blocking_magic, "line_cell", "launch_blocking")
-    ipython.register_magic_function(_cuda_watch_magic, "line", "cuda_watch")
-    ipython.register_magic_function(_cuda_guard_magic, "line_cell", "cuda_guard")
+    for fn, (name, aliases) in _MAGICS:
+        for typed in (name,) + aliases:
+            ipython.register_magic_function(_as_typed(fn, typed), "line_cell", typed)
     CudaError._render_traceback_ = _render_traceback_
     GuardError._render_traceback_ = _render_guard_
     if not ipython.custom_exceptions:
@@ -456,9 +493,9 @@ def unload(ipython) -> None:
             del CudaError._render_traceback_
         _unload_guard(ipython.magics_manager.magics)
         magics = ipython.magics_manager.magics
-        magics["line"].pop("launch_blocking", None)
-        magics["line"].pop("cuda_watch", None)
-        magics["cell"].pop("launch_blocking", None)
+        for typed in magic_names():
+            magics["line"].pop(typed, None)
+            magics["cell"].pop(typed, None)
         _state = None
 
 
@@ -469,5 +506,3 @@ def _unload_guard(magics) -> None:
         region.__exit__(None, None, None)
     if "_render_traceback_" in GuardError.__dict__:
         del GuardError._render_traceback_
-    magics["line"].pop("cuda_guard", None)
-    magics["cell"].pop("cuda_guard", None)

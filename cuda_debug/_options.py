@@ -85,7 +85,8 @@ _CHOICES = {
     "CUDA_DEBUG_WATCH_PROBE": ({"off": 0, "0": 0, "dispatch": 1, "record": 2, "frames": 3}, 0),
     "CUDA_DEBUG_GUARD": (_BOOL, False),
     "CUDA_DEBUG_DUMP": (_BOOL, True),
-    "CUDA_DEBUG_GRAPH_MARKERS": (dict({k: 2 * int(v) for k, v in _BOOL.items()}, memop=1, kernel=2),
+    # kernel first: the warning names the default by its first name (not "1")
+    "CUDA_DEBUG_GRAPH_MARKERS": (dict(kernel=2, memop=1, **{k: 2 * int(v) for k, v in _BOOL.items()}),
                                  2),
     "CUDA_DEBUG_GRAPH_ADOPT": (_BOOL, True),
 }

@@ -19,11 +19,13 @@ import functools
 import inspect
 import sys
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, overload
+from types import TracebackType
+from typing import (TYPE_CHECKING, Any, Callable, Literal, NoReturn, Optional, Type, TypeVar,
+                    overload)
 
 from . import (_core, _cuda_errors, _dispatch_fallback, _hangs, _libraries, _locations, _options,
                _report, _torch_ops)
-from ._errors import CudaUnavailableError, ToolConflictError
+from ._errors import CudaError, CudaUnavailableError, ToolConflictError
 
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
 
@@ -52,6 +54,8 @@ def _set_markers(exact_delta: int) -> None:
 _entered = set()
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+# `with` on a scope never swallows the exception: its __exit__ returns False or raises.
+_ExcType = Optional[Type[BaseException]]
 
 
 def _check_bool(name: str, value) -> bool:
@@ -184,7 +188,7 @@ class _Region(contextlib.ContextDecorator):
         return handle
 
     @staticmethod
-    def _raise(err, exc):
+    def _raise(err: BaseException, exc: Optional[BaseException]) -> NoReturn:
         if exc is None:
             raise err
         launch = _report.raised_at_launch(exc, err)
@@ -242,10 +246,10 @@ class launch_blocking(_Region):
                     "thread out): pass one of them")
             self._handles = []
 
-    def _copy(self):
+    def _copy(self) -> "launch_blocking":
         return launch_blocking(self.enabled, all_threads=self.all_threads)
 
-    def __enter__(self):
+    def __enter__(self) -> "launch_blocking":
         kind = _core.SCOPE_BLOCK if self.enabled else _core.SCOPE_OPT_OUT
         self._handles.append(_open(kind, self.all_threads, self._what, _locations.current_frame(1)))
         try:      # kept open until exited (_entered); in one line: an interrupt before it frees
@@ -254,7 +258,8 @@ class launch_blocking(_Region):
             _entered.discard(self)
             raise
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: _ExcType, exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         handle = self._exit_handle()
         if not self.enabled:
             return False
@@ -364,10 +369,10 @@ class watch(_Region):
             self._recorders = []
             self._hang = []
 
-    def _copy(self):
+    def _copy(self) -> "watch":
         return watch(self.ops, hang_after=self.hang_after or 0, exact=self.exact)
 
-    def __enter__(self):
+    def __enter__(self) -> "watch":
         global _watch_epoch
         if "torch" in sys.modules:
             from . import _graphs
@@ -403,7 +408,8 @@ class watch(_Region):
             _entered.discard(self)
             raise
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: _ExcType, exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         recorder = self._recorders.pop() if self._recorders else None
         if recorder is not None:
             recorder.close()
@@ -442,7 +448,7 @@ def is_watching() -> bool:
     return _core.stats()["watching"] > 0
 
 
-def check(device=None) -> None:
+def check(device: Optional[int] = None) -> None:
     """Synchronise (the current context, or `device`'s) and raise the translated
     error if a fault is pending. Named kernel and line when the fault happened
     inside a scope or while watching; otherwise the error kind, and how to find
@@ -459,7 +465,7 @@ def check(device=None) -> None:
                             frame=_locations.current_frame(1))
 
 
-def last_error():
+def last_error() -> Optional[CudaError]:
     """The last fault report (a cuda_debug exception), even if the exception
     that carried it was swallowed; None if no fault was recorded."""
     return _report.last_error()

@@ -322,6 +322,26 @@ class CudaDebugPlugin:
         self.session = session
 
     def pytest_report_header(self, config):
+        # Quiet unless asked (as pytest-timeout): a project that uses no option, ini
+        # setting or CUDA_DEBUG_* switch of cuda_debug gets no line here; one whose
+        # tests use its markers or fixtures gets it after collection (below).
+        if not (self.every_test or self.watch_session or self.guard.every_test):
+            return None
+        return self._header_line(config)
+
+    def pytest_report_collectionfinish(self, config, items):
+        if self.every_test or self.watch_session or self.guard.every_test:
+            return None                     # said in the header already
+        if (config.option.verbose or 0) < 0 or config.getoption("no_header", False):
+            return None                     # as the header: not under -q or --no-header
+        uses = (MARKER, WATCH_MARKER, GUARD_MARKER)
+        if not any(any(item.get_closest_marker(m) is not None for m in uses) or
+                   FIXTURE in getattr(item, "fixturenames", ()) or
+                   WATCH_FIXTURE in getattr(item, "fixturenames", ()) for item in items):
+            return None
+        return self._header_line(config)
+
+    def _header_line(self, config):
         if self.every_test:
             how = OPTION if config.getoption("cuda_launch_blocking") else "ini %s" % INI
             blocking, depth = "on, every test (%s)" % how, "full"

@@ -7,6 +7,7 @@ process, so tests that cause one run the faulting code in a child process
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,10 +30,29 @@ SOURCE_TREE = ROOT if os.path.isfile(os.path.join(ROOT, "csrc", "base", "base.h"
 def need_source_tree(what):
     """Skip, saying why, where the tests run without the source tree."""
     if SOURCE_TREE is None:
-        pytest.skip("%s needs the source tree (csrc/), absent next to %s: the tests run "
-                    "against an installed cuda_debug (%s)" % (what, os.path.dirname(__file__),
-                                                             cuda_debug.__file__))
+        pytest.skip("%s needs the source tree (csrc/ next to tests/)." % what)
     return SOURCE_TREE
+
+
+def short_reason(text):
+    """A skip reason as one short sentence: the first clause of `text`, without
+    its parenthesised detail (`pytest -ra` prints it once per skipped group)."""
+    first = re.split(r"(?<=[a-z0-9)])\. ", text.strip(), maxsplit=1)[0].rstrip(".")
+    first = re.sub(r" \([^()]*(\([^()]*\)[^()]*)*\)", "", first)
+    return (first if len(first) <= 100 else first[:97] + "...") + "."
+
+
+@pytest.fixture(scope="session")
+def build_python():
+    """An interpreter that can run this checkout's setup.py: this one, or a venv
+    holding pyproject.toml's build requirements (tests/build_env.py); the test
+    is skipped, saying why, where they cannot be had (no package index)."""
+    root = need_source_tree("running setup.py")
+    import build_env
+    try:
+        return build_env.python(root)
+    except build_env.Unavailable as e:
+        pytest.skip(str(e))
 
 
 def gpu_unavailable_reason():
@@ -45,10 +65,10 @@ def gpu_unavailable_reason():
     try:
         _libraries.ensure(_libraries.CUDA)
     except CudaUnavailableError as e:
-        return str(e)
+        return short_reason(str(e))
     rc, n = _core.device_count()
     if rc or n == 0:
-        return "no CUDA device (cuDeviceGetCount -> %d, %d devices)" % (rc, n)
+        return "no CUDA device (cuDeviceGetCount: %d, %d devices)." % (rc, n)
     return None
 
 

@@ -87,14 +87,8 @@ def test_includes_point_down():
 
 
 def _compile_flags():
-    sys.path.insert(0, os.path.join(need_source_tree("compiling csrc/"), "cuda_debug"))
-    try:
-        import _cuda_headers
-    finally:
-        sys.path.pop(0)
-    dirs, _ = _cuda_headers.find()
-    if not dirs:
-        pytest.skip("no CUDA headers here")
+    # csrc/ reads no CUDA header (csrc/base/cuda_api.h declares what it uses;
+    # test_cuda_api.py checks): it compiles where no toolkit is.
     try:
         import numpy
     except ImportError:
@@ -105,7 +99,7 @@ def _compile_flags():
     root = need_source_tree("compiling csrc/")
     return cc, ["-std=gnu11", "-O0", "-fPIC", "-c", "-I" + os.path.join(root, "csrc"),
                 "-I" + sysconfig.get_paths()["include"], "-I" + numpy.get_include(),
-                "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION"] + ["-I" + d for d in dirs]
+                "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION"]
 
 
 def _symbols(obj):

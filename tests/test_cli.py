@@ -142,6 +142,18 @@ def test_usage_errors_name_the_console_script(tmp_path):
     exe.write_text(ENTRY_POINT)
     r = cli("run", "--bogus", "x.py", command=[sys.executable, str(exe)])
     assert r.returncode == 2 and r.stderr.startswith("usage: cuda-debug run "), r.stderr
+    # the error names the command as typed too, in argparse's form (as doctor's and bench's)
+    assert "\ncuda-debug run: error: unknown option --bogus" in r.stderr, r.stderr
+    for args, head in ((("frobnicate",), "cuda-debug: error: unknown command 'frobnicate'"),
+                       (("--version", "x"), "cuda-debug: error: --version takes no arguments"),
+                       (("doctor", "--bogus"), "cuda-debug doctor: error: unrecognized arguments"),
+                       (("bench", "frob"), "cuda-debug bench: error: argument {gemm,latency}")):
+        r = cli(*args, command=[sys.executable, str(exe)])
+        assert r.returncode == 2, r.stderr
+        assert [l for l in r.stderr.splitlines() if l.startswith(head)], (head, r.stderr)
+        assert "cuda_debug" not in r.stderr.replace("cuda_debug.", ""), r.stderr
+    r = cli("run", "--bogus", "x.py")
+    assert "\npython -m cuda_debug run: error: unknown option --bogus" in r.stderr, r.stderr
 
 
 def test_bench_usage_error_says_the_command_once():
@@ -149,9 +161,9 @@ def test_bench_usage_error_says_the_command_once():
     assert (r.returncode, r.stdout) == (2, ""), r.stderr
     usage, error = r.stderr.rstrip("\n").splitlines()
     assert usage.startswith("usage: python -m cuda_debug bench "), r.stderr
-    assert error.startswith("cuda_debug bench: argument {gemm,latency}: invalid choice: 'frob'"), \
-        r.stderr
-    assert "bench" not in error[len("cuda_debug bench: "):], r.stderr
+    assert error.startswith("python -m cuda_debug bench: error: argument {gemm,latency}: "
+                            "invalid choice: 'frob'"), r.stderr
+    assert "bench" not in error[len("python -m cuda_debug bench: "):], r.stderr
 
 
 def _all_parsers():
@@ -239,7 +251,8 @@ def test_run_reports_a_sticky_cuda_debug_error_short(tmp_path):
     p = script(tmp_path, FAKE_ASSERT)
     r = cli("run", str(p))
     assert r.returncode == 3, r.stderr
-    lines = [l for l in r.stderr.splitlines() if not l.startswith("cuda_debug run: running without")]
+    lines = [l for l in r.stderr.splitlines()
+             if not l.startswith("python -m cuda_debug run: running without")]
     assert lines[0] == "DeviceAssertError: device-side assert in check_index<int>"
     assert "Traceback" not in r.stderr
     assert "Assertion `idx[i] >= 0 && idx[i] < limit` failed." in r.stderr
@@ -372,7 +385,8 @@ def test_run_without_a_gpu_says_why_once_and_runs(tmp_path, option, what):
     r = cli("run", *([option] if option else []), str(p))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ran"
-    assert r.stderr.count("cuda_debug run: running without %s: no CUDA driver" % what) == 1
+    assert r.stderr.count("python -m cuda_debug run: running without %s: no CUDA driver"
+                          % what) == 1
     assert "Traceback" not in r.stderr
 
 
@@ -408,9 +422,16 @@ def test_doctor_json_and_cuda_launch_blocking(tmp_path):
     for key in ("libcuda", "cupti", "cublas", "devices", "cupti_free", "verdict", "ok",
                 "problem", "cuda_headers", "driver"):
         assert key in d
+    assert "gpus" not in d            # one list of GPUs: devices
     if NO_GPU:
         assert d["devices"] == [] and d["ok"] is False and d["cupti_free"] is None
         assert d["problem"] in ("no_driver", "no_gpu")
+    # the JSON says what the text says: the assert text's state is the row's
+    from cuda_debug import _cli
+    text = cli("doctor").stdout
+    (row,) = [l for l in text.splitlines() if l.startswith("assert text")]
+    assert row.split(None, 2)[2] == _cli._ASSERT_TEXT[d["assert_text"]["state"]], (row, d)
+    assert "on" not in d["assert_text"]
     r = cli("doctor", env={"CUDA_LAUNCH_BLOCKING": "1"})
     assert re.search(r"^CUDA_LAUNCH_BLOCKING\s+'1': every launch", r.stdout, re.M), r.stdout
 

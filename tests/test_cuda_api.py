@@ -188,8 +188,10 @@ def test_csrc_reads_no_cuda_header():
 def test_cupti12_agrees_with_what_the_callback_reads(gen, real, probes, cupti12, tmp_path):
     """CUDA 12's CUPTI headers (the nvidia-cuda-cupti-cu12 wheel's, with the
     CUDA 13 cuda.h) give every struct, callback id and constant of cuda_api.h
-    the same layout and value, but for the CUPTI version and what only CUPTI 13
-    has (cuptiSubscribe_v2's CUpti_SubscriberParams, used where present)."""
+    the same layout and value, but for the CUPTI version, what only CUPTI 13
+    has (cuptiSubscribe_v2's CUpti_SubscriberParams, used where present) and the
+    number of callback ids of each domain (the *_SIZE enumerators: the fake
+    driver sizes its tables with them; CUPTI 13 has more ids)."""
     cc = _cc()
     src = tmp_path / "abi_probe.c"
     src.write_text("\n".join(line for line in (probes / "abi_probe.c").read_text().splitlines()
@@ -200,5 +202,9 @@ def test_cupti12_agrees_with_what_the_callback_reads(gen, real, probes, cupti12,
     ours = _run_probe(cc, tmp_path, ["-I" + csrc], tmp_path, "ours").splitlines()
     assert len(twelve) == len(ours) > 300
     differ = {a.rsplit(" ", 1)[0]: (a, b) for a, b in zip(ours, twelve) if a != b}
-    assert set(differ) == {"macro CUPTI_API_VERSION", "macro CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN"}, differ
+    assert set(differ) == {"macro CUPTI_API_VERSION", "macro CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN",
+                           "enum CUPTI_DRIVER_TRACE_CBID_SIZE", "enum CUPTI_CBID_RESOURCE_SIZE"}, \
+        differ
+    for size in ("enum CUPTI_DRIVER_TRACE_CBID_SIZE", "enum CUPTI_CBID_RESOURCE_SIZE"):
+        assert int(differ[size][0].split()[-1]) >= int(differ[size][1].split()[-1]), differ
     assert differ["macro CUPTI_API_VERSION"][1] == "macro CUPTI_API_VERSION %d" % cupti12.api_version

@@ -88,21 +88,45 @@ def test_check_mode_accepts_committed_file(header, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_check_mode_rejects_tampered_file(header, tmp_path):
-    copy = tmp_path / "_cuda_errors.py"
-    original = TABLE.read_text(encoding="utf-8")
-    tampered = original.replace("A device-side assert triggered", "A device assert fired", 1)
-    assert tampered != original
-    copy.write_text(tampered, encoding="utf-8")
+@pytest.fixture
+def generated(gen, tmp_path):
+    """(header, module, C header): a table the generator wrote into tmp_path from
+    the cuda.h found, or, where there is none (no toolkit), from a synthetic one:
+    what --check compares with, whatever the header."""
+    path = find_cuda_h()
+    if path is None:
+        path = tmp_path / "cuda.h"
+        path.write_text(SYNTHETIC_COMPLETE, encoding="utf-8")
+    out, c_out = tmp_path / "_cuda_errors.py", tmp_path / "cuda_errors.h"
+    p = subprocess.run([sys.executable, str(GENERATOR), "--header", str(path), "--out", str(out),
+                        "--c-out", str(c_out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return path, out, c_out
 
-    result = _run_check(header[0], copy)
+
+def _check_pair(header_path, out_path, c_out_path):
+    return subprocess.run(
+        [sys.executable, str(GENERATOR), "--header", str(header_path), "--out", str(out_path),
+         "--c-out", str(c_out_path), "--check"], capture_output=True, text=True)
+
+
+def test_check_mode_rejects_tampered_file(generated):
+    header_path, out, c_out = generated
+    assert _check_pair(header_path, out, c_out).returncode == 0
+    original = out.read_text(encoding="utf-8")
+    tampered = original.replace("context cannot be used anymore", "context is fine", 1)
+    assert tampered != original
+    out.write_text(tampered, encoding="utf-8")
+
+    result = _check_pair(header_path, out, c_out)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "out of date" in result.stdout
-    assert copy.read_text(encoding="utf-8") == tampered  # --check must not write
+    assert out.read_text(encoding="utf-8") == tampered  # --check must not write
 
 
-def test_check_mode_rejects_missing_file(header, tmp_path):
-    result = _run_check(header[0], tmp_path / "absent.py")
+def test_check_mode_rejects_missing_file(generated, tmp_path):
+    header_path, _, c_out = generated
+    result = _check_pair(header_path, tmp_path / "absent.py", c_out)
     assert result.returncode == 1
 
 
@@ -198,6 +222,18 @@ typedef enum cudaError_enum {
     CUDA_ERROR_UNKNOWN = 999
 } CUresult;
 """
+
+
+#: a header the generator accepts whole: every required kernel fault, documented as sticky
+SYNTHETIC_COMPLETE = "#define CUDA_VERSION 12345\ntypedef enum cudaError_enum {\n" + "".join(
+    "    /** The kernel failed. The context cannot be used anymore. */\n    %s = %d,\n"
+    % (name, code) for code, name in [
+        (700, "CUDA_ERROR_ILLEGAL_ADDRESS"), (702, "CUDA_ERROR_LAUNCH_TIMEOUT"),
+        (710, "CUDA_ERROR_ASSERT"), (714, "CUDA_ERROR_HARDWARE_STACK_ERROR"),
+        (715, "CUDA_ERROR_ILLEGAL_INSTRUCTION"), (716, "CUDA_ERROR_MISALIGNED_ADDRESS"),
+        (717, "CUDA_ERROR_INVALID_ADDRESS_SPACE"), (718, "CUDA_ERROR_INVALID_PC"),
+        (719, "CUDA_ERROR_LAUNCH_FAILED")]) + \
+    "    /** All good. */\n    CUDA_SUCCESS = 0\n} CUresult;\n"
 
 
 def test_parse_synthetic_header(gen):

@@ -340,12 +340,12 @@ def test_doctor_says_whether_the_assert_text_is_captured(fake_child):
         from cuda_debug import _cli, _environment
         d = _environment.full(probe_cupti=False)
         report(dict(a=d["assert_text"], line=_cli._assert_text_line(d["assert_text"]),
-                    off=_cli._assert_text_line(dict(d["assert_text"], on=False)),
-                    none=_cli._assert_text_line(dict(d["assert_text"], stderr_references=0))))
+                    off=_cli._assert_text_line(dict(d["assert_text"], state="off")),
+                    none=_cli._assert_text_line(dict(d["assert_text"], state="not_captured"))))
     ''')
     r = c.result
     assert r is not None, c
-    assert r["a"] == {"on": True, "stderr_references": 1}, r
+    assert r["a"] == {"state": "captured", "capture_setting": "on", "stderr_references": 1}, r
     assert r["line"].startswith("captured from libcuda's writes to stderr"), r
     assert r["off"].startswith("not captured: CUDA_DEBUG_CAPTURE=off"), r
     assert r["none"].startswith("not captured: libcuda has no reference to stderr"), r

@@ -2,12 +2,13 @@
 report does not need: no typing, NumPy, torch, C extension), the public names
 that type checkers and IDEs see (py.typed, the imports under TYPE_CHECKING, the
 same names as the lazy table), where the CUDA_DEBUG_* warnings point (the line
-that imported cuda_debug), and what the README documents of the command line.
+that imported cuda_debug), and what the README and docs/ document of the command line.
 Timing lives in benchmarks/import_cost.py; nothing here is timed."""
 import ast
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -41,8 +42,9 @@ _HEAVY = ("typing", "numpy", "torch", "ctypes", "cuda_debug._core", "cuda.pathfi
 
 def test_import_loads_only_cuda_debug_and_its_options():
     """In an interpreter without `site` (-S: nothing preloaded, so nothing hides
-    what cuda_debug itself imports)."""
-    code = ("import sys\nbefore = set(sys.modules)\nimport cuda_debug\n"
+    what cuda_debug itself imports), after `os` (which `site` imports anyway;
+    without it, 3.14 starts with neither `os` nor the `abc` and `errno` it brings)."""
+    code = ("import sys, os\nbefore = set(sys.modules)\nimport cuda_debug\n"
             "added = sorted(set(sys.modules) - before)\n"
             "print(repr(added))\n")
     p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
@@ -125,6 +127,12 @@ def test_read_warns_at_its_caller():
     assert rec[0].filename == __file__
 
 
+def test_a_bad_graph_markers_value_names_the_real_default():
+    with pytest.warns(RuntimeWarning, match=r"CUDA_DEBUG_GRAPH_MARKERS='bogus' is not one of "
+                                            r"kernel\|memop\|1\|0.*; using the default \(kernel\)"):
+        assert _options.read({"CUDA_DEBUG_GRAPH_MARKERS": "bogus"}).graph_markers == 2
+
+
 def test_capture_stdio_is_gone():
     """CUDA_DEBUG_CAPTURE=stdio was a left-over spelling of `on` (from when capture
     had stdio|fd modes): now warned about like any unknown value."""
@@ -170,11 +178,13 @@ def test_every_report_field_is_declared_for_type_checkers():
     assert [f for f in _errors.REPORT_FIELDS if f not in declared] == []
 
 
-def test_py_typed_is_in_the_package_and_the_wheel(tmp_path):
+def test_py_typed_is_in_the_package_and_the_wheel(tmp_path, build_python):
+    """With the build requirements (setuptools >= 77), as pip builds the wheel:
+    not the venv's own setuptools, which may be older or absent."""
     assert os.path.isfile(os.path.join(os.path.dirname(INIT), "py.typed"))
     root = need_source_tree("building the package")
     # build_py is what bdist_wheel copies the pure-Python files with.
-    p = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib",
+    p = subprocess.run([build_python, "setup.py", "-q", "build_py", "--build-lib",
                         str(tmp_path / "lib")], cwd=root, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
@@ -182,68 +192,86 @@ def test_py_typed_is_in_the_package_and_the_wheel(tmp_path):
     assert (tmp_path / "lib" / "cuda_debug" / "bench" / "_gemm.py").is_file()
 
 
-USER_CODE = '''\
-import cuda_debug
-import cuda_debug.bench
+USER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "typing_user_script.py")
+TYPO = "import cuda_debug\n\ncuda_debug.no_such_name\n"
 
 
-@cuda_debug.watch
-def step(n: int) -> int:
-    with cuda_debug.watch(ops=False):
-        return n
+def _installed_env(tmp_path):
+    """The environment a user's type checker runs in: no PYTHONPATH, so that
+    cuda_debug is found the way the install put it there (the README's
+    `pip install -e`: a .pth file naming the checkout); skip where this
+    interpreter has cuda_debug only on PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONPATH" and not k.startswith("CUDA_DEBUG_")}
+    p = subprocess.run([sys.executable, "-c", "import cuda_debug; print(cuda_debug.__file__)"],
+                       cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=60)
+    if p.returncode:
+        pytest.skip("cuda_debug is not installed in this interpreter (only on PYTHONPATH)")
+    return env
 
 
-@cuda_debug.launch_blocking(all_threads=True)
-def blocked(n: int) -> int:
-    return n
+def _user_files(tmp_path):
+    shutil.copy(USER_SCRIPT, str(tmp_path / "user.py"))
+    (tmp_path / "typo.py").write_text(TYPO)
+    return ["user.py", "typo.py"]
 
 
-try:
-    total: int = step(1) + blocked(2)
-    cuda_debug.check(0)
-except cuda_debug.DeviceAssertError as e:
-    print(e.kernel, e.lineno, e.device_message, e.code, e.sticky)
-res = cuda_debug.bench.gemm(sizes=[64], progress=False)
-print(res.table())
-reveal_type(cuda_debug.watch)
-reveal_type(step)
-reveal_type(cuda_debug.DeviceAssertError)
-reveal_type(cuda_debug.bench.gemm)
-cuda_debug.no_such_name
-'''
+def test_the_user_script_uses_every_public_name():
+    tree = ast.parse(open(USER_SCRIPT, encoding="utf-8").read())
+    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and
+            isinstance(n.value, ast.Name) and n.value.id == "cuda_debug"}
+    used |= {a.name.split(".", 1)[1] for n in ast.walk(tree) if isinstance(n, ast.Import)
+             for a in n.names if a.name.startswith("cuda_debug.")}
+    assert sorted((set(cuda_debug.__all__) | set(cuda_debug._SUBMODULES)) - used) == []
 
 
-def test_mypy_sees_the_public_names(tmp_path):
+def test_mypy_strict_accepts_every_public_name_as_the_docs_use_it(tmp_path):
+    """tests/typing_user_script.py: no error under --strict; the one mistake of
+    typo.py is found, so the names are checked, not taken as Any."""
     if importlib.util.find_spec("mypy") is None:
-        pytest.skip("mypy is not installed (pip install mypy)")
-    (tmp_path / "user.py").write_text(USER_CODE)
-    p = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir",
-                        os.devnull, "--strict", "user.py"], cwd=str(tmp_path),
-                       capture_output=True, text=True, env=_env(), timeout=300)
-    out = p.stdout
-    errors = [line for line in out.splitlines() if ": error:" in line]
-    # The one mistake in the file is found, so names are checked, not taken as Any:
-    typo = USER_CODE.splitlines().index("cuda_debug.no_such_name") + 1
-    assert errors == ['user.py:%d: error: Module has no attribute "no_such_name"  '
-                      '[attr-defined]' % typo], out
-    notes = [line.split("Revealed type is ", 1)[1] for line in out.splitlines()
-             if "Revealed type is" in line]
-    assert len(notes) == 4, out
-    assert "cuda_debug._scope.watch" in notes[0], out
-    assert notes[1].replace("builtins.", "") == '"def (n: int) -> int"', out  # bare decorator
-    assert "cuda_debug._errors.DeviceAssertError" in notes[2], out
-    assert "cuda_debug.bench._results.GemmResult" in notes[3], out
+        pytest.skip("mypy is not installed (it is in the [test] extra)")
+    env = _installed_env(tmp_path)
+    p = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+                        "--cache-dir", str(tmp_path / "cache")] + _user_files(tmp_path),
+                       cwd=str(tmp_path), capture_output=True, text=True, env=env, timeout=600)
+    errors = [line for line in p.stdout.splitlines() if ": error:" in line]
+    assert errors == ['typo.py:3: error: Module has no attribute "no_such_name"  '
+                      '[attr-defined]'], p.stdout + p.stderr
 
 
-# -- the README documents the command line ---------------------------------------------------
+def test_pyright_strict_accepts_every_public_name_as_the_docs_use_it(tmp_path):
+    if importlib.util.find_spec("pyright") is None:
+        pytest.skip("pyright is not installed (it is in the [test] extra)")
+    if not shutil.which("node"):
+        pytest.skip("pyright needs Node.js on PATH (without it, the pyright wheel downloads one)")
+    env = _installed_env(tmp_path)
+    files = _user_files(tmp_path)
+    (tmp_path / "pyrightconfig.json").write_text(json.dumps({"typeCheckingMode": "strict"}))
+    p = subprocess.run([sys.executable, "-m", "pyright", "--outputjson", "--pythonpath",
+                        sys.executable] + files, cwd=str(tmp_path), capture_output=True,
+                       text=True, env=env, timeout=600)
+    try:
+        report = json.loads(p.stdout)
+    except ValueError:
+        pytest.fail("pyright did not run (exit %d):\n%s" % (p.returncode, (p.stdout + p.stderr)[-3000:]))
+    found = ["%s:%d: %s" % (os.path.basename(d["file"]), d["range"]["start"]["line"] + 1,
+                            d["message"].splitlines()[0])
+             for d in report["generalDiagnostics"] if d["severity"] == "error"]
+    assert [f for f in found if not f.startswith("typo.py:")] == []
+    assert 'typo.py:3: "no_such_name" is not a known attribute of module "cuda_debug"' in found
+
+
+# -- the README and docs/ document the command line -------------------------------------------
 
 def test_readme_documents_every_option_and_setting():
-    if SOURCE_TREE is None:
-        pytest.skip("the README is not next to the tests")
-    readme = open(os.path.join(SOURCE_TREE, "README.md"), encoding="utf-8").read()
-    import glob            # the reference moves to docs/*.md (issue 24): there counts too
-    for page in sorted(glob.glob(os.path.join(SOURCE_TREE, "docs", "*.md"))):
-        readme += open(page, encoding="utf-8").read()
+    """Every option of the command line, every doctor problem and every
+    CUDA_DEBUG_* setting is named in the README or a page of docs/."""
+    if SOURCE_TREE is None or not os.path.isdir(os.path.join(SOURCE_TREE, "docs")):
+        pytest.skip("the README and docs/ are not next to the tests")
+    import glob
+    readme = "".join(open(p, encoding="utf-8").read() for p in
+                     [os.path.join(SOURCE_TREE, "README.md")] +
+                     sorted(glob.glob(os.path.join(SOURCE_TREE, "docs", "*.md"))))
     from cuda_debug import _cli
     from cuda_debug.bench import _cli as bench_cli
     wanted = ["run -m", "run - <", "doctor --json", '"ok"', '"problem"']

@@ -118,7 +118,7 @@ def test_magics_and_short_reports(notebook):
     assert c[11].traceback[0] == "RuntimeError: CUDA error: device-side assert triggered"
     assert c[11].traceback[1].startswith("  reported at Cell In[11], line 2 in f:  raise"), c[11]
     assert "CUDA_ERROR_ASSERT (device-side assert triggered): a sticky CUDA error" in c[11].tb_text
-    assert "%%launch_blocking" in c[11].tb_text and "restart" in c[11].tb_text
+    assert "%%cuda_launch_blocking" in c[11].tb_text and "restart" in c[11].tb_text
     assert len(c[11].traceback) <= 6
     # other RuntimeErrors: IPython's usual traceback
     assert c[12].ename == "RuntimeError" and "Cell In[12], line 1" in c[12].tb_text
@@ -205,7 +205,7 @@ def test_gpu_torch_device_assert_without_a_scope(notebook):
     cell = cells[1]
     assert "CUDA error: device-side assert triggered" in cell.traceback[0], cell
     assert any(line.startswith("  reported at Cell In[2], line") for line in cell.traceback), cell
-    assert "%%launch_blocking" in cell.tb_text and "restart" in cell.tb_text
+    assert "%%cuda_launch_blocking" in cell.tb_text and "restart" in cell.tb_text
     assert len(cell.traceback) <= 6, cell
 
 

@@ -4,6 +4,7 @@ imported only when a library is needed. CPU only; library loading happens in
 child processes (a library, once loaded, stays loaded)."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -158,8 +159,11 @@ def test_unknown_library_name_is_refused():
         _libraries.load("cudnn")
 
 
-def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+    """The sdist `python -m build` makes of this checkout (isolated build, as pip)."""
     root = need_source_tree("building the sdist")
+    tmp_path = tmp_path_factory.mktemp("sdist")
     # (asked from outside the tree: a build/ folder there would pass for the package)
     if subprocess.run([sys.executable, "-c", "import build.__main__"], cwd=str(tmp_path),
                       capture_output=True).returncode:
@@ -168,7 +172,8 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
     # otherwise re-add every file an old *.egg-info/SOURCES.txt lists.
     src = tmp_path / "src"
     shutil.copytree(root, src, ignore=shutil.ignore_patterns(
-        "*.egg-info", "build", "dist", ".git", "__pycache__", "*.so", ".pytest_cache"))
+        "*.egg-info", "build", "dist", ".git", "__pycache__", "*.so", ".pytest_cache", ".venv",
+        "venv"))
     p = subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path),
                         str(src)], capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     if p.returncode and any(w in p.stdout + p.stderr for w in (
@@ -176,34 +181,85 @@ def test_sdist_has_what_the_build_and_the_tests_need(tmp_path):
             "Network is unreachable", "Temporary failure in name resolution")):
         pytest.skip("no package index here: the isolated build cannot fetch setuptools")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (sdist,) = tmp_path.glob("cuda_debug-*.tar.gz")
+    (path,) = tmp_path.glob("cuda_debug-*.tar.gz")
+    return path
+
+
+def _tracked(root):
+    """The files the repository tracks (`git ls-files`), or, where there is no
+    git checkout (an unpacked sdist), every file of the folders it ships."""
+    p = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True)
+    if p.returncode == 0 and p.stdout and os.path.isdir(os.path.join(root, ".git")):
+        files = set(p.stdout.decode().split("\0")) - {""}
+        return {f for f in files if os.path.exists(os.path.join(root, f))}    # not deleted
+    out = set()
+    for folder in (".ci", "csrc", "cuda_debug", "docs", "tests", "benchmarks"):
+        for d, dirs, files in os.walk(os.path.join(root, folder)):
+            dirs[:] = [x for x in dirs if x != "__pycache__"]
+            out |= {os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/") for f in files
+                    if not f.endswith((".so", ".pyc", ".o"))}
+    return out | {f for f in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in")
+                  if os.path.exists(os.path.join(root, f))}
+
+
+def test_sdist_has_every_tracked_file(sdist):
+    """What the build needs and what the whole test suite needs: every source,
+    header, test (the fake driver's C sources), doc page and CI script."""
+    root = need_source_tree("building the sdist")
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    wanted = {"setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", ".ci/run",
-              ".ci/check_aarch64.sh", ".ci/aarch64_known_errors", ".ci/install_without_toolkit.sh",
-              ".ci/test_aarch64_qemu.sh"}
-    for folder, exts in (("csrc", (".c", ".h", ".cu", ".py", ".md")), ("cuda_debug", (".py",)),
-                         ("tests", (".py",))):
-        for d, _, files in os.walk(os.path.join(root, folder)):
-            wanted |= {os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
-                       for f in files if f.endswith(exts) and "__pycache__" not in d}
-    assert {"csrc/base/base.h", "csrc/testing/fault_kernels_ptx.h",
-            "csrc/testing/fault_kernels.cu", "csrc/base/gen_cuda_errors.py", "csrc/README.md",
-            "csrc/base/cuda_api.h", "csrc/base/gen_cuda_api.py",
-            "tests/conftest.py"} <= wanted
-    assert not wanted - names, "missing from the sdist: %s" % sorted(wanted - names)
+    wanted = _tracked(root) - {".gitignore"}
+    assert {"csrc/base/base.h", "csrc/testing/fault_kernels_ptx.h", "csrc/base/cuda_api.h",
+            "tests/conftest.py", "tests/fake_cuda/fake_cuda.c", "tests/fake_cuda/fake_common.h",
+            ".ci/sanitize.sh", "docs/index.md", "cuda_debug/py.typed"} <= wanted
+    assert sorted(wanted - names) == [], "missing from the sdist"
     assert not [n for n in names if n.endswith((".so", ".pyc", ".o"))]
 
 
-def test_a_missing_build_piece_is_named_with_where_it_was_looked_for(tmp_path):
+def _metadata(sdist):
+    import email.parser
+    with tarfile.open(sdist) as tar:
+        (member,) = [m for m in tar.getmembers() if m.name.count("/") == 1 and
+                     m.name.endswith("/PKG-INFO")]
+        return email.parser.Parser().parsestr(tar.extractfile(member).read().decode())
+
+
+def test_sdist_metadata_names_licence_author_urls_and_classifiers(sdist):
+    root = need_source_tree("reading the metadata")
+    meta = _metadata(sdist)
+    # `License:` is what pip < 25.0 shows (`pip show`); it excludes License-Expression.
+    assert meta["License"] == "MIT" and meta["License-Expression"] is None
+    assert meta.get_all("License-File") == ["LICENSE"]
+    assert meta["Author"]
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
+    assert {"Homepage", "Documentation", "Source", "Issues"} <= set(urls)
+    doc = urls["Documentation"].split("/blob/main/", 1)
+    assert len(doc) == 2 and os.path.isfile(os.path.join(root, doc[1])), urls
+    classifiers = meta.get_all("Classifier")
+    assert "Typing :: Typed" in classifiers and "Operating System :: POSIX :: Linux" in classifiers
+    assert [c for c in classifiers if c.startswith("Development Status :: ")]
+    versions = sorted(c.rsplit(" ", 1)[1] for c in classifiers
+                      if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c))
+    assert meta["Requires-Python"] == ">=%s" % versions[0]
+    assert versions == ["3.%d" % n for n in range(10, 10 + len(versions))]      # none skipped
+    assert not [c for c in classifiers if c.startswith("License :: ")]
+    try:
+        from trove_classifiers import classifiers as known
+    except ImportError:
+        return                                   # (the [test] extra has trove-classifiers)
+    assert sorted(set(classifiers) - set(known)) == []
+
+
+def test_a_missing_build_piece_is_named_with_where_it_was_looked_for(tmp_path, build_python):
     """The build needs a C compiler, Python's headers and NumPy, no CUDA: with
-    the compiler missing, setup.py says so, names the rest, and builds nothing."""
+    the compiler missing, setup.py says so, names the rest, and builds nothing
+    (run with the build requirements, as pip runs it)."""
     root = need_source_tree("setup.py")
     src = tmp_path / "src"
     shutil.copytree(root, src, ignore=shutil.ignore_patterns(
         "*.egg-info", "build", "dist", ".git", "__pycache__", "*.so", ".pytest_cache"))
     env = dict(os.environ, CC="/nonexistent/cc-for-the-test")
-    p = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=str(src),
+    p = subprocess.run([build_python, "setup.py", "build_ext", "--inplace"], cwd=str(src),
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode != 0
     assert ("cuda_debug: cannot build the C extension. It needs a C compiler, the Python headers "

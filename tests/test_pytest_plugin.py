@@ -135,7 +135,6 @@ def test_entry_point_loads_the_plugin_without_a_conftest(inner):
     assert result.ret == 0
     # --trace-config lists the plugins registered through entry points
     assert "cuda_debug.pytest_plugin" in out(result), out(result)
-    result.stdout.fnmatch_lines(["cuda_debug *: *launch blocking: off*"])
 
 
 @pytest.mark.skipif(not INSTALLED, reason="needs the pytest11 entry point")
@@ -163,24 +162,54 @@ def test_marker_is_registered(inner):
     assert run(inner, "--strict-markers").ret == 0
 
 
-def test_header_default_is_cheap(inner):
-    """Off by default, one line, and no library opened, no CUDA initialised, no
-    torch imported: the plugin costs nothing when unused."""
-    inner.makepyfile('''
-        import sys
-        from cuda_debug import _core, _libraries
+_NOTHING_LOADED = '''
+    import sys
+    from cuda_debug import _core, _libraries
 
-        def test_nothing_loaded():
-            assert _libraries.status("cuda") is None      # libcuda never opened
-            assert _libraries.status("cupti") is None
-            assert _core.stats()["subscribes"] == 0
-            assert "torch" not in sys.modules
-            assert "cupy" not in sys.modules
-    ''')
+    def test_nothing_loaded():
+        assert _libraries.status("cuda") is None      # libcuda never opened
+        assert _libraries.status("cupti") is None
+        assert _core.stats()["subscribes"] == 0
+        assert "torch" not in sys.modules
+        assert "cupy" not in sys.modules
+'''
+
+
+def test_unused_it_says_nothing_and_loads_nothing(inner):
+    """A project that uses no option, ini setting, marker or fixture of
+    cuda_debug: not one cuda_debug line (as pytest-timeout), even with -v and
+    -ra, and no library opened, no CUDA initialised, no torch imported."""
+    inner.makepyfile(_NOTHING_LOADED)
+    for args in ((), ("-v", "-ra")):
+        result = run(inner, *args)
+        assert result.ret == 0, out(result)
+        assert _ours(result) == [], out(result)
+
+
+def _ours(result):
+    """The lines of a run that cuda_debug wrote (pytest's own header lines name
+    every plugin, and the interpreter's path, which may hold the word)."""
+    return [line for line in out(result).splitlines()
+            if "cuda_debug" in line and not line.startswith(
+                ("platform ", "plugins:", "rootdir:", "cachedir:", "configfile:"))]
+
+
+def test_a_marked_test_brings_the_cheap_header_line(inner):
+    """Tests that use a cuda_debug marker: the one line, after collection,
+    cheap (no library opened) and not under -q."""
+    inner.makepyfile(_NOTHING_LOADED + '''
+    import pytest
+
+    @pytest.mark.cuda_guard(False)
+    def test_marked():
+        pass
+''')
     result = run(inner)
     assert result.ret == 0, out(result)
     result.stdout.fnmatch_lines(["cuda_debug 0.1.0: *built with CUDA * headers*"
                                  "launch blocking: off (marked tests only)*"])
+    assert len(_ours(result)) == 1, out(result)
+    assert _ours(run(inner, "-q")) == []
 
 
 def test_header_names_option_and_ini(inner):
@@ -198,7 +227,7 @@ def test_header_names_option_and_ini(inner):
 def test_header_reports_cuda_launch_blocking_env(inner, monkeypatch):
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
     inner.makepyfile("def test_x(): pass")
-    result = run(inner)
+    result = run(inner, "--cuda-guard")
     result.stdout.fnmatch_lines(["cuda_debug *CUDA_LAUNCH_BLOCKING=1*"])
 
 

@@ -16,9 +16,16 @@
  * before we can look at them. So the walk
  *   - happens only on the thread's own stack (pthread_getattr_np): from a
  *     stack switched to by user code nothing bounds it;
- *   - stops at the Python interpreter (_PyEval_EvalFrameDefault): the
- *     operators of a launch are between it and the launch, and stack
- *     switchers that run Python (greenlet) do so above it;
+ *   - stops at the Python interpreter: the first frame in the code of the
+ *     object that holds _PyEval_EvalFrameDefault (the python executable, or
+ *     libpython): the operators of a launch are between it and the launch,
+ *     and stack switchers that run Python (greenlet) do so above it. Not the
+ *     symbol's own size: in CPython built with LTO and PGO, as distributions
+ *     build it, the exported function can be a stub around code the compiler
+ *     moved out of it (Debian's 3.14.10: 1184 bytes; the interpreter's frames
+ *     return into local, stripped code elsewhere in the executable): the walk
+ *     never met it and unwound into the stale frames above (SIGSEGV in the
+ *     unwinder);
  *   - stops at a frame outside the stack, or below the one before.
  *
  * A return address is attributed to a symbol only inside that symbol's size
@@ -48,7 +55,8 @@ typedef _Unwind_Ptr (*unwind_get_fn)(struct _Unwind_Context *);
  * fault path can run; `ready` publishes them. */
 static unwind_backtrace_fn unwind_backtrace;
 static unwind_get_fn unwind_get_ip, unwind_get_cfa;
-static uintptr_t eval_lo, eval_hi;     /* _PyEval_EvalFrameDefault's code, 0 unknown */
+static uintptr_t interp_lo, interp_hi; /* the executable segment holding
+                                           _PyEval_EvalFrameDefault; 0: unknown */
 static atomic_int ready;
 
 typedef struct {
@@ -63,11 +71,29 @@ static _Unwind_Reason_Code on_frame(struct _Unwind_Context *ctx, void *arg)
     uintptr_t pc = (uintptr_t)unwind_get_ip(ctx), cfa = (uintptr_t)unwind_get_cfa(ctx);
     if (!pc || cfa < w->lo || cfa >= w->hi || cfa < w->last_cfa)
         return _URC_END_OF_STACK;      /* off the stack, or going back down it: stale */
-    if (pc - 1 >= eval_lo && pc - 1 < eval_hi)
+    if (pc - 1 >= interp_lo && pc - 1 < interp_hi)
         return _URC_END_OF_STACK;      /* the interpreter: the operators are below it */
     w->last_cfa = cfa;
     w->pcs[w->n++] = (void *)pc;
     return w->n < w->max ? _URC_NO_REASON : _URC_END_OF_STACK;
+}
+
+/* dl_iterate_phdr callback: the executable PT_LOAD segment holding *arg. */
+static int interp_segment(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    uintptr_t addr = *(const uintptr_t *)arg;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (addr >= lo && addr < hi) {
+            interp_lo = lo;
+            interp_hi = hi;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 void cd_native_ops_warm(void)
@@ -82,11 +108,9 @@ void cd_native_ops_warm(void)
         unwind_get_cfa = (unwind_get_fn)dlsym(gcc, "_Unwind_GetCFA");
     }
     void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
-    Dl_info info;
-    const ElfW(Sym) *sym = NULL;
-    if (eval && dladdr1(eval, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && info.dli_saddr) {
-        eval_lo = (uintptr_t)info.dli_saddr;
-        eval_hi = eval_lo + sym->st_size;
+    if (eval) {
+        uintptr_t addr = (uintptr_t)eval;
+        dl_iterate_phdr(interp_segment, &addr);
     }
     if (unwind_backtrace && unwind_get_ip && unwind_get_cfa) {
         void *pcs[4];

@@ -251,27 +251,27 @@ def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
         argv = argv[1:]
-    what = "bench"
+    what = prog                       # messages name the command as typed
     try:
         args = parser(prog).parse_args(argv)
-        what = "bench " + args.what
+        what = "%s %s" % (prog, args.what)
         (validate_gemm if args.what == "gemm" else validate_latency)(args)
         check_outputs(args)
     except (UsageError, ValueError, TypeError) as e:
-        sys.stderr.write("%scuda_debug %s: %s\n" % (getattr(e, "usage", ""), what, e))
+        sys.stderr.write("%s%s: error: %s\n" % (getattr(e, "usage", ""), what, e))
         return EXIT_USAGE
     except ImportError as e:          # --plot without matplotlib
-        sys.stderr.write("cuda_debug %s: %s\n" % (what, e))
+        sys.stderr.write("%s: %s\n" % (what, e))
         return EXIT_ERROR
     except SystemExit as e:           # --help
         return int(e.code or 0)
     try:
         return _run(args)
     except (ValueError, TypeError) as e:
-        sys.stderr.write("cuda_debug %s: %s\n" % (what, e))
+        sys.stderr.write("%s: error: %s\n" % (what, e))
         return EXIT_USAGE
     except RuntimeError as e:         # CudaError and its kin, a failed child
-        sys.stderr.write("cuda_debug %s: %s\n" % (what, e))
+        sys.stderr.write("%s: %s\n" % (what, e))
         return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted\n")

@@ -8,13 +8,24 @@ Python's."""
 import math
 import sys
 import warnings
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .. import _core
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
+
+# What gemm() and launch_latency() accept (checked at run time, before any GPU work):
+#: one problem size: 1024 (square), "4096x1024x512" or (m, n, k)
+Size = Union[int, str, Tuple[int, int, int]]
+#: sizes: a list of them, one int, or "256,1024" (a comma-separated string)
+SizesArg = Union[Size, Sequence[Size]]
+#: dtypes, modes, apis: a list of names, or one comma-separated string
+NamesArg = Union[str, Sequence[str]]
+#: torch.backends.cuda.matmul flags: None or "torch" (torch's now), "default", "sweep",
+#: one dict of flag -> bool, or a list of them
+FlagsArg = Union[None, str, Mapping[str, bool], Sequence[Mapping[str, bool]]]
 BASE_MODES = ("async", "sync", "scope", "launch_blocking")
 #: ``watch`` runs the async loop inside ``cuda_debug.watch()`` where that exists
 MODES = BASE_MODES + ("watch",)

@@ -9,8 +9,8 @@ from .. import _core, _libraries
 from . import _child, _native
 from ._clocks import ClockSampler, Nvml
 from ._config import (BASE_MODES, CHECK_AUTO_MAX, STORAGE, STORAGE_TYPES, TOLERANCE,
-                      WORKSPACE_BYTES, Config, check_bool, check_device, check_memory,
-                      check_number, check_progress, check_seed, cublas_math, effective_dtype, flush_size,
+                      WORKSPACE_BYTES, Config, FlagsArg, NamesArg, SizesArg, check_bool,
+                      check_device, check_memory, check_number, check_progress, check_seed, cublas_math, effective_dtype, flush_size,
                       parse_modes, peak_tflops, plan)
 from ._progress import Progress, ProgressArg
 from ._results import GemmResult, build_gemm_result, decode, relative_error
@@ -18,8 +18,9 @@ from ._results import GemmResult, build_gemm_result, decode, relative_error
 _API_CODE = {"gemmex": 0, "lt": 1}
 
 
-def gemm(sizes=(1024, 4096, 8192), dtypes=("fp32", "tf32", "bf16"), modes=BASE_MODES,
-         flags=None, *, api="gemmex", device: int = 0, warmup: float = 0.1, flush: bool = True,
+def gemm(sizes: SizesArg = (1024, 4096, 8192), dtypes: NamesArg = ("fp32", "tf32", "bf16"),
+         modes: NamesArg = BASE_MODES, flags: FlagsArg = None, *, api: NamesArg = "gemmex",
+         device: int = 0, warmup: float = 0.1, flush: bool = True,
          repeats: int = 10, loop_ms: float = 20.0, samples: Optional[int] = None,
          sample_ms: float = 200.0, max_samples: int = 200, check: Optional[bool] = None,
          seed: int = 0, lt_algos: int = 1, progress: ProgressArg = None) -> GemmResult:

@@ -2,12 +2,12 @@
 from .. import _core, _libraries
 from . import _child, _native
 from ._clocks import Nvml
-from ._config import BASE_MODES, check_device, check_number, check_progress, parse_modes
+from ._config import BASE_MODES, NamesArg, check_device, check_number, check_progress, parse_modes
 from ._progress import Progress, ProgressArg
 from ._results import LatencyResult, build_latency_result
 
 
-def launch_latency(modes=BASE_MODES, *, device: int = 0, launches: int = 1000,
+def launch_latency(modes: NamesArg = BASE_MODES, *, device: int = 0, launches: int = 1000,
                    repeats: int = 20, samples: int = 2000, warmup: float = 0.05,
                    progress: ProgressArg = None) -> LatencyResult:
     """Cost of launching an empty kernel (1 block of 1 thread) in each mode:

@@ -41,9 +41,12 @@ Columns of :attr:`GemmResult.array`
     median SM clock seen through NVML while the row ran, NaN without NVML.
 """
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 from ._config import MODES, Config, effective_dtype, flags_label, size_label, unique
 
@@ -260,7 +263,12 @@ def _write(path: Optional[str], text: str) -> str:
 class _Result:
     """A benchmark's structured ``array``, its ``meta`` and the raw ``samples``."""
 
-    def __init__(self, array: np.ndarray, meta: dict, samples: Optional[list] = None):
+    array: "npt.NDArray[np.void]"        # structured: one row per configuration
+    meta: Dict[str, Any]
+    samples: List[Any]
+
+    def __init__(self, array: "npt.NDArray[np.void]", meta: Dict[str, Any],
+                 samples: Optional[List[Any]] = None):
         self.array = array
         self.meta = meta
         self.samples = samples or []

@@ -2,8 +2,13 @@
 
 ``fake_cuda.c`` becomes a ``libcuda.so.1`` and ``fake_cupti.c`` a
 ``libcupti.so.13`` (same sonames as the real ones), compiled with ``cc`` against
-the REAL ``cuda.h`` / ``cupti.h`` (found like ``setup.py`` finds them), once per
-source hash, into a folder under the temp dir. A child process preloads them
+the project's own CUDA declarations, ``csrc/base/cuda_api.h`` (the header the C
+core is built with: generated from the real cuda.h / cupti.h, which it matches
+in ABI, tests/test_cuda_api.py), so that the fakes, like the package, build
+where no CUDA toolkit is. Once per source hash, into a folder under the temp
+dir. A fake that names a CUDA type, constant or function the header lacks
+fails to build: rerun ``csrc/base/gen_cuda_api.py`` (it reads tests/fake_cuda/
+too). A child process preloads them
 (``ctypes.CDLL(path, RTLD_GLOBAL)``) before importing cuda_debug; cuda_debug's
 loader first asks for an already-loaded ``libcuda.so.1`` / ``libcupti.so.13``
 (``RTLD_NOLOAD``) and so binds the fakes, and the REAL cuda_debug CUPTI
@@ -49,7 +54,7 @@ PRELUDE = ("import sys as _fk_sys; _fk_sys.path.insert(0, %r)\n"
 
 
 class Unavailable(Exception):
-    """The fakes cannot be built here (no C compiler, no CUDA headers)."""
+    """The fakes cannot be built here (no C compiler, no csrc/base/cuda_api.h)."""
 
 
 def _header_search():
@@ -67,8 +72,23 @@ def _header_search():
 
 
 def cuda_include_dirs():
-    """Folders holding cuda.h and cupti.h (cuda_debug/_cuda_headers.py); None if none."""
+    """Folders holding the real cuda.h and cupti.h (cuda_debug/_cuda_headers.py);
+    None if none. (Not needed to build the fakes.)"""
     return _header_search().find()[0]
+
+
+#: csrc/ of the checkout or unpacked sdist the tests belong to
+CSRC = os.path.join(os.path.dirname(TESTS), "csrc")
+CUDA_API_H = os.path.join(CSRC, "base", "cuda_api.h")
+
+
+def include_dirs():
+    """The include path of the fakes' build: this folder (fake_common.h) and
+    csrc/ (base/cuda_api.h). Unavailable when csrc/ is not next to tests/."""
+    if not os.path.isfile(CUDA_API_H):
+        raise Unavailable("the project's CUDA declarations (%s) are not next to the tests"
+                          % os.path.relpath(CUDA_API_H, os.path.dirname(TESTS)))
+    return [HERE, CSRC]
 
 
 def compiler():
@@ -76,17 +96,11 @@ def compiler():
     return shutil.which(cc) or shutil.which("gcc") or shutil.which("clang")
 
 
-def _digest(cc, incs):
+def _digest(cc):
     h = hashlib.sha256()
-    for name in SOURCES:
-        with open(os.path.join(HERE, name), "rb") as f:
-            h.update(name.encode() + b"\0" + f.read())
-    for d in incs:
-        for hdr in ("cuda.h", "cupti.h", "cupti_callbacks.h", "generated_cuda_meta.h"):
-            p = os.path.join(d, hdr)
-            if os.path.exists(p):
-                st = os.stat(p)
-                h.update(("%s:%d:%d" % (p, st.st_size, st.st_mtime_ns)).encode())
+    for path in [os.path.join(HERE, name) for name in SOURCES] + [CUDA_API_H]:
+        with open(path, "rb") as f:
+            h.update(os.path.basename(path).encode() + b"\0" + f.read())
     h.update(cc.encode() + b"\0" + " ".join(extra_cflags()).encode())
     return h.hexdigest()[:16]
 
@@ -98,6 +112,27 @@ def extra_cflags():
     return shlex.split(os.environ.get("CD_TEST_FAKE_CFLAGS", ""))
 
 
+def cflags():
+    """The fakes' compiler flags (the include path: include_dirs())."""
+    # A function cuda_api.h does not declare is an error, not a guessed prototype.
+    return (["-std=gnu11", "-O1", "-g", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter",
+             "-Wno-missing-field-initializers", "-Werror=implicit-function-declaration"] +
+            ["-I" + d for d in include_dirs()] +
+            extra_cflags())
+
+
+def commands(cc, work):
+    """The compiler commands that build the fakes into `work`."""
+    flags = cflags() + ["-shared"]
+    return [
+        [cc] + flags + ["-Wl,-soname," + LIBCUDA, "-o", os.path.join(work, LIBCUDA),
+                        os.path.join(HERE, "fake_cuda.c"), "-lpthread"],
+        [cc] + flags + ["-Wl,-soname," + LIBCUPTI, "-o", os.path.join(work, LIBCUPTI),
+                        os.path.join(HERE, "fake_cupti.c"), os.path.join(work, LIBCUDA),
+                        "-Wl,-rpath,$ORIGIN", "-lpthread"],
+    ]
+
+
 def build():
     """Compile the fakes (once per source hash; cached in the temp dir) and
     return the folder holding libcuda.so.1 and libcupti.so.13. Raises
@@ -105,28 +140,21 @@ def build():
     cc = compiler()
     if not cc:
         raise Unavailable("no C compiler (cc/gcc/clang) to build the fake CUDA driver")
-    incs = cuda_include_dirs()
-    if not incs:
-        raise Unavailable("CUDA headers (cuda.h, cupti.h) not found: set CUDA_HOME")
-    out = os.path.join(tempfile.gettempdir(), "cuda_debug_fake_%s" % _digest(cc, incs))
+    include_dirs()
+    out = os.path.join(tempfile.gettempdir(), "cuda_debug_fake_%s" % _digest(cc))
     if all(os.path.exists(os.path.join(out, n)) for n in (LIBCUDA, LIBCUPTI)):
         return out
     work = tempfile.mkdtemp(prefix="cuda_debug_fake_build_")
-    flags = ["-std=gnu11", "-O1", "-g", "-fPIC", "-shared", "-Wall", "-Wextra",
-             "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
-    flags += ["-I" + d for d in incs] + extra_cflags()
-    cmds = [
-        [cc] + flags + ["-Wl,-soname," + LIBCUDA, "-o", os.path.join(work, LIBCUDA),
-                        os.path.join(HERE, "fake_cuda.c"), "-lpthread"],
-        [cc] + flags + ["-Wl,-soname," + LIBCUPTI, "-o", os.path.join(work, LIBCUPTI),
-                        os.path.join(HERE, "fake_cupti.c"), os.path.join(work, LIBCUDA),
-                        "-Wl,-rpath,$ORIGIN", "-lpthread"],
-    ]
-    for cmd in cmds:
+    for cmd in commands(cc, work):
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
-            raise RuntimeError("building the fake CUDA driver failed:\n%s\n%s"
-                               % (" ".join(cmd), p.stderr))
+            shutil.rmtree(work, ignore_errors=True)
+            hint = ("\n(a CUDA name the fakes use is missing from csrc/base/cuda_api.h? "
+                    "Rerun csrc/base/gen_cuda_api.py: it reads tests/fake_cuda/ too)"
+                    if any(w in p.stderr for w in ("undeclared", "unknown type name",
+                                                   "implicit declaration")) else "")
+            raise RuntimeError("building the fake CUDA driver failed:\n%s\n%s%s"
+                               % (" ".join(cmd), p.stderr, hint))
     try:                      # atomic publish: concurrent sessions (xdist) race harmlessly
         os.rename(work, out)
     except OSError:
@@ -140,18 +168,14 @@ _CBIDS = None
 
 
 def cbids():
-    """CUPTI driver callback ids by API name, read from the cupti_driver_cbid.h
-    the fakes were built with: ``cbids()["cuLaunchKernel"] == 307``."""
+    """CUPTI driver callback ids by API name, read from the csrc/base/cuda_api.h
+    the fakes (and the C core) were built with: ``cbids()["cuLaunchKernel"] == 307``."""
     global _CBIDS
     if _CBIDS is None:
         _CBIDS = {}
-        for d in cuda_include_dirs() or []:
-            p = os.path.join(d, "cupti_driver_cbid.h")
-            if os.path.exists(p):
-                with open(p) as f:
-                    for m in re.finditer(r"CUPTI_DRIVER_TRACE_CBID_(\w+)\s*=\s*(\d+)", f.read()):
-                        _CBIDS[m.group(1)] = int(m.group(2))
-                break
+        with open(CUDA_API_H) as f:
+            for m in re.finditer(r"CUPTI_DRIVER_TRACE_CBID_(\w+)\s*=\s*(\d+)", f.read()):
+                _CBIDS[m.group(1)] = int(m.group(2))
     return _CBIDS
 
 

@@ -3,15 +3,16 @@
  * which owns all state: device, streams, contexts, the CUPTI subscriber
  * registry) and the fake libcupti.so.13 (fake_cupti.c, a thin layer that
  * links against libcuda.so.1, like the real CUPTI depends on the driver).
- * Test-only code: see tests/fake_cuda/__init__.py.
+ * Test-only code: see tests/fake_cuda/__init__.py. Built against the project's
+ * own CUDA declarations (csrc/base/cuda_api.h, on the include path as in csrc/),
+ * so that no CUDA toolkit is needed.
  */
 #ifndef FAKE_COMMON_H
 #define FAKE_COMMON_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <cuda.h>
-#include <cupti.h>
+#include "base/cuda_api.h"
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 

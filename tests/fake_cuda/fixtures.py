@@ -18,7 +18,8 @@ def fake_cuda_dir():
     try:
         return build()
     except Unavailable as e:
-        pytest.skip("fake CUDA driver not buildable here: %s" % e)
+        from conftest import short_reason
+        pytest.skip("fake CUDA driver not buildable here: %s" % short_reason(str(e)))
 
 
 @pytest.fixture

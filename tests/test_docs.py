@@ -1,0 +1,277 @@
+"""The README and docs/*.md: what a strict documentation build would check, and
+that the examples run or say why not.
+
+- the README is a first screen (at most 250 lines); every page of docs/ is
+  reachable from it; every relative link and #anchor resolves;
+- every page whose examples need a GPU (or PyTorch, or your own code) says so
+  in a "To run the examples" line;
+- every Python example parses, and every ``cuda_debug.NAME`` it uses exists;
+- every documented command line is run (``cuda-debug run/doctor``, with an
+  empty script in place of yours) or parsed by the real parser (``bench``), and
+  every pytest option it shows is registered;
+- the README's ``>>>`` session runs, against the fake CUDA driver, and prints
+  the exception text the README shows.
+
+The pages are plain Markdown (GitHub and the sdist render them; no site build)."""
+import ast
+import glob
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import cuda_debug
+
+from conftest import PKG_PARENT, SOURCE_TREE
+
+MAX_README_LINES = 250
+
+
+def _root():
+    if SOURCE_TREE is None or not os.path.isdir(os.path.join(SOURCE_TREE, "docs")):
+        pytest.skip("the README and docs/ are not next to the tests")
+    return SOURCE_TREE
+
+
+def _pages():
+    root = _root()
+    pages = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+    return {os.path.relpath(p, root): open(p, encoding="utf-8").read() for p in pages}
+
+
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
+
+
+def blocks(text):
+    """(info string, body) of every fenced code block."""
+    return [(m.group(1).strip(), m.group(2)) for m in FENCE.finditer(text)]
+
+
+def _prose(text):
+    """The text outside code blocks and inline code."""
+    return re.sub(r"`[^`\n]*`", "", FENCE.sub("", text))
+
+
+def slug(heading):
+    """GitHub's anchor for a heading."""
+    h = re.sub(r"[`*_]", "", heading.strip().lower())
+    h = re.sub(r"[^\w\- ]", "", h)
+    return h.replace(" ", "-")
+
+
+def anchors(text):
+    return {slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", FENCE.sub("", text), re.M)}
+
+
+def links(text):
+    return re.findall(r"\]\(([^)\s]+)\)", _prose(text))
+
+
+def test_the_readme_is_a_first_screen():
+    readme = _pages()["README.md"]
+    n = readme.count("\n")
+    assert n <= MAX_README_LINES, "README.md has %d lines (at most %d: the reference goes to " \
+        "docs/)" % (n, MAX_README_LINES)
+    first = blocks(readme)[0]
+    assert first[0] == "bash" and "pip install -e '.[test]'" in first[1] and \
+        "python3 -m pytest" in first[1], first      # the two commands come first
+
+
+def test_every_link_and_anchor_resolves():
+    root = _root()
+    pages = _pages()
+    bad = []
+    for name, text in pages.items():
+        for target in links(text):
+            if re.match(r"[a-z]+:", target):            # https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            full = os.path.normpath(os.path.join(root, os.path.dirname(name), path)) if path \
+                else os.path.join(root, name)
+            if not os.path.exists(full):
+                bad.append("%s: %s (no such file)" % (name, target))
+            elif anchor:
+                rel = os.path.relpath(full, root)
+                if rel not in pages or anchor not in anchors(pages[rel]):
+                    bad.append("%s: %s (no such heading)" % (name, target))
+    assert bad == []
+
+
+def test_every_page_is_reachable_from_the_readme():
+    root = _root()
+    pages = _pages()
+    seen, todo = set(), ["README.md"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for target in links(pages[name]):
+            path = target.partition("#")[0]
+            if path and not re.match(r"[a-z]+:", path):
+                rel = os.path.relpath(os.path.normpath(os.path.join(root, os.path.dirname(name),
+                                                                    path)), root)
+                if rel in pages:
+                    todo.append(rel)
+    assert sorted(set(pages) - seen) == []
+
+
+def test_pages_with_examples_say_what_they_need():
+    """An example that cannot run here (no GPU, no PyTorch, your own model) says why."""
+    missing = [name for name, text in _pages().items()
+               if name != "docs/building.md" and any(
+                   info in ("python", "bash") for info, _ in blocks(text))
+               and "**To run the examples**" not in text]
+    assert missing == []
+
+
+# -- Python examples -----------------------------------------------------------------------
+
+def python_examples():
+    out = []
+    for name, text in _pages().items():
+        for info, body in blocks(text):
+            if info != "python":
+                continue
+            if body.lstrip().startswith(">>>"):             # a session: its input lines
+                body = "\n".join(line[4:] for line in body.splitlines()
+                                 if line.startswith((">>> ", "... ")) or line in (">>>", "..."))
+            out.append((name, body))
+    return out
+
+
+def test_python_examples_parse_and_use_real_names():
+    import cuda_debug.bench                                 # noqa: F401  (NumPy: fine in tests)
+    bad = []
+    for name, body in python_examples():
+        try:
+            tree = ast.parse(textwrap.dedent(body))
+        except SyntaxError as e:
+            bad.append("%s: %s\n%s" % (name, e, body))
+            continue
+        for node in ast.walk(tree):
+            chain = []
+            while isinstance(node, ast.Attribute):
+                chain.append(node.attr)
+                node = node.value
+            if not (isinstance(node, ast.Name) and node.id == "cuda_debug" and chain):
+                continue
+            obj = cuda_debug
+            for attr in reversed(chain):
+                if attr in ("array",):                  # a result's attribute, not the API's
+                    break
+                if not hasattr(obj, attr):
+                    bad.append("%s: cuda_debug.%s does not exist" % (name, ".".join(reversed(chain))))
+                    break
+                obj = getattr(obj, attr)
+    assert bad == []
+
+
+# -- command lines ---------------------------------------------------------------------------
+
+def command_lines():
+    """(page, argv after `cuda_debug`/`cuda-debug`) of every documented command."""
+    out = []
+    for name, text in _pages().items():
+        for info, body in blocks(text):
+            if info != "bash":
+                continue
+            for line in body.splitlines():
+                code = line.split("  #", 1)[0].split(" # ", 1)[0].strip()
+                m = re.search(r"(?:-m cuda_debug|^cuda-debug)\s+(.*)$", code)
+                if m:
+                    out.append((name, m.group(1).split()))
+    return out
+
+
+def test_documented_run_and_doctor_commands_run(tmp_path):
+    """`run` with an empty script (and module) in place of yours: the options
+    are accepted (exit 0, no usage error); `doctor`: 0, or 1 without a GPU."""
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "train.py").write_text("pass\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
+        PKG_PARENT, str(tmp_path), os.environ.get("PYTHONPATH")])))
+    env.pop("CUDA_DEBUG_HANG_AFTER", None)
+    ran = 0
+    for name, argv in command_lines():
+        if argv[0] not in ("run", "doctor"):
+            continue
+        stdin = None
+        if "<" in argv:                                    # run - < train.py
+            i = argv.index("<")
+            stdin = open(os.path.join(tmp_path, argv[i + 1]), "rb")
+            argv = argv[:i]
+        p = subprocess.run([sys.executable, "-m", "cuda_debug"] + argv, stdin=stdin,
+                           capture_output=True, text=True, cwd=str(tmp_path), env=env,
+                           timeout=120)
+        if stdin:
+            stdin.close()
+        ok = p.returncode in ((0, 1) if argv[0] == "doctor" else (0,))
+        assert ok, "%s: `cuda-debug %s` exited %d:\n%s" % (name, " ".join(argv), p.returncode,
+                                                            p.stderr[-2000:])
+        ran += 1
+    assert ran >= 10
+
+
+def test_documented_bench_and_dump_commands_parse():
+    from cuda_debug.bench import _cli as bench_cli
+    parser = bench_cli.parser()
+    help_dump = subprocess.run([sys.executable, "-m", "cuda_debug", "dump", "--help"],
+                               capture_output=True, text=True, timeout=60, cwd=PKG_PARENT)
+    assert help_dump.returncode == 0, help_dump.stderr
+    checked = 0
+    for name, argv in command_lines():
+        if argv[0] == "bench":
+            try:
+                parser.parse_args(argv[1:])
+            except SystemExit as e:
+                pytest.fail("%s: `cuda-debug %s` does not parse (exit %s)" % (name, " ".join(argv), e))
+            checked += 1
+        elif argv[0] == "dump":
+            options = [a for a in argv[1:] if a.startswith("-")]
+            assert all(o in help_dump.stdout for o in options), (name, argv)
+            assert all(a.isdigit() for a in argv[1:] if not a.startswith("-")), (name, argv)
+            checked += 1
+        else:
+            assert argv[0] in ("run", "doctor"), (name, argv)
+    assert checked >= 3
+
+
+def test_documented_pytest_options_exist():
+    shown = set()
+    for name, text in _pages().items():
+        for info, body in blocks(text):
+            if info == "bash":
+                shown |= set(re.findall(r"^\s*pytest .*?(--cuda[\w-]+)", body, re.M))
+    assert len(shown) >= 3
+    p = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
+                       capture_output=True, text=True, timeout=120, cwd=PKG_PARENT)
+    assert p.returncode == 0, p.stderr
+    assert sorted(o for o in shown if o not in p.stdout) == []
+
+
+# -- the README's session, run ------------------------------------------------------------
+
+def test_the_readme_session_runs_and_prints_what_the_readme_shows(fake_child):
+    """The fake driver's check_index<int> fails the assert the real kernel does,
+    so the README's >>> session, typed into an interactive console, must end
+    with the exception text the README shows."""
+    readme = _pages()["README.md"]
+    (session,) = [b for info, b in blocks(readme) if info == "python" and b.startswith(">>>")]
+    typed = [line[4:] for line in session.splitlines() if line.startswith((">>> ", "... "))]
+    shown = session.split("  ...\n", 1)[1].rstrip("\n")          # after the elided frames
+    c = fake_child('''
+        import code, sys
+        console = code.InteractiveConsole(filename="<stdin>")
+        for line in %r:
+            console.push(line)
+        console.push("")
+    ''' % (typed,))
+    assert c.returncode == 0, c
+    assert shown in c.stderr, c
