@@ -26,6 +26,23 @@
     launches queued behind it, or nothing launched: the host waits) every
     stream's oldest unfinished launch is written to stderr; the script goes on.
 
+``run --replay ...``
+    the same; when the script dies of an illegal (or misaligned) address with no
+    assert text, the report is printed, then the program is replayed (``replay``,
+    below) to name the faulting thread, the address and the allocation.
+
+``replay --launch N [--kernel NAME] [--from-watch] [--max-launches M] [--window W]
+[--no-torch] [--traceback] script.py args...`` (or ``-m module``, or ``-``)
+    re-runs the script with NVIDIA's Sanitizer API, instrumenting only launch N
+    (as watch() counted it; with a kernel name, that kernel's launches from N-W
+    on, M at most): the first access outside every allocation (for PyTorch:
+    outside the live tensors) is reported with its thread, block, address,
+    read/write and size, and the allocation it missed (size, offset, shape and
+    dtype, the line that allocated it), then the launch fails at its line.
+    Exit status 3 when found; 4 when the run did not repeat itself (said why,
+    with hints); 1 when the replay cannot run (no Sanitizer API: where it
+    looked, what to install); 2 on a usage error.
+
 ``dump [--json] [--children] [--trace OUT.json] PID...``, ``dump --job [HOST:PORT]``
     print, here, the unfinished launches of running processes that watch
     (``run``, ``watch()``): each answers from a thread of cuda_debug's (no
@@ -59,7 +76,7 @@ from typing import List, Optional
 
 from . import _options
 
-EXIT_ERROR, EXIT_USAGE, EXIT_STICKY = 1, 2, 3
+EXIT_ERROR, EXIT_USAGE, EXIT_STICKY, EXIT_NOT_REPRODUCED = 1, 2, 3, 4
 MODULE_PROG = "python -m cuda_debug"
 
 USAGE = """\
@@ -74,6 +91,11 @@ commands:
                                   the same for a script read from stdin
   run --hang-after S script.py [args...]
                                   also report launches stuck S seconds
+  run --replay script.py [args...]
+                                  after an illegal address, replay it (below)
+  replay --launch N [--kernel K] script.py [args...]
+                                  re-run it, instrument that launch: the thread,
+                                  the address, the tensor it missed
   dump [--json] PID...            the unfinished launches of a watching process
                                   (a torchrun agent: every rank, and a verdict)
   doctor [--json]                 driver, GPU, CUDA/CUPTI/cuBLAS, conflicts
@@ -116,6 +138,8 @@ def main(argv: Optional[List[str]] = None, prog: str = MODULE_PROG) -> int:
         return 0
     if cmd == "run":
         return run_main(rest, prog)
+    if cmd == "replay":
+        return replay_main(rest, prog)
     if cmd == "doctor":
         return doctor_main(rest, prog)
     if cmd == "dump":
@@ -171,6 +195,10 @@ def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                         "anything is launched (also CUDA_DEBUG_GUARD=1)")
     p.add_argument("--traceback", action="store_true",
                    help="print the full Python traceback too, not only the short report")
+    p.add_argument("--replay", action="store_true",
+                   help="after an illegal or misaligned address with no assert text, replay the "
+                        "program (cuda-debug replay) to name the thread, the address and the "
+                        "allocation it missed")
     p.add_argument("--hang-after", metavar="S", type=float,
                    help="while watching: when a launch stays unfinished S seconds (with later "
                         "launches queued behind it, or none launched: the host waits), write "
@@ -185,7 +213,7 @@ def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
 
 _RUN_FLAGS = {"--launch-blocking": "launch_blocking", "--no-watch": "no_watch",
               "--all-threads": "all_threads", "--traceback": "traceback", "--guard": "guard",
-              "--exact": "exact"}
+              "--exact": "exact", "--replay": "replay"}
 
 
 def _is_module_name(name: str) -> bool:
@@ -257,11 +285,45 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
             return _usage_error(parser, "no such file: %s" % target)
         if os.path.isdir(target) and not os.path.exists(os.path.join(target, "__main__.py")):
             return _usage_error(parser, "%s is a folder without __main__.py" % target)
+    if opts["replay"] and target == "-":
+        return _usage_error(parser, "--replay re-runs the program: not one read from stdin")
     mode = "block" if opts["launch_blocking"] else "none" if opts["no_watch"] else "watch"
-    return _run(target, args, module=module, mode=mode, all_threads=opts["all_threads"],
-                full_traceback=opts["traceback"], prog=prog,
-                guard=opts["guard"] or _options.OPTIONS.guard, hang_after=hang_after,
-                exact=opts["exact"] or None)
+    status = _run(target, args, module=module, mode=mode, all_threads=opts["all_threads"],
+                  full_traceback=opts["traceback"], prog=prog,
+                  guard=opts["guard"] or _options.OPTIONS.guard, hang_after=hang_after,
+                  exact=opts["exact"] or None)
+    if opts["replay"] and status == EXIT_STICKY:
+        _replay_after(target, args, module, prog)
+    return status
+
+
+def _replay_after(target: str, args: List[str], module: bool, prog: str) -> None:
+    """run --replay: the script died of a sticky fault; when the report can be
+    explained by a replay, run it in a fresh process (this one's CUDA context
+    is dead), its output going where ours goes."""
+    import subprocess
+    from ._scope import last_error
+    err = last_error()
+    if err is None or not err.replay_command:
+        sys.stderr.write("cuda_debug run: --replay: nothing to replay (%s)\n" % (
+            "no cuda_debug report" if err is None else
+            "a device-side assert names its own thread" if "Assertion" in (err.device_message
+                                                                          or "")
+            else "not an illegal or misaligned address, or its launch is not known"))
+        return
+    from . import _replay_command
+    opts = _replay_command.options(
+        err.kernel_mangled, err.launch_seq,
+        candidates=_replay_command.candidate_seqs(err.exact, err.candidates))
+    if opts is None:
+        return
+    cmd = [sys.executable, "-m", "cuda_debug", "replay"] + opts + \
+        (["-m", target] if module else [target]) + list(args)
+    sys.stderr.write("\ncuda_debug run: replaying it to find the thread, the address and the "
+                     "allocation: %s\n" % err.replay_command)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    subprocess.run(cmd)
 
 
 def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None,
@@ -284,6 +346,9 @@ def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None,
         sys.stderr.write("%s run: running without %s: %s\n"
                          % (prog, "watch()" if mode == "watch" else "launch_blocking()", e))
         return None
+    if mode == "watch":
+        from . import _replay_command
+        _replay_command.run_watch = True     # launch numbers count from the program's start
     return scope
 
 
@@ -309,8 +374,15 @@ def _exec_stdin() -> None:
 
 def _run(target: str, args: List[str], module: bool, mode: str, all_threads: bool,
          full_traceback: bool, prog: str = MODULE_PROG, guard: bool = False,
-         hang_after: Optional[float] = None, exact: Optional[bool] = None) -> int:
+         hang_after: Optional[float] = None, exact: Optional[bool] = None,
+         on_exception=None) -> int:
+    """Run the program as __main__; its exit status. `on_exception(e)` (default
+    _report) prints what an exception means and returns the status."""
+    from . import _replay_command
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    _replay_command.prog = prog
+    _replay_command.program = (["-m", target] if module else [target]) + list(args) \
+        if target != "-" else None
     try:
         if module:
             sys.argv = [target] + args          # runpy sets argv[0] to the module's file
@@ -344,7 +416,7 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
             traceback.print_exc()
             return 130
         except BaseException as e:
-            return _report(e, full_traceback, prog)
+            return (on_exception or (lambda exc: _report(exc, full_traceback, prog)))(e)
         return 0
     finally:
         sys.argv = saved_argv
@@ -435,6 +507,214 @@ def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG) -> 
         "launched.\nTo name the kernel, the line and the assert text: %s run "
         "%s (watch, the default) or --launch-blocking\n"
         % (_sticky.describe(code), prog, " ".join(sys.argv) or "..."))
+    return EXIT_STICKY
+
+
+# -- replay ---------------------------------------------------------------------------
+
+def _replay_max() -> int:
+    from ._replay_command import MAX_CANDIDATES
+    return MAX_CANDIDATES
+
+
+def _replay_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
+    # (for --help and the usage line: replay_main parses by hand, like run)
+    from ._replay import DEFAULT_MAX_LAUNCHES, DEFAULT_WINDOW
+    p = argparse.ArgumentParser(
+        prog=prog + " replay", allow_abbrev=False,
+        description="Re-run a program that died of an illegal (or misaligned) address, with "
+                    "NVIDIA's Sanitizer API, instrumenting only the culprit's launch: the first "
+                    "bad access is reported with its thread, block, address, read/write and "
+                    "size, and the allocation it missed (for PyTorch: the tensor, its shape and "
+                    "dtype, the line that allocated it). The report of the fault prints this "
+                    "command. Exit status: 3 found; 4 the run did not repeat itself; 1 the "
+                    "replay cannot run; 2 usage error.")
+    p.add_argument("--launch", metavar="N",
+                   help="the culprit's launch number, as the report names it (watch() counts "
+                        "every launch of the program from its start); or the candidates "
+                        "watch() could not tell apart, N1,N2,...: each is instrumented")
+    p.add_argument("--kernel", metavar="NAME",
+                   help="the culprit's kernel: its mangled name as the report gives it (a "
+                        "prefix of the launch's), or a part of its name")
+    p.add_argument("--from-watch", action="store_true",
+                   help="launch numbers count from the script's own first watch() (the "
+                        "report came from there, not from cuda-debug run)")
+    p.add_argument("--max-launches", metavar="M", type=int,
+                   help="with --kernel: instrument at most M of its launches (default %d)"
+                        % DEFAULT_MAX_LAUNCHES)
+    p.add_argument("--window", metavar="W", type=int,
+                   help="with --launch and --kernel: instrument the kernel's launches from "
+                        "launch N-W on (default %d: from N)" % DEFAULT_WINDOW)
+    p.add_argument("--no-torch", action="store_true",
+                   help="do not import PyTorch to record its allocations (a program without "
+                        "PyTorch: addresses and threads only)")
+    p.add_argument("--traceback", action="store_true",
+                   help="print the full Python traceback too, not only the short report")
+    p.add_argument("-m", dest="module", metavar="module",
+                   help="run a library module as a script (like python -m)")
+    p.add_argument("script", nargs="?", help="the script to run (-: read it from stdin)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    return p
+
+
+
+def replay_main(argv: List[str], prog: str = MODULE_PROG) -> int:
+    parser = _replay_parser(prog)
+    opts = {"launch": None, "kernel": None, "max_launches": None, "window": None,
+            "from_watch": False, "no_torch": False, "traceback": False}
+    valued = {"--launch": "launch", "--kernel": "kernel", "--max-launches": "max_launches",
+              "--window": "window"}
+    flags = {"--from-watch": "from_watch", "--no-torch": "no_torch", "--traceback": "traceback"}
+    target, module, args = None, False, []
+    i = 0
+
+    def fail(message):
+        parser.print_usage(sys.stderr)
+        sys.stderr.write("cuda_debug replay: %s\n" % message)
+        return EXIT_USAGE
+
+    launches = ()
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-h", "--help"):
+            parser.print_help()
+            return 0
+        if a in flags:
+            opts[flags[a]] = True
+        elif a == "--launch" and i + 1 < len(argv) and "," in argv[i + 1]:
+            try:                       # several candidates: 1234,1240,1251
+                launches = tuple(int(w) for w in argv[i + 1].split(",") if w.strip())
+            except ValueError:
+                launches = ()
+            if not launches or min(launches) < 1 or len(launches) > _replay_max():
+                return fail("--launch takes a number > 0, or up to %d of them separated by "
+                            "commas, not %r" % (_replay_max(), argv[i + 1]))
+            opts["launch"] = launches[0]
+            i += 1
+        elif a in valued:
+            if i + 1 >= len(argv):
+                return fail("%s needs a value" % a)
+            v = argv[i + 1]
+            if a != "--kernel":
+                try:
+                    v = int(v.replace(",", "").replace("_", ""))
+                except ValueError:
+                    v = -1
+                if v < (0 if a == "--window" else 1):
+                    return fail("%s takes a whole number%s, not %r" % (
+                        a, "" if a == "--window" else " > 0", argv[i + 1]))
+            elif not v.strip():
+                return fail("--kernel needs a name")
+            opts[valued[a]] = v
+            i += 1
+        elif a == "-m" or (a.startswith("-m") and len(a) > 2):
+            target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
+            module, args = True, argv[i + (1 if a[2:] else 2):]
+            break
+        elif a in ("--", "-") or not a.startswith("-"):
+            j = i + 1 if a == "--" else i
+            target, args = (argv[j], argv[j + 1:]) if j < len(argv) else (None, [])
+            break
+        else:
+            return fail("unknown option %s (options go before the script; the script's own "
+                        "after it)" % a)
+        i += 1
+    if not target:
+        return fail("-m needs a module name" if module else "a script (or -m module) is required")
+    if not opts["launch"] and not opts["kernel"]:
+        return fail("name the culprit: --launch N and/or --kernel NAME (the report that printed "
+                    "the replay command has them)")
+    if opts["window"] is not None and not (opts["launch"] and opts["kernel"]):
+        return fail("--window goes with --launch and --kernel")
+    if len(launches) > 1 and (opts["kernel"] or opts["window"] is not None or
+                              opts["max_launches"] is not None):
+        return fail("several launches are each instrumented, whatever their kernel: no "
+                    "--kernel, --window or --max-launches with them")
+    if opts["max_launches"] is not None and not opts["kernel"]:
+        return fail("--max-launches goes with --kernel")
+    if module and not _is_module_name(target):
+        return fail("-m %s: not a module name" % target)
+    if not module and target != "-":
+        if not os.path.exists(target):
+            return fail("no such file: %s" % target)
+        if os.path.isdir(target) and not os.path.exists(os.path.join(target, "__main__.py")):
+            return fail("%s is a folder without __main__.py" % target)
+    from . import _replay
+    spec = _replay.Target(
+        launch=opts["launch"], kernel=opts["kernel"],
+        max_launches=opts["max_launches"] or _replay.DEFAULT_MAX_LAUNCHES,
+        window=opts["window"] if opts["window"] is not None else _replay.DEFAULT_WINDOW,
+        from_watch=opts["from_watch"], launches=launches)
+    return _replay_run(spec, target, args, module, prog, opts["traceback"],
+                       torch=not opts["no_torch"])
+
+
+def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
+                full_traceback: bool, torch: bool = True) -> int:
+    from . import _replay, _sticky
+    found = _replay.find_library()
+    if not found.path:
+        sys.stderr.write("cuda_debug replay: %s\n" % _replay.not_found_message(found))
+        return EXIT_ERROR
+    try:
+        _replay.start(spec, found)
+    except _replay.ReplayError as e:
+        sys.stderr.write("cuda_debug replay: %s. The original report stands.\n" % e)
+        return EXIT_ERROR
+    note = _replay.record_torch_history_at_import() if torch else None
+    sys.stderr.write("cuda_debug replay: re-running %s, instrumenting %s (NVIDIA's Sanitizer "
+                     "API: %s)%s\n" % (" ".join(([("-m " + target) if module else target]
+                                                + list(args))[:4]),
+                                       spec.describe(), found.path,
+                                       "" if note is None else "; " + note))
+    sys.stderr.flush()
+    outcome = {}
+
+    def on_exception(e: BaseException) -> int:
+        outcome["exc"] = e
+        inst = _replay.found()
+        if inst is not None:
+            return _replay_found(inst, e, full_traceback)
+        code = _sticky.sticky_code(e)
+        if code is not None:           # a real fault, where nothing was instrumented
+            if full_traceback:
+                _print_traceback(e)
+            sys.stderr.write("cuda-debug replay: the program faulted for real, in a launch that "
+                             "was not instrumented: %s (raised as %s)\n"
+                             % (_sticky.describe(code), _sticky.first_line(e)))
+            finished = "faulted"
+        else:                          # an ordinary exception: as run reports it
+            _report(e, full_traceback, prog)
+            finished = "raised %s" % type(e).__name__
+        sys.stderr.write(_replay.outcome_text(spec, finished) + "\n")
+        return EXIT_NOT_REPRODUCED
+
+    status = _run(target, args, module=module, mode="none", all_threads=False,
+                  full_traceback=full_traceback, prog=prog, on_exception=on_exception)
+    if "exc" in outcome:
+        return status
+    inst = _replay.found()
+    if inst is not None:                 # the program swallowed the failed launch
+        return _replay_found(inst, None, full_traceback)
+    sys.stderr.write(_replay.outcome_text(spec, "returned" if status == 0 else
+                                          "exited with status %d" % status) + "\n")
+    return EXIT_NOT_REPRODUCED
+
+
+def _replay_found(inst, exc: Optional[BaseException], full_traceback: bool) -> int:
+    from . import _replay, _sticky
+    err = _replay.build_error(inst, tb=exc.__traceback__ if exc is not None else None)
+    if full_traceback and exc is not None:
+        _print_traceback(exc)
+        sys.stderr.write("\n")
+    text = "%s: %s" % (type(err).__name__, err)
+    if exc is not None:
+        text += "\n  (raised as %s)" % _sticky.first_line(exc)
+    else:
+        text += "\n  (the program went on after the failed launch: it swallowed the error)"
+    sys.stderr.write(_ranked(text) + "\n")
+    from . import _report as rep
+    rep.remember(err)
     return EXIT_STICKY
 
 

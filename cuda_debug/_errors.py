@@ -35,6 +35,11 @@ REPORT_FIELDS = (
     "recent_launches", "surfaced_at", "provenance", "op_stack", "later_exception",
     "compiled_function", "graph_node", "captured_at", "replayed_at", "graph_note", "met_by",
     "markers_every", "candidate_count", "named_by_device", "graph_annotation", "recorded_at",
+    # the launch's number as watch() counted it, and the command that replays it
+    "launch_seq", "replay_command",
+    # cuda-debug replay: the bad access and the memory it missed
+    "address", "access", "access_size", "fault_thread", "fault_block", "allocation",
+    "access_text", "bad_accesses", "replay",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -102,6 +107,17 @@ class CudaError(RuntimeError):
     named_by_device: Optional[bool]
     graph_annotation: Optional[Dict[str, Any]]   # torch.cuda.graph_annotations' tag of the node
     recorded_at: Optional[str]     # a node torch.compile captured: the call that recorded it
+    launch_seq: Optional[int]
+    replay_command: Optional[str]
+    address: Optional[int]
+    access: Optional[str]
+    access_size: Optional[int]
+    fault_thread: Optional[Tuple[int, int, int]]
+    fault_block: Optional[Tuple[int, int, int]]
+    allocation: Optional[Any]
+    access_text: Optional[str]
+    bad_accesses: Optional[List[Dict[str, Any]]]
+    replay: Optional[Dict[str, Any]]
 
     def __init__(self, message: Optional[str] = None, *, code: Optional[int] = None,
                  **fields):
@@ -403,6 +419,8 @@ def format_report(err: CudaError) -> str:
             elif err.exact is False:
                 where += "  (a guess: no completion marker is missing; the first launch not " \
                          "known to have finished)"
+        elif err.mechanism == "replay":
+            where = where.replace("at ", "launched at ", 1)
         lines.append("  " + where)
         if err.mechanism == "watch":
             lines.extend(others)
@@ -422,9 +440,15 @@ def format_report(err: CudaError) -> str:
     dev = _device_line(err)
     if dev:
         lines.append("  " + dev)
+    if err.mechanism == "replay":
+        from ._replay_memory import report_lines
+        lines += ["  " + line for line in report_lines(err)]
+        return "\n".join(lines)
     if err.consequences:
         lines.append("  (%d later launch%s failed on the dead context: consequences, not causes)"
                      % (err.consequences, "" if err.consequences == 1 else "es"))
+    if err.replay_command:
+        lines.append("  to find the thread, the address and the tensor: " + err.replay_command)
     if err.sticky:
         lines.append("  " + RESTART)
     elif isinstance(err, LaunchError):

@@ -43,6 +43,8 @@ and handed to the C core before the first scope or watch opens.
                                    node per replay on the H200) or a stream write node
                                    (memop: 2.9-3.3 us); 0: a replay is one launch, its
                                    nodes unnamed
+    CUDA_DEBUG_SANITIZER=PATH      cuda-debug replay: NVIDIA's libsanitizer-public.so (the
+                                   file or its folder), instead of looking for it
     CUDA_DEBUG_GRAPH_MARKER_EVERY=K
                                    a marker behind every K-th launch of each stream of
                                    a capture, and behind every NCCL kernel (default 8:
@@ -88,7 +90,8 @@ _CHOICES = {
                                  2),
     "CUDA_DEBUG_GRAPH_ADOPT": (_BOOL, True),
 }
-_FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER", "CUDA_DEBUG_TRACE")
+_FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER", "CUDA_DEBUG_TRACE",
+         "CUDA_DEBUG_SANITIZER")
 #: CUDA_DEBUG_GRAPH_MARKER_EVERY's default: a marker behind every 8th launch of a stream
 #: of a capture (docs/graphs.md: what 1, 4 and 8 cost a replay on the H200)
 DEFAULT_MARKER_EVERY = 8

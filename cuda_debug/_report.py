@@ -17,7 +17,8 @@ import threading
 import traceback
 from typing import List, NamedTuple, Optional, Sequence
 
-from . import _core, _cuda_errors, _dispatch_fallback, _graph_names, _options, _torch_ops
+from . import _core, _cuda_errors, _dispatch_fallback, _graph_names, _options, _replay_command
+from . import _torch_ops
 from . import _locations
 from ._locations import compiled_frame, is_user_file, stack_from, stack_from_ids, user_frame
 from ._errors import CudaError, class_for
@@ -584,6 +585,7 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             thread="%s (tid %d)" % (_text(raw.thread_name), raw.thread_id),
             launch_api=_core.CALLBACK_IDS.get(raw.cbid),
             launch_refused=bool(raw.at_launch),
+            launch_seq=raw.launch_seq or None,
             driver_log=[_text(b).rstrip() for b in
                         _core.driver_log(_previous_log_end(raw), raw.log_end)] or None,
         )
@@ -603,7 +605,9 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
                       provenance=inductor_provenance(
                           c["kernel"], traceback.StackSummary.from_list(c["stack"]), compiled))
         fields.update(
-            kernel=c["kernel"], grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
+            kernel=c["kernel"], kernel_mangled=c.get("mangled"),
+            launch_seq=None if c["graph"] or c.get("graph_node") is not None else c["seq"],
+            grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
             stream=c["stream"], device=c["device"], exact=watch["exact"],
             candidates=watch["candidates"], recent_launches=watch["recent"],
             markers_every=watch["markers_every"], candidate_count=watch["candidate_count"],
@@ -636,6 +640,7 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
             text = _text(_core.recent_asserts())
             fields["device_message"] = text or None
         fields["surfaced_at"] = _where_str(surfaced) if surfaced else None
+    fields["replay_command"] = _replay_command_for(code, fields)
     cls = class_for(code, at_launch=bool(raw.at_launch) if raw is not None else False)
     err = cls(code=code, **fields)
     if _options.OPTIONS.trace and err.sticky and (watch is not None or (raw and raw.launch_seq)):
@@ -643,6 +648,19 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
         c = watch["culprit"] if watch is not None else None
         _dump.trace_at_fault(c.get("replay_seq", c["seq"]) if c else raw.launch_seq)
     return err
+
+
+def _replay_command_for(code, fields) -> Optional[str]:
+    """The ``cuda-debug replay`` command for an address fault with no assert
+    text whose launch is known (not a graph node: the replay instruments a
+    launch, not a node of a replayed graph)."""
+    if not _replay_command.wanted(code, fields.get("device_message")) or \
+            fields.get("graph_node") is not None or \
+            (fields.get("launch_api") or "").startswith("cuGraphLaunch"):
+        return None
+    return _replay_command.command(
+        fields.get("kernel_mangled"), fields.get("launch_seq"),
+        candidates=_replay_command.candidate_seqs(fields.get("exact"), fields.get("candidates")))
 
 
 def build_dispatch(rec: dict, *, tb=None, frame=None, found_at: str = "launch") -> CudaError:

@@ -20,8 +20,8 @@ child process unless you mean to end this one.
 """
 from . import _core, _libraries, _locations, _report
 
-__all__ = ["device_assert", "illegal_address", "trap", "misaligned_address", "bad_launch",
-           "empty", "spin", "FAULTS"]
+__all__ = ["device_assert", "illegal_address", "out_of_bounds_write", "trap",
+           "misaligned_address", "bad_launch", "empty", "spin", "FAULTS"]
 
 
 def _launch(kind: str, device: int, stream: int, arg: int = 0) -> None:
@@ -43,6 +43,15 @@ def device_assert(device: int = 0, stream: int = 0) -> None:
 def illegal_address(device: int = 0, stream: int = 0) -> None:
     """A store through an unmapped pointer: 700, sticky."""
     _launch("illegal_address", device, stream)
+
+
+def out_of_bounds_write(past_end: int = 96, device: int = 0, stream: int = 0) -> None:
+    """Thread [0,0,0] stores 4 bytes `past_end` bytes past the end of a 256-byte
+    buffer (cuMemAlloc'd). Near the buffer it lands in the driver's 2 MiB page:
+    nothing faults, memory is silently corrupted - what ``cuda-debug replay``
+    names (``--kernel write_wild``). Far away (``1 << 36``) it is an illegal
+    address: 700, sticky."""
+    _launch("write_past", device, stream, int(past_end))
 
 
 def trap(device: int = 0, stream: int = 0) -> None:

@@ -29,9 +29,10 @@ ALLOWED = {
     "capture": {"base", "capture"},
     "report": {"base", "capture", "report"},
     "hooks": {"base", "capture", "report", "hooks"},
+    "replay": {"base", "replay"},
     "testing": {"base", "testing"},
     "bench": {"base", "testing", "bench"},
-    "module": {"base", "capture", "report", "hooks", "testing", "bench", "module"},
+    "module": {"base", "capture", "report", "hooks", "replay", "testing", "bench", "module"},
 }
 PYTHON_H_ALLOWED = {"module", "bench", "testing", "capture/frames.c", "capture/frame_readers.c"}
 

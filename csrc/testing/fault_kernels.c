@@ -16,6 +16,7 @@ static struct {
     unsigned long long ctx_id; /* the context they belong to (cuCtxGetId; 0 unknown) */
 } per_device[CD_MAX_DEVICES];
 
+#define SCRATCH_BYTES 256       /* the per-device buffer (write_past writes past its end) */
 #define N_INDICES 32
 #define N_CLASSES 5
 #define BAD_THREAD 3           /* idx[3] is out of range: thread [3,0,0] asserts */
@@ -35,7 +36,7 @@ static int ensure_module(int device)
     if ((rc = CU_CHECK(cd_drv.cuModuleLoadData(&mod, cd_fault_kernels_ptx))))
         return rc;
     CUdeviceptr buf;
-    if ((rc = CU_CHECK(cd_drv.cuMemAlloc(&buf, 256)))) {
+    if ((rc = CU_CHECK(cd_drv.cuMemAlloc(&buf, SCRATCH_BYTES)))) {
         cd_drv.cuModuleUnload(mod);
         return rc;
     }
@@ -64,7 +65,8 @@ int cd_fault_kernel(int device, const char *mangled, CUfunction *out)
 
 /* _core.fault_launch(kind, device=0, stream=0, arg=0) -> CUresult of the launch.
  * kinds: assert, illegal_address, trap, misaligned, bad_config (non-sticky:
- * 4096 threads per block), empty, spin (arg = nanoseconds). Returns without
+ * 4096 threads per block), empty, spin (arg = nanoseconds), write_past (a
+ * store arg bytes past the end of the 256-byte scratch buffer). Returns without
  * waiting: the fault, if any, happens on the device later. */
 PyObject *cd_py_fault_launch(PyObject *self, PyObject *args, PyObject *kw)
 {
@@ -97,6 +99,11 @@ PyObject *cd_py_fault_launch(PyObject *self, PyObject *args, PyObject *kw)
     } else if (!strcmp(kind, "illegal_address")) {
         sym = CD_KERNEL_WRITE_WILD;
         params[0] = &null_base; params[1] = &offset;
+    } else if (!strcmp(kind, "write_past")) {
+        /* 4 bytes `arg` bytes past the end of the scratch buffer */
+        sym = CD_KERNEL_WRITE_WILD;
+        params[0] = &ptr; params[1] = &offset;
+        offset = (long long)(SCRATCH_BYTES + arg) / 4;
     } else if (!strcmp(kind, "trap")) {
         sym = CD_KERNEL_TRAP;
     } else if (!strcmp(kind, "misaligned")) {
