@@ -232,6 +232,12 @@ def _assert_site(text: str) -> Optional[dict]:
     return asserts[0] if asserts else None
 
 
+def _assert_function(text: str) -> Optional[str]:
+    """The kernel function an assert line names (``file:line: FUNC: block: ...``)."""
+    site = _assert_site(text)
+    return site["func"] if site else None
+
+
 def _enclosing_function(path: str, lineno: int) -> Optional[str]:
     """The name of the innermost function defined around line `lineno` of the
     Python file `path` (a Triton kernel's source: Triton names its kernels
