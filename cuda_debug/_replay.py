@@ -76,6 +76,11 @@ def _site_dirs() -> List[str]:
     return list(dict.fromkeys(d for d in dirs if d))
 
 
+def _toolkit_roots():
+    """Where a CUDA toolkit may be: $CUDA_HOME, $CUDA_PATH, /usr/local/cuda."""
+    return [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+
+
 def find_library() -> Found:
     """Where libsanitizer-public.so is: ``$CUDA_DEBUG_SANITIZER`` (the file or
     its folder), else next to the compute-sanitizer that cuda.pathfinder finds
@@ -111,8 +116,7 @@ def find_library() -> Found:
                     return hit
         else:
             tried.append("cuda.pathfinder.find_nvidia_binary_utility('compute-sanitizer'): none")
-    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
-    for root in dict.fromkeys(r for r in roots if r):
+    for root in dict.fromkeys(r for r in _toolkit_roots() if r):
         hit = check(os.path.join(root, TOOLKIT_DIR, LIBRARY), "the CUDA toolkit in %s" % root)
         if hit:
             return hit

@@ -189,13 +189,15 @@ def test_cupti12_agrees_with_what_the_callback_reads(gen, real, probes, cupti12,
     """CUDA 12's CUPTI headers (the nvidia-cuda-cupti-cu12 wheel's, with the
     CUDA 13 cuda.h) give every struct, callback id and constant of cuda_api.h
     the same layout and value, but for the CUPTI version, what only CUPTI 13
-    has (cuptiSubscribe_v2's CUpti_SubscriberParams, used where present) and the
+    has (cuptiSubscribe_v2's CUpti_SubscriberParams, used where present; the callback
+    id of cuCtxSynchronize_v2, enabled where CUPTI has it) and the
     number of callback ids of each domain (the *_SIZE enumerators: the fake
     driver sizes its tables with them; CUPTI 13 has more ids)."""
     cc = _cc()
     src = tmp_path / "abi_probe.c"
+    only13 = ("CUpti_SubscriberParams", "CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2")
     src.write_text("\n".join(line for line in (probes / "abi_probe.c").read_text().splitlines()
-                             if "CUpti_SubscriberParams" not in line) + "\n")
+                             if not any(name in line for name in only13)) + "\n")
     csrc = os.path.join(gen.REPO_ROOT, "csrc")
     twelve = _run_probe(cc, tmp_path, ["-DCD_PROBE_REAL", "-I" + cupti12.include] +
                         ["-I" + d for d in real[0]], tmp_path, "real12").splitlines()

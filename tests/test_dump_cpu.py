@@ -401,7 +401,7 @@ TRACE_SCHEMA = {
 
 
 def check_trace(data):
-    import jsonschema
+    jsonschema = pytest.importorskip("jsonschema")
     jsonschema.validate(data, TRACE_SCHEMA)
     # slices on one track nest (a viewer draws them as a stack), never cross
     by_track = {}

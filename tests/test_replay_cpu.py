@@ -274,6 +274,7 @@ def test_not_found_says_where_it_looked_and_what_to_install(tmp_path, monkeypatc
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
     monkeypatch.setattr(_libraries, "pathfinder", lambda: PF)
     monkeypatch.setattr(_replay, "_site_dirs", lambda: [str(tmp_path / "site")])
+    monkeypatch.setattr(_replay, "_toolkit_roots", lambda: [str(tmp_path / "cuda")])  # not the machine's
     f = _replay.find_library()
     assert f.path is None
     msg = _replay.not_found_message(f)

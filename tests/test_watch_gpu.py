@@ -108,7 +108,7 @@ with torch.cuda.stream(s):
     emb(idx)                                   # warm-up outside the capture
     torch.cuda.synchronize()
     with torch.cuda.graph(g):
-        out = emb(idx)
+        out = emb(idx)  # CAPTURED
 idx.fill_(12)
 torch.cuda.synchronize()
 try:
@@ -116,12 +116,16 @@ try:
         g.replay()  # CULPRIT
         out.sum().item()
 except cuda_debug.CudaError as e:
-    report(describe(e))
+    r = describe(e)
+    r.update(replayed_at=e.replayed_at, graph_node=e.graph_node)
+    report(r)
 """)
     r = c.result
     assert r is not None, c
-    assert r["lineno"] == c.line_of("# CULPRIT"), r
-    assert "graph replay" in r["text"], r["text"]
+    # captured before watch(): the node the device's assert text names (docs/graphs.md),
+    # at the line that captured it, replayed at the replay's line
+    assert r["lineno"] == c.line_of("# CAPTURED") and r["graph_node"] is not None, r
+    assert r["replayed_at"].startswith("%s:%d" % (c.script, c.line_of("# CULPRIT"))), r
 
 
 def test_swallowed_exception_then_check(child):
