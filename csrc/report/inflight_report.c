@@ -344,10 +344,15 @@ int cd_install_dump_signal(int sig, int sig_is_python, int sigint_is_python)
             python_trampoline = handler_of(&cur);
         else if (sigint_is_python && sigaction(SIGINT, NULL, &q) == 0)
             python_trampoline = handler_of(&q);
-    } else if (!python_trampoline || handler_of(&cur) != python_trampoline) {
-        /* A C handler replaced ours (faulthandler.register...): left alone;
-         * if it chains, it chains to ours, and chaining back would loop. */
-        return 0;
+    } else {
+        /* Python's handler, learnt now if it could not be at the first watch()
+         * (SIGINT not Python's then: ignored, as in a background job). */
+        if (!python_trampoline && sig_is_python)
+            python_trampoline = handler_of(&cur);
+        if (!python_trampoline || handler_of(&cur) != python_trampoline)
+            return 0;   /* a C handler replaced ours (faulthandler.register...): left
+                         * alone; if it chains, it chains to ours, and chaining back
+                         * would loop */
     }
     /* Never installed, or Python's signal.signal() replaced ours: chain to
      * what is there now. With no handler to chain to, restart the system
