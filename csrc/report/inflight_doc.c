@@ -78,6 +78,25 @@ static pthread_mutex_t extra_mu = PTHREAD_MUTEX_INITIALIZER;
 static char *extra;
 static size_t extra_n;
 
+/* The child: extra_mu free (a listener of the parent's may have held it),
+ * the parent's flight recorder dropped (the child's own comes from its Python). */
+void cd_inflight_doc_fork(int op)
+{
+    switch (op) {
+    case CD_FORK_CHILD:
+        extra_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        extra = NULL;              /* the parent's copy: left, never freed here */
+        extra_n = 0;
+        break;
+    case CD_FORK_TEST_TAKE:
+        pthread_mutex_lock(&extra_mu);
+        break;
+    case CD_FORK_TEST_GIVE:
+        pthread_mutex_unlock(&extra_mu);
+        break;
+    }
+}
+
 int cd_report_set_extra(const char *json, size_t n)
 {
     char *copy = n ? malloc(n) : NULL;

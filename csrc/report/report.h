@@ -226,5 +226,6 @@ int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p);
  * "flight_recorder" from now on (n 0: null again). 0, or -1 out of memory. */
 int cd_report_set_extra(const char *json, size_t n);
 void cd_inflight_report_fork(int op);   /* the child: no dump handler running */
+void cd_inflight_doc_fork(int op);      /* the child: the document's lock free */
 
 #endif
