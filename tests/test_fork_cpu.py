@@ -122,6 +122,8 @@ def test_a_fork_while_another_thread_holds_every_lock(fake_child, tmp_path):
             return out
 
         def child_main():
+            import faulthandler
+            faulthandler.dump_traceback_later(25, exit=False)   # where it hangs, if it does
             signal.alarm(30)                    # a hang: the child dies of SIGALRM
             try:
                 out = child_body()
