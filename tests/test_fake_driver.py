@@ -268,16 +268,10 @@ def test_launch_ex_fault_is_written_into_its_return_value(fake_child):
 
 
 def test_ld_library_path_finds_the_fakes(fake_child):
-    from conftest import gpu_unavailable_reason
-    if gpu_unavailable_reason() is None:
-        pytest.skip("a real driver and CUPTI are installed here: the system search finds them "
-                    "before LD_LIBRARY_PATH's fakes (the preloading tests cover this machine)")
-    import glob
-    import site
-    wheels = [p for d in site.getsitepackages() for p in glob.glob(d + "/nvidia/*/lib/libcupti.so*")]
-    if wheels:
-        pytest.skip("NVIDIA's CUPTI wheel is installed (%s): cuda.pathfinder finds it before "
-                    "LD_LIBRARY_PATH's fake (the preloading tests cover this machine)" % wheels[0])
+    from fake_cuda import real_cuda_found_first
+    reason = real_cuda_found_first()
+    if reason:
+        pytest.skip(reason)
     c = fake_child('''
         import cuda_debug, cuda_debug.testing as t
         from cuda_debug import _libraries

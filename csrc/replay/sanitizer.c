@@ -36,6 +36,7 @@ CD_SANITIZER_FUNCS(SAN_TYPEDEF)
 
 /* Optional entry points (NULL where the library lacks them). */
 typedef SanitizerResult (*sanitizerSetCallbackData_fn)(CUfunction kernel, const void *userdata);
+typedef SanitizerResult (*sanitizerAllocHost_fn)(CUcontext ctx, void **ptr, size_t size);
 
 typedef struct {
     uint64_t address, size;
@@ -57,6 +58,8 @@ static struct {
     void *lib;
     struct { CD_SANITIZER_FUNCS(SAN_FIELD) } f;
     sanitizerSetCallbackData_fn set_callback_data;
+    sanitizerAllocHost_fn alloc_host;
+    int trace;                     /* CUDA_DEBUG_REPLAY_TRACE: each step's result on stderr */
     Sanitizer_SubscriberHandle sub;
     int subscribed;
     cd_replay_target target;
@@ -98,6 +101,7 @@ static _Thread_local void *tls_state;
 static _Thread_local CUmodule tls_module;
 static _Thread_local CUfunction tls_function;   /* set per kernel, not per launch */
 static _Thread_local int tls_fail;
+static _Thread_local Sanitizer_StreamHandle tls_begin_stream;   /* the BEGIN's hStream */
 
 static double now_s(void)
 {
@@ -126,6 +130,9 @@ int cd_replay_load(const char *path, char *error, size_t error_len)
     }
     CD_SANITIZER_FUNCS(SAN_BIND)
     rp.set_callback_data = (sanitizerSetCallbackData_fn)dlsym(h, "sanitizerSetCallbackData");
+    rp.alloc_host = (sanitizerAllocHost_fn)dlsym(h, "sanitizerAllocHost");
+    const char *tr = getenv("CUDA_DEBUG_REPLAY_TRACE");
+    rp.trace = tr && *tr && strcmp(tr, "0") != 0;
     rp.lib = h;
     return 0;
 }
@@ -431,7 +438,13 @@ static __attribute__((noinline, cold)) void instrument(uint64_t n, const Sanitiz
     if (rc)
         goto failed;
     free(ranges);
+    if (rp.trace)
+        fprintf(stderr, "cuda_debug replay trace: launch %llu instrumented: ctx %p stream %p "
+                "hStream %p hApiStream %p state %p (%zu bytes, %zu ranges)\n",
+                (unsigned long long)n, (void *)ld->context, (void *)ld->stream,
+                (void *)ld->hStream, (void *)ld->hApiStream, dstate, bytes, n_ranges);
     tls_slot = slot;
+    tls_begin_stream = ld->hStream;
     tls_state = dstate;
     tls_module = ld->module;
     r->seconds_prepare = now_s() - t0 - r->seconds_ranges;
@@ -449,6 +462,45 @@ failed:
     pthread_mutex_unlock(&rp.inst_lock);
 }
 
+/* Copy the state back. The launch's own stream handle first; where the
+ * Sanitizer refuses it (invalid parameter, seen on the H200 for the tests'
+ * launches), the handle its BEGIN had, the API stream's, the NULL stream, and
+ * pinned host memory of the Sanitizer's own: the first that works. */
+static int read_state(const Sanitizer_LaunchData *ld, void *dst, void *src, size_t bytes)
+{
+    const struct { Sanitizer_StreamHandle stream; const char *what; } tries[] = {
+        {ld->hStream, "the launch's stream"},
+        {tls_begin_stream, "the stream at its BEGIN"},
+        {ld->hApiStream, "the API stream"},
+        {NULL, "the NULL stream"},
+    };
+    int first = -1;
+    for (size_t i = 0; i < CD_N_OF(tries); i++) {
+        if (i && i < 3 && tries[i].stream == ld->hStream)
+            continue;
+        int rc = rp.f.sanitizerMemcpyDeviceToHost(dst, src, bytes, tries[i].stream);
+        if (rp.trace)
+            fprintf(stderr, "cuda_debug replay trace: copy %zu bytes %p -> %p on %s (%p): %d\n",
+                    bytes, src, dst, tries[i].what, (void *)tries[i].stream, rc);
+        if (rc == 0)
+            return 0;
+        if (first < 0)
+            first = rc;
+    }
+    void *pinned = NULL;
+    if (rp.alloc_host && rp.alloc_host(ld->context, &pinned, bytes) == 0 && pinned) {
+        int rc = rp.f.sanitizerMemcpyDeviceToHost(pinned, src, bytes, ld->hStream);
+        if (rp.trace)
+            fprintf(stderr, "cuda_debug replay trace: copy into pinned %p: %d\n", pinned, rc);
+        if (rc == 0)
+            memcpy(dst, pinned, bytes);
+        /* (sanitizerFreeHost is not bound: 64 bytes per failed read, rare) */
+        if (rc == 0)
+            return 0;
+    }
+    return first;
+}
+
 static __attribute__((noinline, cold)) void finish(const Sanitizer_LaunchData *ld)
 {
     pthread_mutex_lock(&rp.inst_lock);
@@ -459,11 +511,15 @@ static __attribute__((noinline, cold)) void finish(const Sanitizer_LaunchData *l
     double t0 = now_s();
     int rc = rp.f.sanitizerStreamSynchronize(ld->hStream);
     r->seconds_wait = now_s() - t0;
+    if (rp.trace)
+        fprintf(stderr, "cuda_debug replay trace: launch %llu END: hStream %p (BEGIN %p) state %p "
+                "wait %d\n", (unsigned long long)r->launch, (void *)ld->hStream,
+                (void *)tls_begin_stream, dstate, rc);
     cd_replay_state *stp = &rp.read_back;
     if (rc) {
         r->failed_step = CD_STEP_WAIT;
         r->rc = rc;
-    } else if ((rc = rp.f.sanitizerMemcpyDeviceToHost(stp, dstate, sizeof *stp, ld->hStream))) {
+    } else if ((rc = read_state(ld, stp, dstate, sizeof *stp))) {
         r->failed_step = CD_STEP_READ;
         r->rc = rc;
     } else {
@@ -472,9 +528,8 @@ static __attribute__((noinline, cold)) void finish(const Sanitizer_LaunchData *l
         r->n_checked = st.n_checked;
         r->n_records = (int)(st.n_bad < CD_REPLAY_RECORDS ? st.n_bad : CD_REPLAY_RECORDS);
         if (r->n_records &&
-            (rc = rp.f.sanitizerMemcpyDeviceToHost(r->records, (void *)st.records,
-                                                   r->n_records * sizeof(cd_replay_access),
-                                                   ld->hStream))) {
+            (rc = read_state(ld, r->records, (void *)st.records,
+                             r->n_records * sizeof(cd_replay_access)))) {
             r->failed_step = CD_STEP_READ;
             r->rc = rc;
             r->n_records = 0;

@@ -179,6 +179,22 @@ def cbids():
     return _CBIDS
 
 
+def real_cuda_found_first():
+    """Why LD_LIBRARY_PATH's fakes would not be found here (a real driver, or
+    NVIDIA's CUPTI wheel, comes first in cuda_debug's search), or None."""
+    from conftest import gpu_unavailable_reason
+    if gpu_unavailable_reason() is None:
+        return ("a real driver and CUPTI are installed here: the system search finds them "
+                "before LD_LIBRARY_PATH's fakes (the preloading tests cover this machine)")
+    import glob
+    import site
+    wheels = [p for d in site.getsitepackages() for p in glob.glob(d + "/nvidia/*/lib/libcupti.so*")]
+    if wheels:
+        return ("NVIDIA's CUPTI wheel is installed (%s): cuda.pathfinder finds it before "
+                "LD_LIBRARY_PATH's fake (the preloading tests cover this machine)" % wheels[0])
+    return None
+
+
 def child_env(folder, preload=True, ld_library_path=False):
     """Environment for a child: $CD_TEST_FAKE_DIR (the prelude preloads from
     there unless preload is False) and, if asked, LD_LIBRARY_PATH so that
