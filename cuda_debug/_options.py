@@ -45,6 +45,8 @@ and handed to the C core before the first scope or watch opens.
                                    nodes unnamed
     CUDA_DEBUG_SANITIZER=PATH      cuda-debug replay: NVIDIA's libsanitizer-public.so (the
                                    file or its folder), instead of looking for it
+    CUDA_DEBUG_REPLAY_TRACE=1      cuda-debug replay: each instrumented launch's steps and
+                                   the Sanitizer API's results on stderr (read by the C core)
     CUDA_DEBUG_GRAPH_MARKER_EVERY=K
                                    a marker behind every K-th launch of each stream of
                                    a capture, and behind every NCCL kernel (default 8:
@@ -89,6 +91,7 @@ _CHOICES = {
     "CUDA_DEBUG_GRAPH_MARKERS": (dict(kernel=2, memop=1, **{k: 2 * int(v) for k, v in _BOOL.items()}),
                                  2),
     "CUDA_DEBUG_GRAPH_ADOPT": (_BOOL, True),
+    "CUDA_DEBUG_REPLAY_TRACE": (_BOOL, False),
 }
 _FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER", "CUDA_DEBUG_TRACE",
          "CUDA_DEBUG_SANITIZER")

@@ -466,13 +466,23 @@ def status() -> Status:
 
 # -- the report -------------------------------------------------------------------
 
-def _pick(accesses: List[BadAccess]) -> BadAccess:
-    """The access to lead with: the first out of bounds (a misaligned one
-    only when there is nothing else)."""
-    for a in accesses:
-        if not a.misaligned:
-            return a
-    return accesses[0]
+def _pick(accesses: List[BadAccess], locate=None) -> BadAccess:
+    """The access to lead with: an end of the run of bad addresses (C keeps the
+    lowest and the highest). The lowest, where it lies past the end of (or runs
+    over) the allocation below it: an overrun starts at the end of what it
+    overran. Else the highest, where it lies before the start of the allocation
+    above it (an underrun). Else the lowest. A misaligned access leads only when
+    there is nothing else. `locate(a)`: the access's Where (None: by address only)."""
+    pool = [a for a in accesses if not a.misaligned] or list(accesses)
+    lowest = min(pool, key=lambda a: (a.address, a.order))
+    if locate is None:
+        return lowest
+    highest = max(pool, key=lambda a: (a.address + a.size, -a.order))
+    if locate(lowest).relation in ("past_end", "overlaps_end"):
+        return lowest
+    if locate(highest).relation == "before_start":
+        return highest
+    return lowest
 
 
 def where(inst: Instrumented, a: BadAccess, entry: Optional[dict] = None):
@@ -523,7 +533,7 @@ def build_error(inst: Instrumented, tb=None):
     from . import _locations
     from ._errors import class_for
     entry = _launches.get(inst.launch, {})
-    lead = _pick(inst.accesses)
+    lead = _pick(inst.accesses, lambda a: where(inst, a, entry))
     w = where(inst, lead, entry)
     code = 716 if lead.misaligned else 700
     stack = traceback.StackSummary.from_list(list(entry.get("stack") or ()))

@@ -939,3 +939,63 @@ def test_several_candidates_are_each_instrumented(tmp_path, fake_san):
     assert p.returncode == 2 and "no --kernel, --window or --max-launches" in p.stderr
     p = _replay_child(tmp_path, fake_san, script, "--launch", "1,x")
     assert p.returncode == 2 and "up to 64 of them separated by commas" in p.stderr
+
+
+def test_reads_go_through_pinned_memory_where_pageable_memory_is_refused(tmp_path, fake_san):
+    """The H200's Sanitizer refused every pageable destination of the copy back
+    (so does the fake): the replay falls back to pinned host memory of the
+    Sanitizer's own, and tries that first for the next launch."""
+    script = _script(tmp_path, OOB)
+    p = _replay_child(tmp_path, fake_san, script, "--kernel", "_Z4fillPfi",
+                      env={"CUDA_DEBUG_REPLAY_TRACE": "1"})
+    assert p.returncode == 3, p.stderr
+    assert "right past the end of a 1,200-byte allocation" in p.stderr
+    trace = [l for l in p.stderr.splitlines() if l.startswith("cuda_debug replay trace: copy")]
+    refused = [l for l in trace if "by the launch's stream: 1" in l]
+    took = [l for l in trace if "by pinned host memory: 0" in l]
+    assert len(refused) == 1, trace      # launch 1 found the way; launch 2 went straight there
+    assert len(took) == 3, trace         # launch 1's state; launch 2's state and its records
+    assert trace.index(refused[0]) < trace.index(took[0])
+
+
+LONG_OVERRUN = """\
+    fk.fake_san_alloc(0x10000000, 1200, 0, 11)
+    # 200 threads, one per warp, each writing one float past the end: the device
+    # met the highest addresses first, so its first 64 records are the far end
+    a, n = acc([(0x10000000 + 1200 + 4 * (199 - i), 4, 2, 32 * i) for i in range(200)])
+    check(fk.fake_san_launch(b"_Z4fillPfi", 200, 32, a, n))   # LAUNCH
+"""
+
+
+def test_a_long_overrun_is_named_at_its_start(tmp_path, fake_san):
+    """More bad accesses than are kept: the ones kept are the two ends of the run,
+    and the lead is the first byte past the end (not the first the device met)."""
+    script = _script(tmp_path, LONG_OVERRUN)
+    p = _replay_child(tmp_path, fake_san, script, "--kernel", "_Z4fillPfi", in_process=True)
+    r = _result(p)
+    assert r["rc"] == 3, p.stderr
+    assert r["address"] == 0x10000000 + 1200, p.stderr
+    assert (r["fault_thread"], r["fault_block"]) == ([0, 0, 0], [199, 0, 0])
+    assert r["n_bad"] == 64
+    assert ("thread [0,0,0] of block [199,0,0] wrote 4 bytes at 0x100004b0, right past the end "
+            "of a 1,200-byte allocation") in p.stderr
+    assert "(200 bad accesses in all, by at least 64 threads seen, at 0x100004b0..0x100007d0)" \
+        in p.stderr
+
+
+def test_an_underrun_is_named_at_the_start_it_missed(tmp_path, fake_san):
+    """Bad accesses that end right below an allocation (a negative index): the
+    lead is the highest, 4 bytes before its start, not the first the device met."""
+    script = _script(tmp_path, """\
+        fk.fake_san_alloc(0x10000000, 1200, 0, 11)
+        fk.fake_san_alloc(0x10010000, 1200, 0, 11)
+        a, n = acc([(0x10010000 - 4 * (100 - i), 4, 1, 32 * i) for i in range(100)])
+        check(fk.fake_san_launch(b"_Z4readPfi", 100, 32, a, n))   # LAUNCH
+        """)
+    p = _replay_child(tmp_path, fake_san, script, "--kernel", "_Z4readPfi", in_process=True)
+    r = _result(p)
+    assert r["rc"] == 3, p.stderr
+    assert r["address"] == 0x10010000 - 4, p.stderr
+    assert r["allocation"]["address"] == 0x10010000
+    assert "read 4 bytes at 0x1000fffc, 4 bytes before the start of a 1,200-byte allocation" \
+        in p.stderr

@@ -9,7 +9,7 @@
  * The state lives in device memory the Sanitizer API allocates for the one
  * instrumented launch: the sorted, disjoint [lo, hi) ranges the kernel may
  * touch (every allocation the Sanitizer saw; inside PyTorch's segments only
- * the live tensors), then room for CD_REPLAY_RECORDS bad accesses.
+ * the live tensors), then room for CD_REPLAY_DEVICE_RECORDS bad accesses.
  * Plain C and CUDA C++ both: no CUDA header, no libc.
  */
 #ifndef CD_REPLAY_CHECK_H
@@ -23,6 +23,8 @@
 #endif
 
 #define CD_REPLAY_RECORDS 64       /* bad accesses kept per launch (more are counted) */
+#define CD_REPLAY_DEVICE_RECORDS 4096  /* room on the device: the kept ones are the lowest
+                                        * and highest addresses among these (sanitizer.c) */
 #define CD_REPLAY_STATE_VERSION 1
 
 /* Where an access went (cd_replay_access.space, low byte), and why it is bad

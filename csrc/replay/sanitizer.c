@@ -84,9 +84,10 @@ static struct {
     int n_patched_ctx;
     cd_replay_at at;
 
-    cd_replay_state read_back;     /* the state read back (inst_lock): the Sanitizer's
-                                    * copy to host memory refused a stack address on the
-                                    * H200 (invalid parameter); static memory it takes */
+    cd_replay_state read_back;     /* the state read back (inst_lock) */
+    void *pinned;                  /* the Sanitizer's pinned host memory for reads (inst_lock) */
+    size_t pinned_size;
+    int read_how;                  /* the first way of read_state() that worked (inst_lock) */
     pthread_mutex_t match_lock;    /* the name-match cache */
     struct { CUfunction fn; int match; } cache[512];
 } rp = {
@@ -402,7 +403,7 @@ static __attribute__((noinline, cold)) void instrument(uint64_t n, const Sanitiz
 
     pthread_mutex_lock(&rp.inst_lock);
     size_t bytes = sizeof(cd_replay_state) + (n_ranges ? n_ranges : 1) * sizeof(cd_replay_range) +
-                   CD_REPLAY_RECORDS * sizeof(cd_replay_access);
+                   CD_REPLAY_DEVICE_RECORDS * sizeof(cd_replay_access);
     step = CD_STEP_ALLOC;
     if ((rc = rp.f.sanitizerAlloc(ld->context, &dstate, bytes)))
         goto failed;
@@ -414,7 +415,7 @@ static __attribute__((noinline, cold)) void instrument(uint64_t n, const Sanitiz
     cd_replay_state *st = (cd_replay_state *)img;
     st->version = CD_REPLAY_STATE_VERSION;
     st->n_ranges = (uint32_t)n_ranges;
-    st->max_records = CD_REPLAY_RECORDS;
+    st->max_records = CD_REPLAY_DEVICE_RECORDS;
     st->exit_warp = (uint32_t)rp.target.exit_warp;
     st->ranges = (const cd_replay_range *)((char *)dstate + sizeof(cd_replay_state));
     st->records = (cd_replay_access *)((char *)dstate + sizeof(cd_replay_state) +
@@ -462,43 +463,91 @@ failed:
     pthread_mutex_unlock(&rp.inst_lock);
 }
 
-/* Copy the state back. The launch's own stream handle first; where the
- * Sanitizer refuses it (invalid parameter, seen on the H200 for the tests'
- * launches), the handle its BEGIN had, the API stream's, the NULL stream, and
- * pinned host memory of the Sanitizer's own: the first that works. */
+/* Copy device memory back (inst_lock held). The launch's own stream handle
+ * first; where the Sanitizer refuses that (invalid parameter: on the H200, for
+ * the launches of the tests' programs, into any pageable memory, static or
+ * not), the handle its BEGIN had, the API stream's, the NULL stream, then
+ * pinned host memory of the Sanitizer's own (kept for the next reads). The way
+ * that worked is tried first from then on. */
+enum { READ_TRIES = 5, READ_PINNED = 4 };
 static int read_state(const Sanitizer_LaunchData *ld, void *dst, void *src, size_t bytes)
 {
-    const struct { Sanitizer_StreamHandle stream; const char *what; } tries[] = {
-        {ld->hStream, "the launch's stream"},
-        {tls_begin_stream, "the stream at its BEGIN"},
-        {ld->hApiStream, "the API stream"},
-        {NULL, "the NULL stream"},
-    };
+    static const char *const what[READ_TRIES] = {
+        "the launch's stream", "the stream at its BEGIN", "the API stream", "the NULL stream",
+        "pinned host memory"};
+    Sanitizer_StreamHandle streams[READ_TRIES - 1] = {ld->hStream, tls_begin_stream,
+                                                      ld->hApiStream, NULL};
     int first = -1;
-    for (size_t i = 0; i < CD_N_OF(tries); i++) {
-        if (i && i < 3 && tries[i].stream == ld->hStream)
-            continue;
-        int rc = rp.f.sanitizerMemcpyDeviceToHost(dst, src, bytes, tries[i].stream);
+    for (int k = 0; k < READ_TRIES; k++) {
+        int i = k == 0 ? rp.read_how : (k <= rp.read_how ? k - 1 : k);
+        int rc;
+        if (i == READ_PINNED) {
+            if (!rp.alloc_host)
+                continue;
+            if (rp.pinned_size < bytes) {
+                void *p = NULL;   /* (the smaller one is not freed: sanitizerFreeHost is not bound) */
+                if (rp.alloc_host(ld->context, &p, bytes) != 0 || !p)
+                    continue;
+                rp.pinned = p;
+                rp.pinned_size = bytes;
+            }
+            rc = rp.f.sanitizerMemcpyDeviceToHost(rp.pinned, src, bytes, ld->hStream);
+            if (rc == 0)
+                memcpy(dst, rp.pinned, bytes);
+        } else {
+            if (i > 0 && i < 3 && streams[i] == ld->hStream)
+                continue;
+            rc = rp.f.sanitizerMemcpyDeviceToHost(dst, src, bytes, streams[i]);
+        }
         if (rp.trace)
-            fprintf(stderr, "cuda_debug replay trace: copy %zu bytes %p -> %p on %s (%p): %d\n",
-                    bytes, src, dst, tries[i].what, (void *)tries[i].stream, rc);
-        if (rc == 0)
+            fprintf(stderr, "cuda_debug replay trace: copy %zu bytes %p -> %p by %s: %d\n",
+                    bytes, src, dst, what[i], rc);
+        if (rc == 0) {
+            rp.read_how = i;
             return 0;
+        }
         if (first < 0)
             first = rc;
     }
-    void *pinned = NULL;
-    if (rp.alloc_host && rp.alloc_host(ld->context, &pinned, bytes) == 0 && pinned) {
-        int rc = rp.f.sanitizerMemcpyDeviceToHost(pinned, src, bytes, ld->hStream);
-        if (rp.trace)
-            fprintf(stderr, "cuda_debug replay trace: copy into pinned %p: %d\n", pinned, rc);
-        if (rc == 0)
-            memcpy(dst, pinned, bytes);
-        /* (sanitizerFreeHost is not bound: 64 bytes per failed read, rare) */
-        if (rc == 0)
-            return 0;
-    }
     return first;
+}
+
+static int by_address(const void *a, const void *b)
+{
+    const cd_replay_access *x = a, *y = b;
+    return x->address < y->address ? -1 : x->address > y->address;
+}
+
+/* The bad accesses the device recorded (up to CD_REPLAY_DEVICE_RECORDS, in
+ * the device's order): r->records keeps them all when they fit, else the
+ * CD_REPLAY_RECORDS / 2 lowest and highest addresses, the two ends of the run
+ * (an overrun starts at the end of what it overran; an underrun ends at the
+ * start). Cold: a launch that had bad accesses. */
+static int read_records(const Sanitizer_LaunchData *ld, cd_replay_launch *r,
+                        const cd_replay_state *st)
+{
+    size_t n = st->n_bad < CD_REPLAY_DEVICE_RECORDS ? (size_t)st->n_bad : CD_REPLAY_DEVICE_RECORDS;
+    r->n_records = 0;
+    if (!n)
+        return 0;
+    cd_replay_access *all = malloc(n * sizeof *all);
+    if (!all)
+        return -1;
+    int rc = read_state(ld, all, (void *)st->records, n * sizeof *all);
+    if (rc == 0) {
+        if (n <= CD_REPLAY_RECORDS) {
+            memcpy(r->records, all, n * sizeof *all);
+            r->n_records = (int)n;
+        } else {
+            qsort(all, n, sizeof *all, by_address);
+            size_t half = CD_REPLAY_RECORDS / 2;
+            memcpy(r->records, all, half * sizeof *all);
+            memcpy(r->records + half, all + n - half, half * sizeof *all);
+            r->n_records = CD_REPLAY_RECORDS;
+        }
+    }
+    free(all);
+    return rc;
 }
 
 static __attribute__((noinline, cold)) void finish(const Sanitizer_LaunchData *ld)
@@ -526,13 +575,9 @@ static __attribute__((noinline, cold)) void finish(const Sanitizer_LaunchData *l
         const cd_replay_state st = *stp;
         r->n_bad = st.n_bad;
         r->n_checked = st.n_checked;
-        r->n_records = (int)(st.n_bad < CD_REPLAY_RECORDS ? st.n_bad : CD_REPLAY_RECORDS);
-        if (r->n_records &&
-            (rc = read_state(ld, r->records, (void *)st.records,
-                             r->n_records * sizeof(cd_replay_access)))) {
+        if ((rc = read_records(ld, r, &st))) {
             r->failed_step = CD_STEP_READ;
             r->rc = rc;
-            r->n_records = 0;
         }
         if (st.n_bad) {
             atomic_store(&rp.violated, 1);
