@@ -66,6 +66,17 @@ def main():
                          "call_text": [lines[i - 1].strip()[:120] for i in calls[:6]],
                          "linemap": maps}
         out["modules"] = per
+        raw = {}
+        for path in mods:
+            entry = (lm or {}).get(path)
+            if entry:
+                lines_, traces = entry[0], entry[1]
+                raw[path] = [(l, (t or "")[-400:]) for l, t in zip(lines_, traces)]
+            else:
+                raw[path] = repr(entry)
+        out["linemaps"] = raw
+        out["wrapper_source"] = {p: _report._read_lines(p) for p in mods
+                                 if per[p]["defines"]}
         out["generated_module"] = (lambda m: m and [m[0], m[2]])(
             _report._generated_module(name, stack))
     print(json.dumps(out, indent=1, default=str))
