@@ -82,3 +82,73 @@ def node_candidates(info):
                           collective=collective, captured_at=_locations.where(stack),
                           annotation=graph_annotation(tools_id, cap[7] if cap else ())))
     return tuple(nodes), (None if nodes else GRAPH_NOTES.get(status))
+
+
+_TRACE_FRAME = None
+
+
+def _trace_frames(text: str):
+    """(filename, line, name) of each frame of an FX node's stack_trace text
+    (traceback format), outermost first."""
+    global _TRACE_FRAME
+    if _TRACE_FRAME is None:
+        import re
+        _TRACE_FRAME = re.compile(r'File "(.+)", line (\d+), in (.+)\n')
+    return [(f, int(l), n.strip()) for f, l, n in _TRACE_FRAME.findall(text + "\n")]
+
+
+def _model_file(model) -> Optional[str]:
+    """The file of the function a cudagraph tree node records: Inductor's
+    generated module for a graph partition (``partition_0``), through wrappers."""
+    seen = 0
+    while model is not None and seen < 8:
+        code = getattr(model, "__code__", None)
+        if code is not None:
+            return code.co_filename
+        model = getattr(model, "__wrapped__", None) or getattr(model, "func", None) or \
+            getattr(model, "current_callable", None)
+        seen += 1
+    return None
+
+
+class TreeFrame(__import__("traceback").FrameSummary):
+    """A user frame read from cudagraph trees' output stack traces."""
+    __slots__ = ()
+    cd_how = "the graph's output, as cudagraph trees keep it"
+
+
+def cudagraph_tree_source(module_path: Optional[str]):
+    """The user's source line of what a graph recorded by cudagraph trees
+    (``torch.compile(mode="reduce-overhead")``) computes, where Inductor wrote no
+    line map (its graph partitions have none): the tree's nodes keep the stack
+    traces of their graph's outputs (``CUDAGraphNode.stack_traces``, from the FX
+    graph). Of the nodes whose recorded function is in `module_path` (the
+    generated module that defines the kernel), the innermost user frame of those
+    traces, when they agree on one: (FrameSummary, None); else (None, the
+    distinct frames as "file:line" strings, for the report to list)."""
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    kind = getattr(trees, "CUDAGraphNode", None)
+    if kind is None or not module_path:
+        return None, []
+    import gc
+    found = []
+    try:
+        nodes = [o for o in gc.get_objects() if type(o) is kind]
+    except Exception:
+        return None, []
+    for node in nodes:
+        wrapped = getattr(node, "wrapped_function", None)
+        if _model_file(getattr(wrapped, "model", None)) != module_path:
+            continue
+        for text in getattr(node, "stack_traces", None) or ():
+            if not text:
+                continue
+            user = [f for f in _trace_frames(text) if _locations.is_user_file(f[0])]
+            if user and user[-1] not in found:
+                found.append(user[-1])
+    if len(found) == 1:
+        f, line, name = found[0]
+        fs = TreeFrame(f, line, name)
+        fs.line                               # linecache, now
+        return fs, []
+    return None, ["%s:%d in %s" % f for f in found]

@@ -150,6 +150,10 @@ def inductor_source(kernel: Optional[str], stack, compiled=None):
                 source = _inductor_source(fs.filename, fs.lineno)
                 if source is not None:
                     break
+    if source is None and module is not None:
+        # Graph partitions (cudagraph trees) have no line map: the stack traces cudagraph
+        # trees keep of the graph's outputs, when they name one line
+        source, _ = _graph_names.cudagraph_tree_source(module[0])
     if source is not None and compiled is not None and source.filename != compiled.filename:
         # Inductor's caches reuse what was compiled for the same source elsewhere (another
         # script, an earlier run): the line map then names that file. The line is this
@@ -158,7 +162,7 @@ def inductor_source(kernel: Optional[str], stack, compiled=None):
         here = linecache.getline(compiled.filename, source.lineno).strip()
         if here and here == (source.line or "").strip():
             name = source.name
-            source = traceback.FrameSummary(compiled.filename, source.lineno, name)
+            source = type(source)(compiled.filename, source.lineno, name)
             source.line
         else:
             source = None
@@ -182,9 +186,10 @@ def inductor_provenance(kernel: Optional[str], stack, compiled=None) -> Optional
                                                          compiled.lineno))
     module, source = inductor_source(kernel, stack, compiled)
     if source is not None:
-        out.append("fused up to %s:%d in %s%s (Inductor's line map)" % (
+        out.append("fused up to %s:%d in %s%s (%s)" % (
             source.filename, source.lineno, source.name,
-            ":  " + source.line if source.line else ""))
+            ":  " + source.line if source.line else "",
+            getattr(source, "cd_how", None) or "Inductor's line map"))
     elif compiled is not None:
         out.append("source line unknown" + (
             " (Inductor's generated code for this kernel was not found)"

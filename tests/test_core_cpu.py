@@ -399,3 +399,48 @@ def test_doctor_names_no_toolkit_for_an_empty_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_PATH", str(real))
     roots = _libraries._cuda_roots()
     assert str(empty) not in roots and str(real) in roots
+
+
+def test_a_graph_partition_without_a_line_map_is_named_by_cudagraph_trees(tmp_path, monkeypatch):
+    """torch.compile(mode="reduce-overhead") on PyTorch 2.11: the kernel is launched
+    from a graph partition (``partition_0``), for which Inductor writes no line
+    map; the tree's node of that partition keeps its outputs' stack traces, and
+    their innermost user frame is the source line. Several nodes that disagree:
+    not guessed."""
+    import types
+    gen = tmp_path / "torchinductor_me" / "ur"
+    gen.mkdir(parents=True)
+    code = gen / "cur43.py"
+    code.write_text(
+        "# Topologically Sorted Source Nodes: [getitem, mul], Original ATen: [aten.index, aten.mul]\n"
+        "triton_poi_fused_index_mul_0 = None\n"
+        "def partition_0(args):\n"
+        "    triton_poi_fused_index_mul_0.run()\n")
+    user = tmp_path / "train.py"
+    user.write_text("import torch\n\ndef f(w, i):\n    return w[i] * 2\n")
+    ns = {}
+    exec(compile(code.read_text(), str(code), "exec"), ns)
+    trees = types.ModuleType("torch._inductor.cudagraph_trees")
+
+    class CUDAGraphNode:
+        def __init__(self, model, traces):
+            self.wrapped_function = types.SimpleNamespace(model=model)
+            self.stack_traces = traces
+
+    trees.CUDAGraphNode = CUDAGraphNode
+    monkeypatch.setitem(sys.modules, "torch._inductor.cudagraph_trees", trees)
+    trace = ('  File "%s", line 4, in f\n    return w[i] * 2\n' % user)
+    outer = '  File "/usr/lib/python3/site-packages/torch/_dynamo/eval_frame.py", line 9, in _fn\n'
+    keep = [CUDAGraphNode(ns["partition_0"], [outer + trace, None]),
+            CUDAGraphNode(lambda a: a, ['  File "%s", line 1, in <module>\n' % user])]
+    stack = traceback.StackSummary.from_list([(str(user), 9, "<module>", None),
+                                              (str(code), 4, "partition_0", None)])
+    compiled = traceback.FrameSummary(str(user), 3, "f", lookup_line=False)
+    p = _report.inductor_provenance("triton_poi_fused_index_mul_0", stack, compiled)
+    assert ("fused up to %s:4 in f:  return w[i] * 2 (the graph's output, as cudagraph trees "
+            "keep it)" % user) in p, p
+    # a second node of the same partition with another output line: not guessed
+    keep.append(CUDAGraphNode(ns["partition_0"], ['  File "%s", line 1, in f\n' % user]))
+    p = _report.inductor_provenance("triton_poi_fused_index_mul_0", stack, compiled)
+    assert "fused up to" not in p and "source line unknown" in p, p
+    del keep
