@@ -1707,6 +1707,13 @@ fail:
     return -1;
 }
 
+/* The layers beside hooks/ (the benchmarks', the replay's) in a forked child. */
+static void beside_fork(int op)
+{
+    cd_bench_fork(op);
+    cd_replay_fork(op);
+}
+
 static int core_exec(PyObject *m)
 {
     core_state *st = PyModule_GetState(m);
@@ -1773,7 +1780,7 @@ static int core_exec(PyObject *m)
         return -1;
     cd_frames_watch_code();
     /* A forked child starts clean (hooks/after_fork.c). */
-    int frc = cd_fork_init(cd_bench_fork);
+    int frc = cd_fork_init(beside_fork);
     if (frc) {
         errno = frc;
         PyErr_SetFromErrno(PyExc_OSError);

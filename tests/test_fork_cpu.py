@@ -88,12 +88,12 @@ def test_a_fork_while_another_thread_holds_every_lock(fake_child, tmp_path):
     """A thread of the parent holds every lock the child handler resets (the
     scope lock, the contexts', the string arena's, loc_lock, ctx_lock,
     graph_lock, exec_lock, the tee's, the driver log's, fault_lock, the report
-    lock, the hang watcher's, the benchmarks'; _core._test_fork_hold) while
+    lock, the hang watcher's, the benchmarks', the replay's; _core._test_fork_hold) while
     the main thread forks. The child then takes each of them: a watch with a
     hang watcher, new kernel names and code locations, a new context entry, a
     graph captured and instantiated, a fault in a scope (its record, its assert
     lines through the tee, the driver log), check() of device 0, the dump
-    signal, the benchmarks' buffers. Before, the first of them spun or
+    signal, the benchmarks' buffers, the replay's status. Before, the first of them spun or
     blocked for good."""
     out_file = tmp_path / "child.json"
     c = run(fake_child, script('''
@@ -113,6 +113,7 @@ def test_a_fork_while_another_thread_holds_every_lock(fake_child, tmp_path):
                 os.kill(os.getpid(), signal.SIGUSR1)               # the report lock
             out["check"] = cuda_debug.check(0)                     # retain_lock
             out["release"] = _core.bench_release(0)                # bench_lock
+            out["replay"] = _core.replay_status()[0]               # the replay's locks
             fake.fake_set_kernel(b"child_assert", 710, -1, b"cond_of_the_child", -1, 0)
             try:
                 with cuda_debug.launch_blocking():                 # fault_lock, tee, log
@@ -155,6 +156,7 @@ def test_a_fork_while_another_thread_holds_every_lock(fake_child, tmp_path):
     got = r["child"]
     assert got and "error" not in got, (got, c.stderr[-3000:])
     assert got["check"] is None and isinstance(got["release"], int), got
+    assert got["replay"] == 0, got             # no launches instrumented in the child
     assert got["fault"][0] == "child_assert", got
     assert "cond_of_the_child" in got["fault"][1], got
     assert "cuda_debug (watch): SIGUSR1 (pid" in c.stderr, c.stderr[-3000:]

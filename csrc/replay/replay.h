@@ -92,6 +92,9 @@ typedef struct {
 enum cd_replay_step { CD_STEP_NONE = 0, CD_REPLAY_STEPS(CD_STEP_ENUM) };
 #undef CD_STEP_ENUM
 
+/* hooks/after_fork.c's op for this layer (CD_FORK_CHILD: its locks free). */
+void cd_replay_fork(int op);
+
 /* Ranges for the launch being instrumented: fills *out (malloc'd, sorted,
  * disjoint) and *n, returns 0; nonzero: use the allocation table. Called on
  * the launching thread inside the Sanitizer's callback (module.c takes the GIL). */

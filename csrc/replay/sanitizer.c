@@ -111,6 +111,34 @@ static double now_s(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* A forked child starts with its locks free (hooks/after_fork.c calls this,
+ * through module.c, beside the layers it knows): a thread of the parent may
+ * have held one at the fork. The instrumented launch of that thread is not
+ * the child's. */
+void cd_replay_fork(int op)
+{
+    pthread_mutex_t *const locks[] = {&rp.alloc_lock, &rp.inst_lock, &rp.match_lock};
+    switch (op) {
+    case CD_FORK_CHILD:
+        for (size_t i = 0; i < CD_N_OF(locks); i++)
+            *locks[i] = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        tls_slot = -1;
+        tls_state = NULL;
+        tls_module = NULL;
+        tls_function = NULL;
+        tls_fail = 0;
+        break;
+    case CD_FORK_TEST_TAKE:
+        for (size_t i = 0; i < CD_N_OF(locks); i++)
+            pthread_mutex_lock(locks[i]);
+        break;
+    case CD_FORK_TEST_GIVE:
+        for (size_t i = CD_N_OF(locks); i-- > 0;)
+            pthread_mutex_unlock(locks[i]);
+        break;
+    }
+}
+
 /* ------------------------------------------------------- loading -- */
 
 int cd_replay_load(const char *path, char *error, size_t error_len)
