@@ -668,6 +668,8 @@ def test_a_forked_child_answers_for_itself_and_the_parent_still_answers(fake_liv
             t.spin(60)                                  # PARENT
             pid = os.fork()
             if pid == 0:
+                import faulthandler
+                faulthandler.dump_traceback_later(20)   # where it hangs, if it does
                 with cuda_debug.watch():                # its own listener, under its pid
                     print("CHILD", os.getpid(), flush=True)
                     time.sleep(60)
