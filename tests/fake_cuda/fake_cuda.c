@@ -1929,11 +1929,14 @@ CUresult CUDAAPI cuLogsUnregisterCallback(CUlogsCallbackHandle h)
 
 /* A forked child (os.fork, multiprocessing's fork): the device threads are
  * the parent's and do not exist here; a lock one of them (or another thread)
- * held is free, and the op a device thread was running is gone, so the child's
- * own synchronising calls run what is left, and the next launch in async mode
- * starts a device thread of the child's. (The real driver is unusable after a
- * fork; this one goes on working, so tests can tell what cuda_debug records of
- * the child's own launches.) */
+ * held is free; the op a device thread was running, and the ops queued behind
+ * it, are the parent's work on the parent's device: gone here (in async mode a
+ * queued op no device thread of the child's would ever take kept the child's
+ * first synchronising call waiting for good: the dump fork test hung so under
+ * load, 8 of 48 runs). The next launch in async mode starts a device thread of
+ * the child's. (The real driver is unusable after a fork; this one goes on
+ * working, so tests can tell what cuda_debug records of the child's own
+ * launches.) */
 static void fake_after_fork_child(void)
 {
     dev_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
@@ -1943,6 +1946,7 @@ static void fake_after_fork_child(void)
     for (fake_stream *s = all_streams; s; s = s->next_all) {
         s->has_worker = 0;
         s->running = 0;
+        s->head = s->tail = NULL;      /* (not freed: a worker of the parent's held them) */
     }
 }
 
