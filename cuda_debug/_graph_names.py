@@ -2,7 +2,9 @@
 and the in-flight records (cuda_debug/_hangs.py): why a replay's nodes are not
 named, the tag torch.cuda.graph_annotations gave a node, and a node's candidates
 as dicts (host memory only: csrc/capture/graph_markers.c)."""
+import re
 import sys
+import traceback
 from typing import Optional
 
 from . import _core, _locations
@@ -84,17 +86,11 @@ def node_candidates(info):
     return tuple(nodes), (None if nodes else GRAPH_NOTES.get(status))
 
 
-_TRACE_FRAME = None
-
-
 def _trace_frames(text: str):
     """(filename, line, name) of each frame of an FX node's stack_trace text
     (traceback format), outermost first."""
-    global _TRACE_FRAME
-    if _TRACE_FRAME is None:
-        import re
-        _TRACE_FRAME = re.compile(r'File "(.+)", line (\d+), in (.+)\n')
-    return [(f, int(l), n.strip()) for f, l, n in _TRACE_FRAME.findall(text + "\n")]
+    return [(f, int(l), n.strip())
+            for f, l, n in re.findall(r'File "(.+)", line (\d+), in (.+)\n', text + "\n")]
 
 
 def _model_file(model) -> Optional[str]:
@@ -111,7 +107,7 @@ def _model_file(model) -> Optional[str]:
     return None
 
 
-class TreeFrame(__import__("traceback").FrameSummary):
+class TreeFrame(traceback.FrameSummary):
     """A user frame read from cudagraph trees' output stack traces."""
     __slots__ = ()
     cd_how = "the graph's output, as cudagraph trees keep it"

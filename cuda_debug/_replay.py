@@ -485,8 +485,9 @@ def _pick(accesses: List[BadAccess], locate=None) -> BadAccess:
     return lowest
 
 
-def where(inst: Instrumented, a: BadAccess, entry: Optional[dict] = None):
-    """(Where, Allocation with shape/dtype when found) for access `a`."""
+def where(inst: Instrumented, a: BadAccess, entry: Optional[dict] = None, tensor=True):
+    """(Where, Allocation with shape/dtype when found) for access `a`; without
+    the shape and dtype when not `tensor` (no search of the live tensors)."""
     entry = entry if entry is not None else _launches.get(inst.launch, {})
     if "sanitizer" not in entry:         # the hook failed: the allocations of now
         try:
@@ -496,7 +497,7 @@ def where(inst: Instrumented, a: BadAccess, entry: Optional[dict] = None):
             pass
     w = _memory.locate(a.address, a.size, entry.get("live", ()), entry.get("free", ()),
                        entry.get("segments", ()), entry.get("sanitizer", ()))
-    if w.allocation is not None:
+    if tensor and w.allocation is not None:
         w = w._replace(allocation=_memory.with_tensor(w.allocation))
     return w
 
@@ -533,7 +534,7 @@ def build_error(inst: Instrumented, tb=None):
     from . import _locations
     from ._errors import class_for
     entry = _launches.get(inst.launch, {})
-    lead = _pick(inst.accesses, lambda a: where(inst, a, entry))
+    lead = _pick(inst.accesses, lambda a: where(inst, a, entry, tensor=False))
     w = where(inst, lead, entry)
     code = 716 if lead.misaligned else 700
     stack = traceback.StackSummary.from_list(list(entry.get("stack") or ()))

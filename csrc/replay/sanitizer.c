@@ -84,10 +84,10 @@ static struct {
     int n_patched_ctx;
     cd_replay_at at;
 
-    cd_replay_state read_back;     /* the state read back (inst_lock) */
     void *pinned;                  /* the Sanitizer's pinned host memory for reads (inst_lock) */
     size_t pinned_size;
-    int read_how;                  /* the first way of read_state() that worked (inst_lock) */
+    CUcontext pinned_ctx;
+    int read_pinned;               /* read_state() reads through it first (inst_lock) */
     pthread_mutex_t match_lock;    /* the name-match cache */
     struct { CUfunction fn; int match; } cache[512];
 } rp = {
@@ -102,7 +102,6 @@ static _Thread_local void *tls_state;
 static _Thread_local CUmodule tls_module;
 static _Thread_local CUfunction tls_function;   /* set per kernel, not per launch */
 static _Thread_local int tls_fail;
-static _Thread_local Sanitizer_StreamHandle tls_begin_stream;   /* the BEGIN's hStream */
 
 static double now_s(void)
 {
@@ -473,7 +472,6 @@ static __attribute__((noinline, cold)) void instrument(uint64_t n, const Sanitiz
                 (unsigned long long)n, (void *)ld->context, (void *)ld->stream,
                 (void *)ld->hStream, (void *)ld->hApiStream, dstate, bytes, n_ranges);
     tls_slot = slot;
-    tls_begin_stream = ld->hStream;
     tls_state = dstate;
     tls_module = ld->module;
     r->seconds_prepare = now_s() - t0 - r->seconds_ranges;
@@ -491,50 +489,43 @@ failed:
     pthread_mutex_unlock(&rp.inst_lock);
 }
 
-/* Copy device memory back (inst_lock held). The launch's own stream handle
- * first; where the Sanitizer refuses that (invalid parameter: on the H200, for
- * the launches of the tests' programs, into any pageable memory, static or
- * not), the handle its BEGIN had, the API stream's, the NULL stream, then
- * pinned host memory of the Sanitizer's own (kept for the next reads). The way
- * that worked is tried first from then on. */
-enum { READ_TRIES = 5, READ_PINNED = 4 };
+/* Copy device memory back (inst_lock held): into `dst` on the launch's stream,
+ * else through pinned host memory of the Sanitizer's own, kept for the next
+ * reads of that context. On the H200 (Compute Sanitizer 2025.3) the first
+ * refused every pageable destination for the tests' launches (invalid
+ * parameter, on any stream handle), the second worked; once it has, it goes
+ * first. */
 static int read_state(const Sanitizer_LaunchData *ld, void *dst, void *src, size_t bytes)
 {
-    static const char *const what[READ_TRIES] = {
-        "the launch's stream", "the stream at its BEGIN", "the API stream", "the NULL stream",
-        "pinned host memory"};
-    Sanitizer_StreamHandle streams[READ_TRIES - 1] = {ld->hStream, tls_begin_stream,
-                                                      ld->hApiStream, NULL};
-    int first = -1;
-    for (int k = 0; k < READ_TRIES; k++) {
-        int i = k == 0 ? rp.read_how : (k <= rp.read_how ? k - 1 : k);
+    int first = 0;
+    for (int k = 0; k < 2; k++) {
+        int pinned = k != rp.read_pinned;    /* 0 then 1, or 1 then 0 */
         int rc;
-        if (i == READ_PINNED) {
+        if (!pinned) {
+            rc = rp.f.sanitizerMemcpyDeviceToHost(dst, src, bytes, ld->hStream);
+        } else {
             if (!rp.alloc_host)
                 continue;
-            if (rp.pinned_size < bytes) {
-                void *p = NULL;   /* (the smaller one is not freed: sanitizerFreeHost is not bound) */
+            if (rp.pinned_size < bytes || rp.pinned_ctx != ld->context) {
+                void *p = NULL;   /* (the old one is not freed: sanitizerFreeHost is not bound) */
                 if (rp.alloc_host(ld->context, &p, bytes) != 0 || !p)
                     continue;
                 rp.pinned = p;
                 rp.pinned_size = bytes;
+                rp.pinned_ctx = ld->context;
             }
             rc = rp.f.sanitizerMemcpyDeviceToHost(rp.pinned, src, bytes, ld->hStream);
             if (rc == 0)
                 memcpy(dst, rp.pinned, bytes);
-        } else {
-            if (i > 0 && i < 3 && streams[i] == ld->hStream)
-                continue;
-            rc = rp.f.sanitizerMemcpyDeviceToHost(dst, src, bytes, streams[i]);
         }
         if (rp.trace)
             fprintf(stderr, "cuda_debug replay trace: copy %zu bytes %p -> %p by %s: %d\n",
-                    bytes, src, dst, what[i], rc);
+                    bytes, src, dst, pinned ? "pinned host memory" : "the launch's stream", rc);
         if (rc == 0) {
-            rp.read_how = i;
+            rp.read_pinned = pinned;
             return 0;
         }
-        if (first < 0)
+        if (!first)
             first = rc;
     }
     return first;
@@ -589,18 +580,16 @@ static __attribute__((noinline, cold)) void finish(const Sanitizer_LaunchData *l
     int rc = rp.f.sanitizerStreamSynchronize(ld->hStream);
     r->seconds_wait = now_s() - t0;
     if (rp.trace)
-        fprintf(stderr, "cuda_debug replay trace: launch %llu END: hStream %p (BEGIN %p) state %p "
-                "wait %d\n", (unsigned long long)r->launch, (void *)ld->hStream,
-                (void *)tls_begin_stream, dstate, rc);
-    cd_replay_state *stp = &rp.read_back;
+        fprintf(stderr, "cuda_debug replay trace: launch %llu END: hStream %p state %p wait %d\n",
+                (unsigned long long)r->launch, (void *)ld->hStream, dstate, rc);
+    cd_replay_state st;
     if (rc) {
         r->failed_step = CD_STEP_WAIT;
         r->rc = rc;
-    } else if ((rc = read_state(ld, stp, dstate, sizeof *stp))) {
+    } else if ((rc = read_state(ld, &st, dstate, sizeof st))) {
         r->failed_step = CD_STEP_READ;
         r->rc = rc;
     } else {
-        const cd_replay_state st = *stp;
         r->n_bad = st.n_bad;
         r->n_checked = st.n_checked;
         if ((rc = read_records(ld, r, &st))) {
