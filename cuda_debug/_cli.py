@@ -523,8 +523,8 @@ def _replay_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog + " replay", allow_abbrev=False,
         description="Re-run a program that died of an illegal (or misaligned) address, with "
-                    "NVIDIA's Sanitizer API, instrumenting only the culprit's launch: the first "
-                    "bad access is reported with its thread, block, address, read/write and "
+                    "NVIDIA's Sanitizer API, instrumenting only the culprit's launch: a bad access "
+                    "(where an overrun starts, or an underrun ends) is reported with its thread, block, address, read/write and "
                     "size, and the allocation it missed (for PyTorch: the tensor, its shape and "
                     "dtype, the line that allocated it). The report of the fault prints this "
                     "command. Exit status: 3 found; 4 the run did not repeat itself; 1 the "
