@@ -1198,7 +1198,7 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     (void)self;
     (void)noargs;
 #define U(x) (unsigned long long)atomic_load(&cd_state.x)
-    return Py_BuildValue(
+    PyObject *d = Py_BuildValue(
         "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisKsisKsKsIsKsK}", "synced", U(n_synced), "follower",
         U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes", U(n_subscribes),
         "active", atomic_load(&cd_state.active), "watching", atomic_load(&cd_state.watching),
@@ -1213,6 +1213,25 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
         cd_frames_code_watched(), "marked", U(n_marked), "closed", U(n_closed),
         "watch_every", (unsigned)atomic_load(&cd_state.watch_every), "wait_ids_refused",
         U(n_wait_ids_refused), "detaches", U(n_detaches));
+    if (!d)
+        return NULL;
+    cd_hook_stats h;
+    cd_runtime_hooks_stats(&h);
+    static const char *const why[] = {"never on", "CUDA_DEBUG_LAUNCH_HOOKS=0", "no CUPTI",
+                                      "driver too old", "a library imports the route",
+                                      "no library imports __cudaLaunchKernel"};
+    PyObject *v = Py_BuildValue("{sisisKsKsssK}", "on", h.on, "entries", h.entries, "routed",
+                                (unsigned long long)h.routed, "handed_back",
+                                (unsigned long long)h.handed_back, "why_off",
+                                h.on ? "" : why[h.why_off >= 0 && h.why_off < 6 ? h.why_off : 0],
+                                "other_runtimes", U(n_hook_other_runtimes));
+    if (!v || PyDict_SetItemString(d, "launch_hooks", v) < 0) {
+        Py_XDECREF(v);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(v);
+    return d;
 #undef U
 }
 

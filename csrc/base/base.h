@@ -9,6 +9,7 @@
  *   subscription.c   taking CUPTI (subscribe, enable the ids), giving it back
  *   intern.c         the string arena: file, function and kernel names
  *   demangle.c       C++ demangling and short kernel names
+ *   got.c            pointing other libraries' imports of a function at ours
  *
  * Nothing here links libcuda, CUPTI or cuBLAS: cuda_api.h (generated from the
  * CUDA headers by gen_cuda_api.py, so the build needs no toolkit) gives us types
@@ -63,13 +64,17 @@
  * API reads the nodes of a graph captured before watching (capture/graph_markers.c). */
 #define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback) X(cuStreamGetCaptureInfo) X(cuCtxGetId) \
     X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams) X(cuFuncGetName)    \
-    X(cuKernelGetName) X(cuGraphNodeGetToolsId) X(cuGraphExecGetId)
+    X(cuKernelGetName) X(cuGraphNodeGetToolsId) X(cuGraphExecGetId) X(cuLaunchKernelEx_ptsz)
 
 /* CUDA 13.1's ids of graph nodes and executables for tools (what
  * torch.cuda.graph_annotations keys its tags by): not in the 13.0 headers
  * cuda_api.h is generated from, so declared here (the driver's documented
  * signatures); NULL in the table where the driver lacks them. */
 CUresult cuGraphNodeGetToolsId(CUgraphNode hNode, unsigned long long *toolsNodeId);
+/* The per-thread-default-stream twin of cuLaunchKernelEx (cuda.h declares it
+ * only under CUDA_API_PER_THREAD_DEFAULT_STREAM): the launch hooks' route. */
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                               void **extra);
 CUresult cuGraphExecGetId(CUgraphExec hGraphExec, unsigned int *graphId);
 
 #define CD_CUPTI_FUNCS(X)                                                       \
@@ -276,6 +281,10 @@ typedef struct {
     int waits_enabled;                   /* CD_WAIT_CBIDS on (while watching); under sub_lock */
     int detach;                          /* CUDA_DEBUG_CUPTI_DETACH: cuptiFinalize after the last scope */
     atomic_uint_fast64_t n_detaches;     /* cuptiFinalize calls that succeeded */
+    /* The runtime's launches routed past CUPTI (hooks/runtime_launch.c):
+     * cuLaunchKernelEx_ptsz's callback off meanwhile. Under sub_lock. */
+    int launch_hooks;
+    atomic_uint_fast64_t n_hook_other_runtimes;   /* imports left alone: another runtime's */
 } cd_state_t;
 
 /* What a watched launch does, for measuring the cost of each part
@@ -322,6 +331,10 @@ int cd_cupti_hand_over(void);
 int cd_cupti_detach_asked(void);
 void cd_subscription_fork(int op);      /* the child: no detach pending */
 void cd_cupti_detach_now(void);
+/* Under sub_lock: CUPTI's callback for the launch hooks' route
+ * (cuLaunchKernelEx_ptsz) off (1) or on again (0); subscribing meanwhile
+ * leaves it off. 0, or the CUptiResult. */
+int cd_cupti_route(int off);
 
 /* ---------------------------------------------------------- intern.c -- */
 
@@ -341,6 +354,8 @@ uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id);
  * then a checked name needs no check again until the next unload). */
 void cd_intern_kernels_unloaded(void);
 void cd_intern_kernels_trust_unloads(int on);
+/* Moves at every module unload CUPTI reports, and at every subscription. */
+unsigned cd_intern_kernel_epoch(void);
 
 /* -------------------------------------------------------- demangle.c -- */
 
@@ -350,5 +365,24 @@ char *cd_demangle(const char *mangled);
 /* The short readable name of a mangled or plain kernel name, into out:
  * `void at::native::k<float, ...>(...)` -> `k<float, …>`. Fault path. */
 size_t cd_short_kernel_name(const char *name, char *out, size_t cap);
+
+/* ------------------------------------------------------------- got.c -- */
+
+/* One GOT entry written: where, and what it held. */
+typedef struct {
+    void **slot;
+    void *old;
+    int relro;
+} cd_got_patch;
+/* Point every loaded object's imports of `symbol` (JUMP_SLOT, GLOB_DAT; not
+ * our own) that lead to one definition at `replacement`: at most max entries,
+ * into out; returns how many. *original: in, the definition already taken
+ * (NULL the first time: the first one found); out, the one taken.
+ * *other_targets: entries left alone because they lead to another definition.
+ * Cold, from Python (takes the loader's lock). */
+int cd_got_hook(const char *symbol, void *replacement, void **original, cd_got_patch *out,
+                int max, int *other_targets);
+/* Write back what the entries held. */
+void cd_got_restore(cd_got_patch *p, int n);
 
 #endif

@@ -137,6 +137,11 @@ static atomic_int epoch_trusted;
 
 void cd_intern_kernels_unloaded(void) { atomic_fetch_add(&kernel_epoch, 1); }
 
+unsigned cd_intern_kernel_epoch(void)
+{
+    return (unsigned)atomic_load_explicit(&kernel_epoch, memory_order_relaxed);
+}
+
 void cd_intern_kernels_trust_unloads(int on)
 {
     atomic_fetch_add(&kernel_epoch, 1);

@@ -70,5 +70,7 @@ CUstream cd_launch_stream(CUpti_CallbackId cbid, const void *params, cd_launch_d
     }
     if (!s && is_ptsz(cbid))
         s = CU_STREAM_PER_THREAD;
+    else if (s == CU_STREAM_LEGACY)
+        s = NULL;                      /* one stream, one name: the runtime's 0 */
     return s;
 }

@@ -20,6 +20,7 @@ static const CUpti_CallbackId capture_cbids[] = {CD_CAPTURE_CBIDS(CD_ID_ENTRY)};
 static const CUpti_CallbackId graph_cbids[] = {CD_GRAPH_CBIDS(CD_ID_ENTRY)};
 static const CUpti_CallbackId resource_cbids[] = {CD_RESOURCE_CBIDS(CD_ID_ENTRY)};
 static const CUpti_CallbackId wait_cbids[] = {CD_WAIT_CBIDS(CD_ID_ENTRY)};
+#define CD_ROUTE_CBID CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz
 
 /* Under sub_lock. */
 static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_len)
@@ -40,6 +41,8 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
     if (rc)
         return rc;
     for (size_t i = 0; i < CD_N_OF(launch_cbids); i++) {
+        if (cd_state.launch_hooks && launch_cbids[i] == CD_ROUTE_CBID)
+            continue;                  /* the launch hooks' route: not dispatched */
         rc = CUPTI_CHECK(cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API,
                                                       launch_cbids[i]));
         if (rc) {
@@ -148,6 +151,14 @@ void cd_cupti_watch_waits(int on)
     if (on)
         atomic_store(&cd_state.n_wait_ids_refused, (uint_fast64_t)refused);
     cd_state.waits_enabled = on;
+}
+
+int cd_cupti_route(int off)
+{
+    if (!cd_state.subscriber)
+        return 0;                      /* the next subscription reads launch_hooks */
+    return CUPTI_CHECK(cd_cupti.cuptiEnableCallback(off ? 0 : 1, cd_state.subscriber,
+                                                    CUPTI_CB_DOMAIN_DRIVER_API, CD_ROUTE_CBID));
 }
 
 int cd_cupti_hand_over(void)

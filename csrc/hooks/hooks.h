@@ -5,6 +5,8 @@
  *
  *   thread_state.c     per-thread scope stacks: does this thread block now?
  *   launch_callback.c  the CUPTI launch callback (the hot path)
+ *   runtime_launch.c   the runtime's launches while watching, past CUPTI
+ *                      (the calling libraries' GOT entries point there)
  *   scopes.c           opening and closing launch_blocking() scopes and
  *                      watch() blocks: drain, take CUPTI, push the state
  *   hang_watcher.c     watch(hang_after=s): the thread that reports stuck
@@ -43,6 +45,27 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
 /* The driver log's hook (cd_driver_log_init): a sticky error logged while
  * watching writes the culprit block. */
 void cd_on_sticky_logged(int code);
+
+/* A launch's API exit (CUPTI's, or the runtime hook's with the callback
+ * data CUPTI would give): record it while watching, wait for it if this
+ * thread blocks. */
+void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid);
+
+/* ---------------------------------------------------- runtime_launch.c -- */
+
+/* Why the launch hooks are off (0: on). */
+enum { CD_HOOKS_NEVER = 0, CD_HOOKS_OFF = 1, CD_HOOKS_NO_CUPTI = 2, CD_HOOKS_OLD_DRIVER = 3,
+       CD_HOOKS_CLASH = 4, CD_HOOKS_NO_IMPORTS = 5 };
+typedef struct {
+    int on, entries, why_off;
+    uint64_t routed, handed_back;
+} cd_hook_stats;
+/* Under sub_lock, while a watch opens (a subscription held): the runtime's
+ * launches (__cudaLaunchKernel imports) routed past CUPTI; again at each
+ * watch entry for objects loaded since. Off when the last watch closes. */
+void cd_runtime_hooks_on(void);
+void cd_runtime_hooks_off(void);
+void cd_runtime_hooks_stats(cd_hook_stats *s);
 
 /* ----------------------------------------------------------- scopes.c -- */
 

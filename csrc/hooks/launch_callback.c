@@ -349,6 +349,13 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
     default:
         break;
     }
+    cd_launch_exited(cb, cbid);
+}
+
+/* A launch's API exit: from CUPTI's callback, or from the runtime's launch
+ * hook (hooks/runtime_launch.c) with the data CUPTI would have given. */
+void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
+{
     const int watching = atomic_load_explicit(&cd_state.watching, memory_order_relaxed);
     const int block = cd_thread_wants_blocking();
     if (!watching && !block) {

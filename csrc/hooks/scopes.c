@@ -68,8 +68,11 @@ int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int
             atomic_fetch_add(&cd_state.active, 1);
         if (all_threads)
             atomic_fetch_add(&cd_state.all_threads, 1);
-        if (atomic_load(&cd_state.watching))
+        if (atomic_load(&cd_state.watching)) {
             cd_cupti_watch_waits(1);   /* also after a hand-over and a new subscription */
+            if (kind == CD_SCOPE_WATCH)
+                cd_runtime_hooks_on();
+        }
         pthread_mutex_unlock(&cd_state.sub_lock);
     }
     if (kind == CD_SCOPE_WATCH)
@@ -92,8 +95,10 @@ void cd_scope_close(int kind, int all_threads, uint32_t token)
     atomic_int *count = kind == CD_SCOPE_WATCH ? &cd_state.watching : &cd_state.active;
     if (atomic_load(count) > 0)
         atomic_fetch_sub(count, 1);
-    if (kind == CD_SCOPE_WATCH && atomic_load(&cd_state.watching) == 0)
+    if (kind == CD_SCOPE_WATCH && atomic_load(&cd_state.watching) == 0) {
+        cd_runtime_hooks_off();
         cd_cupti_watch_waits(0);
+    }
     cd_cupti_release();
     pthread_mutex_unlock(&cd_state.sub_lock);
 }

@@ -42,9 +42,12 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
-SOURCES = ("fake_common.h", "fake_cuda.c", "fake_cupti.c")
+SOURCES = ("fake_common.h", "fake_cuda.c", "fake_cupti.c", "fake_cudart.c", "fake_rt_user.c")
 LIBCUDA = "libcuda.so.1"
 LIBCUPTI = "libcupti.so.13"
+#: the runtime's launch entry point, and a library calling it as nvcc's stubs do
+LIBCUDART = "libfake_cudart.so"
+LIBRTUSER = "libfake_rt_user.so"
 
 #: Paste at the top of a child script (after ``import sys``): preloads the
 #: fakes from $CD_TEST_FAKE_DIR and defines ``fake``, ``fake_stats``, ``cbid``.
@@ -102,6 +105,7 @@ def _digest(cc):
         with open(path, "rb") as f:
             h.update(os.path.basename(path).encode() + b"\0" + f.read())
     h.update(cc.encode() + b"\0" + " ".join(extra_cflags()).encode())
+    h.update(repr(commands(cc, "W")).encode())       # how they are built, too
     return h.hexdigest()[:16]
 
 
@@ -130,6 +134,11 @@ def commands(cc, work):
         [cc] + flags + ["-Wl,-soname," + LIBCUPTI, "-o", os.path.join(work, LIBCUPTI),
                         os.path.join(HERE, "fake_cupti.c"), os.path.join(work, LIBCUDA),
                         "-Wl,-rpath,$ORIGIN", "-lpthread"],
+        [cc] + flags + ["-Wl,-soname," + LIBCUDART, "-o", os.path.join(work, LIBCUDART), os.path.join(HERE, "fake_cudart.c"),
+                        os.path.join(work, LIBCUDA), "-Wl,-rpath,$ORIGIN"],
+        [cc] + flags + ["-Wl,-soname," + LIBRTUSER, "-o", os.path.join(work, LIBRTUSER), os.path.join(HERE, "fake_rt_user.c"),
+                        os.path.join(work, LIBCUDART), os.path.join(work, LIBCUDA),
+                        "-Wl,-rpath,$ORIGIN"],
     ]
 
 
@@ -142,7 +151,7 @@ def build():
         raise Unavailable("no C compiler (cc/gcc/clang) to build the fake CUDA driver")
     include_dirs()
     out = os.path.join(tempfile.gettempdir(), "cuda_debug_fake_%s" % _digest(cc))
-    if all(os.path.exists(os.path.join(out, n)) for n in (LIBCUDA, LIBCUPTI)):
+    if all(os.path.exists(os.path.join(out, n)) for n in (LIBCUDA, LIBCUPTI, LIBCUDART, LIBRTUSER)):
         return out
     work = tempfile.mkdtemp(prefix="cuda_debug_fake_build_")
     for cmd in commands(cc, work):

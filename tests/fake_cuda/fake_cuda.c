@@ -1343,6 +1343,12 @@ CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
     return CUDA_SUCCESS;
 }
 
+/* The runtime's kernel handles are CUkernels: here the same fake functions. */
+CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc)
+{
+    return cuFuncGetName(name, (CUfunction)(void *)hfunc);
+}
+
 CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags);
 
 typedef struct {
@@ -2052,6 +2058,9 @@ static fake_func *func_for(const char *name)
     pthread_mutex_unlock(&dev_lock);
     return f;
 }
+
+/* The handle of kernel `name` (the fake runtime's cudaKernel_t). */
+FAKE_EXPORT void *fake_function(const char *name) { return func_for(name); }
 
 /* Launch kernel `name` through the public cuLaunchKernel (the callback fires),
  * with the primary context pushed around it. */

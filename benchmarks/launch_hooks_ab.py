@@ -1,0 +1,118 @@
+"""What watch() costs with and without the runtime launch hooks, A/B in one process.
+
+Usage:
+    python benchmarks/launch_hooks_ab.py [--rounds 40] [--step-rounds 12] [--json out.json]
+
+Each round times the same work once per variant, in an order that rotates
+from round to round: no watch; watch() (the always-on mode) with the launch
+hooks (csrc/hooks/runtime_launch.c: PyTorch's launches past CUPTI) and
+without (CUDA_DEBUG_LAUNCH_HOOKS=0: every launch through CUPTI's callback);
+watch(exact=True) with and without. A variant's ratio in a round is its time
+over the round's unwatched time; the table gives the median ratio over the
+rounds, and the 25-75% range. Work: the tiny-op loop (x.add_(1), 3,000
+launches a block) and a transformer training step (4-layer encoder, d=512,
+batch 16x256, AdamW; 10 steps a block). Targets (issue 26): always-on tiny
+<= 1.05, step <= 1.02; exact step <= 1.05.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+VARIANTS = ("plain", "watch", "watch_cupti", "exact", "exact_cupti")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--step-rounds", type=int, default=12)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    import torch
+    import cuda_debug
+    from cuda_debug import _core
+
+    x = torch.zeros(1, device="cuda")
+    layer = torch.nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048,
+                                             batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, num_layers=4).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    xb = torch.randn(16, 256, 512, device="cuda")
+
+    def tiny():
+        x.add_(1)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(xb).float().pow(2).mean().backward()
+        opt.step()
+
+    def timed(fn, n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / n
+
+    def run(variant, fn, n):
+        if variant == "plain":
+            return timed(fn, n)
+        os.environ["CUDA_DEBUG_LAUNCH_HOOKS"] = "0" if variant.endswith("_cupti") else "1"
+        with cuda_debug.watch(exact=variant.startswith("exact")):
+            hooks = _core.stats()["launch_hooks"]
+            t = timed(fn, n)
+        want = not variant.endswith("_cupti")
+        if bool(hooks["on"]) != want:
+            sys.exit("%s: launch hooks on=%s (%s)" % (variant, hooks["on"], hooks["why_off"]))
+        return t
+
+    for _ in range(3):
+        step()
+        timed(tiny, 500)
+    for v in VARIANTS[1:]:
+        run(v, step, 1)
+    st0 = _core.stats()
+    res = {}
+    for work, fn, n, rounds, unit in (("tiny", tiny, 3000, a.rounds, 1e6),
+                                      ("step", step, 10, a.step_rounds, 1e3)):
+        times = {v: [] for v in VARIANTS}
+        for r in range(rounds):
+            k = r % len(VARIANTS)
+            for v in VARIANTS[k:] + VARIANTS[:k]:
+                times[v].append(run(v, fn, n) * unit)
+        ratios = {v: [t / p for t, p in zip(times[v], times["plain"])] for v in VARIANTS[1:]}
+
+        def q(vals, f):
+            s = sorted(vals)
+            return s[min(len(s) - 1, int(f * len(s)))]
+        res[work] = {"unit": "us" if unit == 1e6 else "ms",
+                     "median": {v: statistics.median(times[v]) for v in VARIANTS},
+                     "ratio": {v: statistics.median(rs) for v, rs in ratios.items()},
+                     "ratio_iqr": {v: [q(rs, 0.25), q(rs, 0.75)] for v, rs in ratios.items()},
+                     "rounds": rounds}
+    st = _core.stats()
+    res["routed"] = st["launch_hooks"]["routed"] - st0["launch_hooks"]["routed"]
+    res["watched"] = st["watched"] - st0["watched"]
+    res["handed_back"] = st["launch_hooks"]["handed_back"]
+    res["entries"] = st["launch_hooks"]["entries"]
+    res["versions"] = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                       "gpu": torch.cuda.get_device_name(), "commit": os.environ.get(
+                           "CUDA_DEBUG_COMMIT", "")}
+    print("%-12s %10s %10s" % ("variant", "tiny", "step"))
+    for v in VARIANTS[1:]:
+        print("%-12s %6.3f (%.3f-%.3f) %6.3f (%.3f-%.3f)" % (
+            v, res["tiny"]["ratio"][v], *res["tiny"]["ratio_iqr"][v],
+            res["step"]["ratio"][v], *res["step"]["ratio_iqr"][v]))
+    print("plain: tiny %.2f us, step %.2f ms; routed %d of %d watched launches" % (
+        res["tiny"]["median"]["plain"], res["step"]["median"]["plain"], res["routed"],
+        res["watched"]))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

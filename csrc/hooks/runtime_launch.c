@@ -1,0 +1,250 @@
+/*
+ * hooks/runtime_launch.c: the runtime's kernel launches, seen without CUPTI.
+ *
+ * Why: CUPTI's dispatch alone (a callback that returns at once) costs a
+ * host-bound loop of tiny PyTorch ops about 9% (benchmarks/RESULTS.md), more
+ * than the always-on watch may cost in all. Most launches of a PyTorch
+ * program come from code nvcc compiled: since CUDA 12.4 each `<<<...>>>` is a
+ * call of the runtime's `__cudaLaunchKernel(kernel, grid, block, args, shmem,
+ * stream)`, through the calling library's GOT (libtorch_cuda.so has one such
+ * entry for all its kernels).
+ *
+ * While a watch() is open, those GOT entries point here (base/got.c). A
+ * launch from a thread that does not block goes to the driver directly, as
+ * cuLaunchKernelEx_ptsz -- the one launch entry point whose CUPTI callback is
+ * off meanwhile (base/subscription.c), so CUPTI does not dispatch it -- and
+ * is then recorded exactly as the CUPTI callback records a launch
+ * (cd_launch_exited, with the callback data CUPTI would have given). Every
+ * other launch (a blocking thread's, Triton's, cuBLAS's, CuPy's, the
+ * driver's callers', libraries loaded after the watch opened) still reaches
+ * CUPTI's callback as before. A launch the driver refuses here is handed to
+ * the runtime's own function, which launches it (or fails) as if we were not
+ * there: its error, its last-error state, CUPTI's refused-launch path.
+ *
+ * What the direct launch relies on: the runtime's kernel handle is a CUkernel
+ * (cuLaunchKernelEx launches a CUkernel in the current context); the runtime
+ * uses the thread's current context (CUDA 12+ keeps it current from
+ * cudaSetDevice on; none current: the runtime's path); the legacy stream is
+ * handle 0 for the runtime, CU_STREAM_LEGACY for a _ptsz driver call.
+ * Off with CUDA_DEBUG_LAUNCH_HOOKS=0. A launcher calling cuLaunchKernelEx_ptsz
+ * itself (code built for the per-thread default stream calling
+ * cudaLaunchKernelEx) would go unrecorded while the hooks are on: when an
+ * object that imports it is loaded, the hooks stay off.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+#include "hooks/hooks.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    unsigned x, y, z;
+} cd_dim3;
+typedef int (*rt_launch_fn)(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
+                            size_t shmem, void *stream);
+
+#define CD_HOOK_SLOTS 64
+static cd_got_patch patches[CD_HOOK_SLOTS];
+static int n_patches;                  /* under sub_lock */
+static void *real_launch;              /* the runtime's __cudaLaunchKernel */
+static atomic_int route_on;            /* the hot path's switch */
+static atomic_uint_fast64_t n_routed, n_handed_back;
+static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
+
+/* Kernel names by handle: lock-free, filled on first sight; an entry filled
+ * before the last module unload (base/intern.c's epoch) is asked again (a
+ * handle may then name another kernel). */
+#define NAME_SLOTS 4096                /* a power of two */
+typedef struct {
+    _Atomic(void *) key;
+    const char *_Atomic name;
+    atomic_uint epoch;
+} name_slot;
+static name_slot names[NAME_SLOTS];
+
+static const char *ask_name(void *k)
+{
+    const char *n = NULL;
+    if (cd_drv.cuKernelGetName && cd_drv.cuKernelGetName(&n, (CUkernel)k) == 0 && n)
+        return n;
+    n = NULL;
+    return cd_drv.cuFuncGetName && cd_drv.cuFuncGetName(&n, (CUfunction)k) == 0 ? n : NULL;
+}
+
+static const char *kernel_name(void *k)
+{
+    const unsigned epoch = cd_intern_kernel_epoch();
+    uintptr_t h = ((uintptr_t)k >> 4) * 0x9E3779B97F4A7C15ull;
+    uint32_t i = (uint32_t)(h >> 40) & (NAME_SLOTS - 1);
+    for (int p = 0; p < 8; p++, i = (i + 1) & (NAME_SLOTS - 1)) {
+        name_slot *e = &names[i];
+        void *key = atomic_load_explicit(&e->key, memory_order_acquire);
+        if (key == k) {
+            const char *n = atomic_load_explicit(&e->name, memory_order_acquire);
+            if (n && atomic_load_explicit(&e->epoch, memory_order_relaxed) == epoch)
+                return n;
+            if ((n = ask_name(k)) != NULL) {          /* cold: after an unload */
+                atomic_store_explicit(&e->epoch, epoch, memory_order_relaxed);
+                atomic_store_explicit(&e->name, n, memory_order_release);
+            }
+            return n;
+        }
+        if (!key) {
+            const char *n = ask_name(k);
+            if (!n)
+                return NULL;
+            void *expect = NULL;
+            if (atomic_compare_exchange_strong(&e->key, &expect, k)) {
+                atomic_store_explicit(&e->epoch, epoch, memory_order_relaxed);
+                atomic_store_explicit(&e->name, n, memory_order_release);
+            }
+            return n;
+        }
+    }
+    return ask_name(k);            /* the table is crowded here: ask each time */
+}
+
+/* The context's CUPTI id, per thread for the last context seen. */
+static _Thread_local CUcontext tls_ctx;
+static _Thread_local uint32_t tls_uid;
+
+static int context_uid(CUcontext c, uint32_t *uid)
+{
+    if (c == tls_ctx && tls_uid) {
+        *uid = tls_uid;
+        return 0;
+    }
+    uint32_t id = 0;
+    if (!cd_cupti.cuptiGetContextId || cd_cupti.cuptiGetContextId(c, &id) != CUPTI_SUCCESS || !id)
+        return -1;
+    tls_ctx = c;
+    tls_uid = id;
+    *uid = id;
+    return 0;
+}
+
+static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args, size_t shmem,
+                         void *stream)
+{
+    rt_launch_fn real = (rt_launch_fn)real_launch;
+    if (!atomic_load_explicit(&route_on, memory_order_relaxed) ||
+        !atomic_load_explicit(&cd_state.watching, memory_order_relaxed) ||
+        cd_thread_wants_blocking() || shmem > 0xFFFFFFFFu)
+        return real(kernel, grid, block, args, shmem, stream);
+    CUcontext ctx = NULL;
+    uint32_t uid = 0;
+    const char *name;
+    if (cd_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || context_uid(ctx, &uid) ||
+        !(name = kernel_name(kernel)))
+        return real(kernel, grid, block, args, shmem, stream);
+    CUlaunchConfig cfg = {grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                          (unsigned)shmem, stream ? (CUstream)stream : CU_STREAM_LEGACY, NULL, 0};
+    CUresult rc = cd_drv.cuLaunchKernelEx_ptsz(&cfg, (CUfunction)kernel, args, NULL);
+    if (rc != CUDA_SUCCESS) {
+        atomic_fetch_add_explicit(&n_handed_back, 1, memory_order_relaxed);
+        return real(kernel, grid, block, args, shmem, stream);
+    }
+    cuLaunchKernelEx_params p = {&cfg, (CUfunction)kernel, args, NULL};
+    CUpti_CallbackData cb;
+    memset(&cb, 0, sizeof cb);
+    cb.callbackSite = CUPTI_API_EXIT;
+    cb.functionName = "cuLaunchKernelEx_ptsz";
+    cb.functionParams = &p;
+    cb.functionReturnValue = &rc;
+    cb.symbolName = name;
+    cb.context = ctx;
+    cb.contextUid = uid;
+    atomic_fetch_add_explicit(&n_routed, 1, memory_order_relaxed);
+    cd_launch_exited(&cb, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz);
+    return 0;
+}
+
+/* The launch entry points no loaded object may import while the route is on
+ * (their launches would reach the driver as cuLaunchKernelEx_ptsz, unseen). */
+static const char *const route_users[] = {"cuLaunchKernelEx_ptsz", "cudaLaunchKernelExC_ptsz"};
+
+static int route_clash(void)
+{
+    for (size_t i = 0; i < CD_N_OF(route_users); i++) {
+        cd_got_patch probe[1];
+        void *orig = NULL;
+        int others = 0;
+        /* Looking only: hook with the entry's own value is not possible
+         * without writing, so ask for zero entries and count definitions. */
+        if (cd_got_hook(route_users[i], (void *)hooked_launch, &orig, probe, 0, &others) ||
+            orig || others)
+            return 1;
+    }
+    return 0;
+}
+
+static int hooks_wanted(void)
+{
+    const char *e = getenv("CUDA_DEBUG_LAUNCH_HOOKS");
+    return !(e && e[0] == '0' && !e[1]);
+}
+
+/* Under sub_lock, with a subscription (a watch is open): the route on. On
+ * each watch entry: objects loaded since the last are taken too. */
+void cd_runtime_hooks_on(void)
+{
+    if (!cd_state.subscriber || cd_state.inherited) {
+        refused_why = CD_HOOKS_NO_CUPTI;
+        return;
+    }
+    if (!hooks_wanted()) {
+        refused_why = CD_HOOKS_OFF;
+        return;
+    }
+    if (!cd_drv.cuLaunchKernelEx_ptsz || !cd_cupti.cuptiGetContextId) {
+        refused_why = CD_HOOKS_OLD_DRIVER;
+        return;
+    }
+    if (route_clash()) {
+        refused_why = CD_HOOKS_CLASH;
+        return;
+    }
+    /* CUPTI stops dispatching the route first: no launch is recorded twice. */
+    if (!cd_state.launch_hooks && cd_cupti_route(1)) {
+        refused_why = CD_HOOKS_NO_CUPTI;
+        return;
+    }
+    int others = 0;
+    int n = cd_got_hook("__cudaLaunchKernel", (void *)hooked_launch, &real_launch,
+                        patches + n_patches, CD_HOOK_SLOTS - n_patches, &others);
+    n_patches += n;
+    atomic_store(&cd_state.n_hook_other_runtimes, (uint_fast64_t)others);
+    if (!n_patches) {
+        if (!cd_state.launch_hooks)
+            cd_cupti_route(0);
+        refused_why = CD_HOOKS_NO_IMPORTS;
+        return;
+    }
+    cd_state.launch_hooks = 1;
+    refused_why = 0;
+    atomic_store(&route_on, 1);
+}
+
+/* Under sub_lock: the route off, every entry as it was, CUPTI dispatching
+ * cuLaunchKernelEx_ptsz again. */
+void cd_runtime_hooks_off(void)
+{
+    atomic_store(&route_on, 0);
+    cd_got_restore(patches, n_patches);
+    n_patches = 0;
+    if (cd_state.launch_hooks) {
+        cd_state.launch_hooks = 0;
+        cd_cupti_route(0);
+    }
+}
+
+void cd_runtime_hooks_stats(cd_hook_stats *s)
+{
+    s->on = atomic_load(&route_on);
+    s->entries = n_patches;
+    s->routed = atomic_load(&n_routed);
+    s->handed_back = atomic_load(&n_handed_back);
+    s->why_off = refused_why;
+}

@@ -1,0 +1,136 @@
+"""The runtime's launches seen past CUPTI while watching (csrc/hooks/runtime_launch.c),
+against the fake CUDA driver: CPU only.
+
+fake_cuda/fake_rt_user.c launches the way nvcc's stubs do (libtorch_cuda.so):
+each launch a call of the runtime's __cudaLaunchKernel through the library's GOT.
+While a watch() is open those GOT entries point at cuda_debug's function, which
+launches with cuLaunchKernelEx_ptsz (CUPTI's callback for it off meanwhile) and
+records the launch as the callback would. A blocking thread's launches, and
+every launch once the watch closes, go to the runtime's own function again.
+"""
+import pytest
+
+RT = '''
+import ctypes, os
+rt = ctypes.CDLL(os.path.join(FAKE_DIR, "libfake_rt_user.so"))
+rt.fake_rt_launch.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
+cudart = ctypes.CDLL(os.path.join(FAKE_DIR, "libfake_cudart.so"))
+cudart.fake_runtime_calls.restype = ctypes.c_long
+'''
+
+
+def test_watched_runtime_launches_bypass_cupti_and_are_recorded(fake_child):
+    c = fake_child(RT + '''
+import cuda_debug, cuda_debug.testing as t
+from cuda_debug import _core
+t.empty()
+out = {}
+rt.fake_rt_launch(b"k", 0, 5)                      # before: the runtime's own function
+out["before"] = cudart.fake_runtime_calls()
+out["hooks_before"] = _core.stats()["launch_hooks"]["on"]
+with cuda_debug.watch():
+    s0, f0 = _core.stats(), fake_stats()
+    rt.fake_rt_launch(b"k", 0, 100)
+    s1, f1 = _core.stats(), fake_stats()
+    out["hooks"] = s1["launch_hooks"]
+    out["watched"] = s1["watched"] - s0["watched"]
+    out["callbacks"] = f1["callbacks"] - f0["callbacks"]
+    out["kernels"] = f1["launch_calls"] - f0["launch_calls"]
+    out["runtime_in_watch"] = cudart.fake_runtime_calls() - out["before"]
+    with cuda_debug.launch_blocking():             # a blocking thread: the runtime's path
+        rt.fake_rt_launch(b"k", 0, 3)
+    out["runtime_blocking"] = cudart.fake_runtime_calls() - out["before"]
+    out["synced"] = _core.stats()["synced"] - s1["synced"]
+after = _core.stats()["launch_hooks"]
+out["after_on"], out["after_entries"] = after["on"], after["entries"]
+rt.fake_rt_launch(b"k", 0, 2)
+out["runtime_after"] = cudart.fake_runtime_calls() - out["before"]
+report(out)
+''')
+    r = c.result
+    assert r is not None, c
+    assert r["before"] == 5 and r["hooks_before"] == 0, r
+    h = r["hooks"]
+    assert h["on"] == 1 and h["entries"] >= 1 and h["routed"] == 100, h
+    assert r["watched"] == 100 and r["kernels"] >= 100, r
+    # CUPTI dispatched none of the 100 launches (2 callbacks each when it does):
+    # only the markers' writes and the like, far fewer.
+    assert r["callbacks"] < 40, r
+    assert r["runtime_in_watch"] == 0, r
+    assert r["runtime_blocking"] == 3 and r["synced"] == 3, r
+    assert (r["after_on"], r["after_entries"]) == (0, 0), r
+    assert r["runtime_after"] == 5, r
+
+
+def test_a_fault_in_a_routed_launch_is_named_with_its_line(fake_child):
+    """A device assert in the 30th of 40 routed launches: the culprit is the kernel
+    the assert names, launched from the script's line."""
+    c = fake_child(RT + '''
+import cuda_debug, cuda_debug.testing as t
+t.empty()
+fake.fake_set_kernel(b"bad_k", 710, -1, b"idx < n", -1, 0)
+out = {}
+try:
+    with cuda_debug.watch():
+        for i in range(40):
+            rt.fake_rt_launch(b"bad_k" if i == 29 else b"ok_k", 0, 1)  # LAUNCH
+        cuda_debug.check()
+except cuda_debug.CudaError as e:
+    out = dict(kernel=e.kernel, exact=e.exact, line=e.lineno, text=str(e))
+out["routed"] = cuda_debug._core.stats()["launch_hooks"]["routed"]
+report(out)
+''')
+    r = c.result
+    assert r is not None, c
+    assert r.get("kernel") == "bad_k" and r["exact"] is True, r
+    launch_line = c.line_of("# LAUNCH")
+    assert r["line"] == launch_line, (r, launch_line)
+    assert r["routed"] >= 30, r
+
+
+def test_off_by_environment_and_the_runtime_path_still_records(fake_child):
+    c = fake_child(RT + '''
+import cuda_debug, cuda_debug.testing as t
+from cuda_debug import _core
+t.empty()
+with cuda_debug.watch():
+    s0 = _core.stats()
+    rt.fake_rt_launch(b"k", 0, 50)
+    s1 = _core.stats()
+report(dict(hooks=s1["launch_hooks"], watched=s1["watched"] - s0["watched"],
+            runtime=cudart.fake_runtime_calls()))
+''', env={"CUDA_DEBUG_LAUNCH_HOOKS": "0"})
+    r = c.result
+    assert r is not None, c
+    assert r["hooks"]["on"] == 0 and r["hooks"]["why_off"] == "CUDA_DEBUG_LAUNCH_HOOKS=0", r
+    assert r["watched"] == 50 and r["runtime"] == 50, r
+
+
+def test_a_library_loaded_while_watching_is_taken_at_the_next_watch(fake_child):
+    """Loaded after the watch opened, its launches still reach CUPTI (recorded);
+    the next watch entry points its GOT at the hook too."""
+    c = fake_child('''
+import ctypes, os
+import cuda_debug, cuda_debug.testing as t
+from cuda_debug import _core
+t.empty()
+out = {}
+with cuda_debug.watch():
+    out["first"] = _core.stats()["launch_hooks"]["why_off"]
+    rt = ctypes.CDLL(os.path.join(FAKE_DIR, "libfake_rt_user.so"))
+    rt.fake_rt_launch.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
+    s0 = _core.stats()
+    rt.fake_rt_launch(b"k", 0, 20)
+    s1 = _core.stats()
+    out["watched"] = s1["watched"] - s0["watched"]
+    out["routed"] = s1["launch_hooks"]["routed"]
+    with cuda_debug.watch():
+        rt.fake_rt_launch(b"k", 0, 20)
+        out["routed2"] = _core.stats()["launch_hooks"]["routed"]
+report(out)
+''')
+    r = c.result
+    assert r is not None, c
+    assert r["first"] == "no library imports __cudaLaunchKernel", r
+    assert r["watched"] == 20 and r["routed"] == 0, r
+    assert r["routed2"] == 20, r
