@@ -11,7 +11,7 @@ watch(exact=True) with and without. A variant's ratio in a round is its time
 over the round's unwatched time; the table gives the median ratio over the
 rounds, and the 25-75% range. Work: the tiny-op loop (x.add_(1), 3,000
 launches a block) and a transformer training step (4-layer encoder, d=512,
-batch 16x256, AdamW; 10 steps a block). Targets (issue 26): always-on tiny
+batch 16x256, AdamW; --steps a block). Targets (issue 26): always-on tiny
 <= 1.05, step <= 1.02; exact step <= 1.05.
 """
 import argparse
@@ -28,6 +28,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--step-rounds", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=20, help="steps a block")
     ap.add_argument("--json")
     a = ap.parse_args()
     import torch
@@ -77,7 +78,7 @@ def main():
     st0 = _core.stats()
     res = {}
     for work, fn, n, rounds, unit in (("tiny", tiny, 3000, a.rounds, 1e6),
-                                      ("step", step, 10, a.step_rounds, 1e3)):
+                                      ("step", step, a.steps, a.step_rounds, 1e3)):
         times = {v: [] for v in VARIANTS}
         for r in range(rounds):
             k = r % len(VARIANTS)
