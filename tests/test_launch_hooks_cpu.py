@@ -134,3 +134,31 @@ report(out)
     assert r["first"] == "no library imports __cudaLaunchKernel", r
     assert r["watched"] == 20 and r["routed"] == 0, r
     assert r["routed2"] == 20, r
+
+
+def test_the_exact_mode_launches_the_runtime_way(fake_child):
+    """watch(exact=True) puts a marker behind every launch: its launches go to the
+    runtime's function (CUPTI's callback writes the marker inside the launch's
+    call), also when nested in an always-on watch, and are recorded."""
+    c = fake_child(RT + '''
+import cuda_debug, cuda_debug.testing as t
+from cuda_debug import _core
+t.empty()
+out = {}
+with cuda_debug.watch():
+    rt.fake_rt_launch(b"k", 0, 10)
+    with cuda_debug.watch(exact=True):
+        s0 = _core.stats()
+        rt.fake_rt_launch(b"k", 0, 10)
+        s1 = _core.stats()
+    rt.fake_rt_launch(b"k", 0, 10)
+    s2 = _core.stats()
+out = dict(routed_exact=s1["launch_hooks"]["routed"] - s0["launch_hooks"]["routed"],
+           marked_exact=s1["marked"] - s0["marked"], watched_exact=s1["watched"] - s0["watched"],
+           routed_total=s2["launch_hooks"]["routed"], runtime=cudart.fake_runtime_calls())
+report(out)
+''')
+    r = c.result
+    assert r is not None, c
+    assert r["routed_exact"] == 0 and r["watched_exact"] == 10 and r["marked_exact"] == 10, r
+    assert r["routed_total"] == 20 and r["runtime"] == 10, r

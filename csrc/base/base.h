@@ -64,7 +64,8 @@
  * API reads the nodes of a graph captured before watching (capture/graph_markers.c). */
 #define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback) X(cuStreamGetCaptureInfo) X(cuCtxGetId) \
     X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams) X(cuFuncGetName)    \
-    X(cuKernelGetName) X(cuGraphNodeGetToolsId) X(cuGraphExecGetId) X(cuLaunchKernelEx_ptsz)
+    X(cuKernelGetName) X(cuGraphNodeGetToolsId) X(cuGraphExecGetId) X(cuLaunchKernelEx_ptsz) \
+    X(cuKernelGetFunction)
 
 /* CUDA 13.1's ids of graph nodes and executables for tools (what
  * torch.cuda.graph_annotations keys its tags by): not in the 13.0 headers

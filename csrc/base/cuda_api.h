@@ -256,6 +256,7 @@ CUresult cuCtxSynchronize(void);
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleUnload(CUmodule hmod);
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
+CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
 CUresult cuKernelGetName(const char **name, CUkernel hfunc);
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);

@@ -22,7 +22,7 @@
  * there: its error, its last-error state, CUPTI's refused-launch path.
  *
  * What the direct launch relies on: the runtime's kernel handle is a CUkernel
- * (cuLaunchKernelEx launches a CUkernel in the current context); the runtime
+ * (its function in the current context: cuKernelGetFunction, kept); the runtime
  * uses the thread's current context (CUDA 12+ keeps it current from
  * cudaSetDevice on; none current: the runtime's path); the legacy stream is
  * handle 0 for the runtime, CU_STREAM_LEGACY for a _ptsz driver call.
@@ -53,57 +53,62 @@ static atomic_int route_on;            /* the hot path's switch */
 static atomic_uint_fast64_t n_routed, n_handed_back;
 static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
 
-/* Kernel names by handle: lock-free, filled on first sight; an entry filled
- * before the last module unload (base/intern.c's epoch) is asked again (a
- * handle may then name another kernel). */
-#define NAME_SLOTS 4096                /* a power of two */
+/* What a runtime kernel handle (a CUkernel) is in a context: its function
+ * (cuKernelGetFunction: what the runtime launches) and name. Lock-free,
+ * filled on first sight of (kernel, context); an entry filled before the last
+ * module unload (base/intern.c's epoch) is not used (the handle may name
+ * another kernel now). A slot is claimed by its key, written, then published
+ * (ready); a kernel met in a second context is asked each time. */
+#define KERNEL_SLOTS 4096              /* a power of two */
 typedef struct {
     _Atomic(void *) key;
-    const char *_Atomic name;
-    atomic_uint epoch;
-} name_slot;
-static name_slot names[NAME_SLOTS];
+    atomic_uint ready;                 /* 1 + epoch when published, 0 while written */
+    CUcontext ctx;
+    CUfunction func;
+    const char *name;
+} kernel_slot;
+static kernel_slot kernels[KERNEL_SLOTS];
 
-static const char *ask_name(void *k)
+static int ask_kernel(void *k, CUfunction *f, const char **name)
 {
-    const char *n = NULL;
-    if (cd_drv.cuKernelGetName && cd_drv.cuKernelGetName(&n, (CUkernel)k) == 0 && n)
-        return n;
-    n = NULL;
-    return cd_drv.cuFuncGetName && cd_drv.cuFuncGetName(&n, (CUfunction)k) == 0 ? n : NULL;
+    *name = NULL;
+    if (cd_drv.cuKernelGetFunction(f, (CUkernel)k) != CUDA_SUCCESS || !*f)
+        return -1;
+    if (cd_drv.cuKernelGetName && cd_drv.cuKernelGetName(name, (CUkernel)k) == CUDA_SUCCESS && *name)
+        return 0;
+    return cd_drv.cuFuncGetName && cd_drv.cuFuncGetName(name, *f) == CUDA_SUCCESS && *name ? 0 : -1;
 }
 
-static const char *kernel_name(void *k)
+static int kernel_of(void *k, CUcontext ctx, CUfunction *f, const char **name)
 {
-    const unsigned epoch = cd_intern_kernel_epoch();
+    const unsigned want = 1u + cd_intern_kernel_epoch();
     uintptr_t h = ((uintptr_t)k >> 4) * 0x9E3779B97F4A7C15ull;
-    uint32_t i = (uint32_t)(h >> 40) & (NAME_SLOTS - 1);
-    for (int p = 0; p < 8; p++, i = (i + 1) & (NAME_SLOTS - 1)) {
-        name_slot *e = &names[i];
+    uint32_t i = (uint32_t)(h >> 40) & (KERNEL_SLOTS - 1);
+    for (int p = 0; p < 8; p++, i = (i + 1) & (KERNEL_SLOTS - 1)) {
+        kernel_slot *e = &kernels[i];
         void *key = atomic_load_explicit(&e->key, memory_order_acquire);
         if (key == k) {
-            const char *n = atomic_load_explicit(&e->name, memory_order_acquire);
-            if (n && atomic_load_explicit(&e->epoch, memory_order_relaxed) == epoch)
-                return n;
-            if ((n = ask_name(k)) != NULL) {          /* cold: after an unload */
-                atomic_store_explicit(&e->epoch, epoch, memory_order_relaxed);
-                atomic_store_explicit(&e->name, n, memory_order_release);
+            if (atomic_load_explicit(&e->ready, memory_order_acquire) == want && e->ctx == ctx) {
+                *f = e->func;
+                *name = e->name;
+                return 0;
             }
-            return n;
+            break;                     /* being written, stale, or another context's */
         }
         if (!key) {
-            const char *n = ask_name(k);
-            if (!n)
-                return NULL;
+            if (ask_kernel(k, f, name))
+                return -1;
             void *expect = NULL;
             if (atomic_compare_exchange_strong(&e->key, &expect, k)) {
-                atomic_store_explicit(&e->epoch, epoch, memory_order_relaxed);
-                atomic_store_explicit(&e->name, n, memory_order_release);
+                e->ctx = ctx;
+                e->func = *f;
+                e->name = *name;
+                atomic_store_explicit(&e->ready, want, memory_order_release);
             }
-            return n;
+            return 0;
         }
     }
-    return ask_name(k);            /* the table is crowded here: ask each time */
+    return ask_kernel(k, f, name);     /* cold: crowded, stale or a second context */
 }
 
 /* The context's CUPTI id, per thread for the last context seen. */
@@ -129,24 +134,29 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
                          void *stream)
 {
     rt_launch_fn real = (rt_launch_fn)real_launch;
+    /* The exact mode's marker after every launch costs a GPU-bound step more
+     * written after the launch's call than inside it (CUPTI's callback):
+     * benchmarks/RESULTS.md. Its launches go the runtime's way, to CUPTI. */
     if (!atomic_load_explicit(&route_on, memory_order_relaxed) ||
         !atomic_load_explicit(&cd_state.watching, memory_order_relaxed) ||
+        atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) <= 1 ||
         cd_thread_wants_blocking() || shmem > 0xFFFFFFFFu)
         return real(kernel, grid, block, args, shmem, stream);
     CUcontext ctx = NULL;
+    CUfunction f;
     uint32_t uid = 0;
     const char *name;
     if (cd_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || context_uid(ctx, &uid) ||
-        !(name = kernel_name(kernel)))
+        kernel_of(kernel, ctx, &f, &name))
         return real(kernel, grid, block, args, shmem, stream);
     CUlaunchConfig cfg = {grid.x, grid.y, grid.z, block.x, block.y, block.z,
                           (unsigned)shmem, stream ? (CUstream)stream : CU_STREAM_LEGACY, NULL, 0};
-    CUresult rc = cd_drv.cuLaunchKernelEx_ptsz(&cfg, (CUfunction)kernel, args, NULL);
+    CUresult rc = cd_drv.cuLaunchKernelEx_ptsz(&cfg, f, args, NULL);
     if (rc != CUDA_SUCCESS) {
         atomic_fetch_add_explicit(&n_handed_back, 1, memory_order_relaxed);
         return real(kernel, grid, block, args, shmem, stream);
     }
-    cuLaunchKernelEx_params p = {&cfg, (CUfunction)kernel, args, NULL};
+    cuLaunchKernelEx_params p = {&cfg, f, args, NULL};
     CUpti_CallbackData cb;
     memset(&cb, 0, sizeof cb);
     cb.callbackSite = CUPTI_API_EXIT;
@@ -198,7 +208,7 @@ void cd_runtime_hooks_on(void)
         refused_why = CD_HOOKS_OFF;
         return;
     }
-    if (!cd_drv.cuLaunchKernelEx_ptsz || !cd_cupti.cuptiGetContextId) {
+    if (!cd_drv.cuLaunchKernelEx_ptsz || !cd_drv.cuKernelGetFunction || !cd_cupti.cuptiGetContextId) {
         refused_why = CD_HOOKS_OLD_DRIVER;
         return;
     }

@@ -1349,6 +1349,17 @@ CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc)
     return cuFuncGetName(name, (CUfunction)(void *)hfunc);
 }
 
+CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+    fake_func *f = (fake_func *)(void *)kernel;
+    if (!pFunc || !f || f->magic != MAGIC_FUNC)
+        RET("cuKernelGetFunction", CUDA_ERROR_INVALID_HANDLE);
+    if (!current_ctx())
+        RET("cuKernelGetFunction", CUDA_ERROR_INVALID_CONTEXT);
+    *pFunc = (CUfunction)(void *)f;
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags);
 
 typedef struct {
