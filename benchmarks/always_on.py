@@ -14,6 +14,7 @@ Two measurements, both on the same machine in one run:
        never        cuda_debug never imported (the async baseline)
        imported     imported, nothing entered
        watch        the whole run inside watch() (the always-on default)
+       watch_cupti  the same with CUDA_DEBUG_LAUNCH_HOOKS=0 (every launch through CUPTI)
        exact        the whole run inside watch(exact=True): a marker per launch
        after        a watch() entered and left before the work
        after_detach the same with CUDA_DEBUG_CUPTI_DETACH=1 (CUPTI detached)
@@ -107,7 +108,7 @@ if mode in ("after", "after_detach"):
         step()
     torch.cuda.synchronize()
     x.add_(1)                    # after_detach: its callback detaches CUPTI
-elif mode in ("watch", "exact"):
+elif mode in ("watch", "exact", "watch_cupti"):
     region = lambda: cuda_debug.watch(exact=mode == "exact")
 out = {"mode": mode}
 w = region()
@@ -139,6 +140,7 @@ if mode != "never" and mode != "clb":
     st = cuda_debug._core.stats()
     out["stats"] = {k: st[k] for k in ("watched", "marked", "closed", "unmarked", "subscribed",
                                        "detaches", "watch_every")}
+    out["stats"]["routed"] = st["launch_hooks"]["routed"]
 print("RESULT " + json.dumps(out))
 """)
 
@@ -189,7 +191,7 @@ configure(0)
 print("RESULT " + json.dumps({"ratios": ratios, "launches": launches, "base": base}))
 """)
 
-MODES = ["never", "imported", "watch", "exact", "after", "after_detach"]
+MODES = ["never", "imported", "watch", "watch_cupti", "exact", "after", "after_detach"]
 WORK = [("tiny_us", "tiny op", "us/launch"), ("transformer_ms", "transformer step", "ms"),
         ("lm_ms", "LM step", "ms"), ("graph_ms", "graph replay", "ms")]
 TARGETS = {("watch", "tiny_us"): 1.05, ("watch", "transformer_ms"): 1.02,
@@ -224,6 +226,8 @@ def main():
                 env["CUDA_LAUNCH_BLOCKING"] = "1"
             if m == "after_detach":
                 env["CUDA_DEBUG_CUPTI_DETACH"] = "1"
+            if m == "watch_cupti":
+                env["CUDA_DEBUG_LAUNCH_HOOKS"] = "0"
             runs[m].append(child([sys.executable, "-c", CHILD, m], env))
             print("round %d %s: %s" % (r + 1, m, {k: round(v, 4) for k, v in runs[m][-1].items()
                                                    if isinstance(v, float)}), flush=True)
@@ -252,7 +256,7 @@ def main():
             if base_vals and m != "never":
                 ratio = med / statistics.median(base_vals)
                 best = min(vals) / min(base_vals)
-                tgt = TARGETS.get((m if m != "after_detach" else "after", key))
+                tgt = TARGETS.get(({"after_detach": "after", "watch_cupti": "watch"}.get(m, m), key))
                 mark = "" if tgt is None else (" ok" if ratio <= tgt else " MISS(%.2f)" % tgt)
                 cells.append("%.4g (%.3fx, best %.3fx%s)" % (med, ratio, best, mark))
             else:
