@@ -47,6 +47,10 @@ and handed to the C core before the first scope or watch opens.
                                    file or its folder), instead of looking for it
     CUDA_DEBUG_REPLAY_TRACE=1      cuda-debug replay: each instrumented launch's steps and
                                    the Sanitizer API's results on stderr (read by the C core)
+    CUDA_DEBUG_LAUNCH_HOOKS=0|1    while watching, PyTorch's launches (every library's calls
+                                   of the runtime's __cudaLaunchKernel) are recorded without
+                                   CUPTI's dispatch (default 1; read by the C core at each
+                                   watch() entry; 0: every launch through CUPTI's callback)
     CUDA_DEBUG_GRAPH_MARKER_EVERY=K
                                    a marker behind every K-th launch of each stream of
                                    a capture, and behind every NCCL kernel (default 8:
@@ -92,6 +96,7 @@ _CHOICES = {
                                  2),
     "CUDA_DEBUG_GRAPH_ADOPT": (_BOOL, True),
     "CUDA_DEBUG_REPLAY_TRACE": (_BOOL, False),
+    "CUDA_DEBUG_LAUNCH_HOOKS": (_BOOL, True),
 }
 _FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER", "CUDA_DEBUG_TRACE",
          "CUDA_DEBUG_SANITIZER")

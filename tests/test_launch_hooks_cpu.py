@@ -162,3 +162,29 @@ report(out)
     assert r is not None, c
     assert r["routed_exact"] == 0 and r["watched_exact"] == 10 and r["marked_exact"] == 10, r
     assert r["routed_total"] == 20 and r["runtime"] == 10, r
+
+
+def test_a_watch_entered_again_and_again_takes_the_same_entries(fake_child):
+    """A watch() per step: each entry points the entries found by the first walk at
+    the hook again (nothing was loaded since), each exit writes them back."""
+    c = fake_child(RT + '''
+import cuda_debug, cuda_debug.testing as t
+from cuda_debug import _core
+t.empty()
+seen = []
+for step in range(5):
+    with cuda_debug.watch():
+        rt.fake_rt_launch(b"k", 0, 10)
+        h = _core.stats()["launch_hooks"]
+        seen.append((h["on"], h["entries"], h["routed"]))
+    seen.append(tuple(_core.stats()["launch_hooks"][k] for k in ("on", "entries", "routed")))
+report(dict(seen=seen, runtime=cudart.fake_runtime_calls()))
+''')
+    r = c.result
+    assert r is not None, c
+    entries = r["seen"][0][1]
+    assert entries >= 1, r
+    want = []
+    for step in range(5):
+        want += [[1, entries, 10 * (step + 1)], [0, 0, 10 * (step + 1)]]
+    assert r["seen"] == want and r["runtime"] == 0, r

@@ -385,5 +385,11 @@ int cd_got_hook(const char *symbol, void *replacement, void **original, cd_got_p
                 int max, int *other_targets);
 /* Write back what the entries held. */
 void cd_got_restore(cd_got_patch *p, int n);
+/* Point the same entries at `replacement` again (nothing loaded or unloaded
+ * since they were found: cd_got_generation() unchanged). */
+void cd_got_reapply(cd_got_patch *p, int n, void *replacement);
+/* The loader's count of objects loaded and unloaded, as one number (0 where
+ * the loader does not say); cheap. */
+unsigned long long cd_got_generation(void);
 
 #endif

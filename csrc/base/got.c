@@ -220,6 +220,37 @@ int cd_got_hook(const char *symbol, void *replacement, void **original, cd_got_p
 #endif
 }
 
+#ifdef CD_R_JUMP_SLOT
+static int first_only(struct dl_phdr_info *info, size_t size, void *data)
+{
+    unsigned long long *g = data;
+    if (size < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
+        return 1;                      /* an old loader: no counters (g stays 0) */
+    g[0] = info->dlpi_adds;
+    g[1] = info->dlpi_subs;
+    return 1;                          /* the counters are global: one object is enough */
+}
+#endif
+
+unsigned long long cd_got_generation(void)
+{
+    unsigned long long g[2] = {0, 0};
+#ifdef CD_R_JUMP_SLOT
+    dl_iterate_phdr(first_only, g);
+#endif
+    return g[0] * 1000003ull + g[1];
+}
+
+void cd_got_reapply(cd_got_patch *p, int n, void *replacement)
+{
+#ifdef CD_R_JUMP_SLOT
+    for (int i = 0; i < n; i++)
+        write_slot(p[i].slot, replacement, p[i].relro);
+#else
+    (void)p, (void)n, (void)replacement;
+#endif
+}
+
 void cd_got_restore(cd_got_patch *p, int n)
 {
 #ifdef CD_R_JUMP_SLOT

@@ -38,6 +38,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct {
     unsigned x, y, z;
@@ -47,7 +48,10 @@ typedef int (*rt_launch_fn)(void *kernel, cd_dim3 grid, cd_dim3 block, void **ar
 
 #define CD_HOOK_SLOTS 64
 static cd_got_patch patches[CD_HOOK_SLOTS];
-static int n_patches;                  /* under sub_lock */
+static int n_patches;                  /* under sub_lock: entries written now */
+static int n_known;                    /* entries found by the last walk (written or not) */
+static unsigned long long known_gen;   /* the loader's generation at that walk; 0 none */
+static int known_clash;                /* that walk found an import of the route */
 static void *real_launch;              /* the runtime's __cudaLaunchKernel */
 static atomic_int route_on;            /* the hot path's switch */
 static atomic_uint_fast64_t n_routed, n_handed_back;
@@ -190,14 +194,22 @@ static int route_clash(void)
     return 0;
 }
 
+/* CUDA_DEBUG_LAUNCH_HOOKS: off for cuda_debug/_options.py's false words. */
 static int hooks_wanted(void)
 {
+    static const char *const off[] = {"0", "off", "false", "no"};
     const char *e = getenv("CUDA_DEBUG_LAUNCH_HOOKS");
-    return !(e && e[0] == '0' && !e[1]);
+    for (size_t i = 0; e && i < CD_N_OF(off); i++)
+        if (strcasecmp(e, off[i]) == 0)
+            return 0;
+    return 1;
 }
 
 /* Under sub_lock, with a subscription (a watch is open): the route on. On
- * each watch entry: objects loaded since the last are taken too. */
+ * each watch entry: objects loaded since the last walk are taken too; when
+ * nothing was loaded or unloaded since (the loader's generation), the entries
+ * the last walk found are written again without a walk (a watch() entered
+ * per training step costs no walk of every library's relocations). */
 void cd_runtime_hooks_on(void)
 {
     if (!cd_state.subscriber || cd_state.inherited) {
@@ -212,8 +224,22 @@ void cd_runtime_hooks_on(void)
         refused_why = CD_HOOKS_OLD_DRIVER;
         return;
     }
-    if (route_clash()) {
+    const unsigned long long gen = cd_got_generation();
+    const int same = gen != 0 && gen == known_gen;
+    if (same && n_patches)
+        return;                        /* on, nothing new to take */
+    if (!same) {
+        known_clash = route_clash();
+        known_gen = gen;
+        if (!known_clash)
+            n_known = -1;              /* walk below */
+    }
+    if (known_clash) {
         refused_why = CD_HOOKS_CLASH;
+        return;
+    }
+    if (n_known == 0) {
+        refused_why = CD_HOOKS_NO_IMPORTS;
         return;
     }
     /* CUPTI stops dispatching the route first: no launch is recorded twice. */
@@ -221,18 +247,23 @@ void cd_runtime_hooks_on(void)
         refused_why = CD_HOOKS_NO_CUPTI;
         return;
     }
-    int others = 0;
-    int n = cd_got_hook("__cudaLaunchKernel", (void *)hooked_launch, &real_launch,
-                        patches + n_patches, CD_HOOK_SLOTS - n_patches, &others);
-    n_patches += n;
-    atomic_store(&cd_state.n_hook_other_runtimes, (uint_fast64_t)others);
+    cd_state.launch_hooks = 1;
+    if (n_known > 0 && !n_patches) {
+        cd_got_reapply(patches, n_known, (void *)hooked_launch);
+        n_patches = n_known;
+    } else {
+        int others = 0;
+        n_patches += cd_got_hook("__cudaLaunchKernel", (void *)hooked_launch, &real_launch,
+                                 patches + n_patches, CD_HOOK_SLOTS - n_patches, &others);
+        n_known = n_patches;
+        atomic_store(&cd_state.n_hook_other_runtimes, (uint_fast64_t)others);
+    }
     if (!n_patches) {
-        if (!cd_state.launch_hooks)
-            cd_cupti_route(0);
+        cd_state.launch_hooks = 0;
+        cd_cupti_route(0);
         refused_why = CD_HOOKS_NO_IMPORTS;
         return;
     }
-    cd_state.launch_hooks = 1;
     refused_why = 0;
     atomic_store(&route_on, 1);
 }
