@@ -127,7 +127,11 @@ def test_threads_launch_while_scopes_open_and_close_then_a_fault(fake_child):
                 i += 1
 
         def scoper():
-            while not stop.is_set():
+            # at most 8000 scopes: under load this thread alone launched up to
+            # 60,000 times before the others' 4000, and the ring (65,536) wrapped
+            for _ in range(8000):
+                if stop.is_set():
+                    break
                 with cuda_debug.launch_blocking():
                     fake.fake_launch(b"busy", 0, 1, 1, 1, 32, 1, 1)     # SCOPED
 
