@@ -1241,7 +1241,7 @@ static PyObject *py_cupti_hand_over(PyObject *self, PyObject *noargs)
     (void)noargs;
     int had;
     Py_BEGIN_ALLOW_THREADS
-    had = cd_cupti_hand_over();
+    had = cd_scopes_hand_over();
     Py_END_ALLOW_THREADS
     return PyBool_FromLong(had);
 }

@@ -188,3 +188,25 @@ report(dict(seen=seen, runtime=cudart.fake_runtime_calls()))
     for step in range(5):
         want += [[1, entries, 10 * (step + 1)], [0, 0, 10 * (step + 1)]]
     assert r["seen"] == want and r["runtime"] == 0, r
+
+
+def test_a_profiler_taking_cupti_gets_the_runtime_launches_back(fake_child):
+    """The hand-over (a profiler starting while watching) turns the hooks off
+    first: the runtime's own function launches again, where a profiler sees it."""
+    c = fake_child(RT + '''
+import cuda_debug, cuda_debug.testing as t
+from cuda_debug import _core
+t.empty()
+with cuda_debug.watch():
+    rt.fake_rt_launch(b"k", 0, 10)
+    before = (_core.stats()["launch_hooks"]["on"], cudart.fake_runtime_calls())
+    had = _core.cupti_hand_over()
+    rt.fake_rt_launch(b"k", 0, 10)
+    after = (_core.stats()["launch_hooks"]["on"], _core.stats()["launch_hooks"]["entries"],
+             cudart.fake_runtime_calls())
+report(dict(before=before, had=had, after=after))
+''')
+    r = c.result
+    assert r is not None, c
+    assert r["before"] == [1, 0] and r["had"] is True, r
+    assert r["after"] == [0, 0, 10], r

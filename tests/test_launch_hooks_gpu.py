@@ -123,3 +123,36 @@ report(dict(watched=s1["watched"] - s0["watched"],
     assert r is not None, c
     # cuBLAS launches through its own runtime copy: CUPTI records them
     assert r["watched"] >= 20 and r["watched"] - r["routed"] >= 20, r
+
+
+def test_a_profiler_started_inside_a_watch_sees_the_runtime_launches(child):
+    """torch.profiler takes CUPTI (the hand-over): the hooks go off first, so the
+    profiler records the runtime's launch calls and their kernels."""
+    needs("torch")
+    c = child(CATCH + """
+import warnings, torch
+from torch.profiler import profile, ProfilerActivity
+x = torch.zeros(1, device="cuda")
+torch.cuda.synchronize()
+out = {}
+with warnings.catch_warnings(record=True):
+    warnings.simplefilter("always")
+    with cuda_debug.watch():
+        x.add_(1)
+        out["on_before"] = _core.stats()["launch_hooks"]["on"]
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            for _ in range(5):
+                x.add_(1)
+            torch.cuda.synchronize()
+        out["on_after"] = _core.stats()["launch_hooks"]["on"]
+names = [e.name for e in p.events()]
+out["launch_calls"] = len([n for n in names if "LaunchKernel" in n])
+out["gpu_events"] = len([e for e in p.events() if e.device_type.name == "CUDA"])
+out["x"] = x.item()
+report(out)
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["on_before"] == 1 and r["on_after"] == 0, r
+    assert r["launch_calls"] >= 5 and r["gpu_events"] >= 5, r
+    assert r["x"] == 6.0, r

@@ -77,6 +77,8 @@ void cd_runtime_hooks_stats(cd_hook_stats *s);
 int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int *code,
                   char *holder, size_t holder_len);
 void cd_scope_close(int kind, int all_threads, uint32_t token);
+/* A profiler takes CUPTI: the launch hooks off, CUPTI given up (1 if held). */
+int cd_scopes_hand_over(void);
 /* The child: a scope opened before the fork (its token) closes nothing there. */
 void cd_scopes_fork(int op);
 

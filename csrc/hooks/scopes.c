@@ -103,6 +103,17 @@ void cd_scope_close(int kind, int all_threads, uint32_t token)
     pthread_mutex_unlock(&cd_state.sub_lock);
 }
 
+int cd_scopes_hand_over(void)
+{
+    /* A profiler gets the runtime's launches too: the hooks off first (the
+     * entries written back, CUPTI dispatching their route again), then CUPTI
+     * given up. The next watch() entry takes them again. */
+    pthread_mutex_lock(&cd_state.sub_lock);
+    cd_runtime_hooks_off();
+    pthread_mutex_unlock(&cd_state.sub_lock);
+    return cd_cupti_hand_over();
+}
+
 void cd_scopes_fork(int op)
 {
     if (op == CD_FORK_CHILD)
