@@ -20,7 +20,8 @@ import json
 import os
 import statistics
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 VARIANTS = ("plain", "watch", "watch_cupti", "exact")
 
@@ -32,53 +33,13 @@ def main():
     ap.add_argument("--steps", type=int, default=20, help="steps a block")
     ap.add_argument("--json")
     a = ap.parse_args()
-    import torch
     import cuda_debug
     from cuda_debug import _core
-
-    x = torch.zeros(1, device="cuda")
-    layer = torch.nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048,
-                                             batch_first=True)
-    model = torch.nn.TransformerEncoder(layer, num_layers=4).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    xb = torch.randn(16, 256, 512, device="cuda")
-
-    class LM(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = torch.nn.Embedding(32000, 512)
-            lay = torch.nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048,
-                                                   batch_first=True)
-            self.enc = torch.nn.TransformerEncoder(lay, num_layers=4)
-            self.head = torch.nn.Linear(512, 32000)
-
-        def forward(self, t):
-            return self.head(self.enc(self.emb(t)))
-    lm = LM().cuda()
-    lm_opt = torch.optim.AdamW(lm.parameters(), lr=1e-4)
-    tokens = torch.randint(0, 32000, (16, 256), device="cuda")
-    targets = torch.randint(0, 32000, (16 * 256,), device="cuda")
-
-    def lm_step():
-        lm_opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(lm(tokens).view(-1, 32000), targets).backward()
-        lm_opt.step()
-
-    def tiny():
-        x.add_(1)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        model(xb).float().pow(2).mean().backward()
-        opt.step()
-
-    def timed(fn, n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / n
+    import always_on
+    w = {}
+    exec(always_on.SETUP, w)             # the workloads and timer always_on.py measures
+    torch, tiny, step, lm_step, timed = (w[k] for k in ("torch", "tiny", "step", "lm_step",
+                                                        "timed"))
 
     def run(variant, fn, n):
         if variant == "plain":

@@ -1220,9 +1220,10 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     static const char *const why[] = {"never on", "CUDA_DEBUG_LAUNCH_HOOKS=0", "no CUPTI",
                                       "driver too old", "a library imports the route",
                                       "no library imports __cudaLaunchKernel"};
-    PyObject *v = Py_BuildValue("{sisisKsKsssK}", "on", h.on, "entries", h.entries, "routed",
+    PyObject *v = Py_BuildValue("{sisisKsKsKsssK}", "on", h.on, "entries", h.entries, "routed",
                                 (unsigned long long)h.routed, "handed_back",
-                                (unsigned long long)h.handed_back, "why_off",
+                                (unsigned long long)h.handed_back, "asked",
+                                (unsigned long long)h.asked, "why_off",
                                 h.on ? "" : why[h.why_off >= 0 && h.why_off < 6 ? h.why_off : 0],
                                 "other_runtimes", U(n_hook_other_runtimes));
     if (!v || PyDict_SetItemString(d, "launch_hooks", v) < 0) {

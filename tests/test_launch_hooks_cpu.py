@@ -178,10 +178,14 @@ for step in range(5):
         h = _core.stats()["launch_hooks"]
         seen.append((h["on"], h["entries"], h["routed"]))
     seen.append(tuple(_core.stats()["launch_hooks"][k] for k in ("on", "entries", "routed")))
-report(dict(seen=seen, runtime=cudart.fake_runtime_calls()))
+report(dict(seen=seen, runtime=cudart.fake_runtime_calls(),
+            asked=_core.stats()["launch_hooks"]["asked"]))
 ''')
     r = c.result
     assert r is not None, c
+    # each entry is a new subscription (a new epoch): the kernel is asked for
+    # once per watch, not at every launch of it
+    assert r["asked"] == 5, r
     entries = r["seen"][0][1]
     assert entries >= 1, r
     want = []

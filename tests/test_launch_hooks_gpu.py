@@ -156,3 +156,44 @@ report(out)
     assert r["on_before"] == 1 and r["on_after"] == 0, r
     assert r["launch_calls"] >= 5 and r["gpu_events"] >= 5, r
     assert r["x"] == 6.0, r
+
+
+def test_routed_kernels_compute_what_unwatched_ones_do(child):
+    """Kernels with large dynamic shared memory set through the runtime
+    (cudaFuncSetAttribute: flash attention, reductions), on side streams and in
+    a second watch after the first closed (the kernel cache's new epoch): the
+    same bits inside watch() as outside."""
+    needs("torch")
+    c = child(CATCH + """
+import torch
+import torch.nn.functional as F
+torch.manual_seed(0)
+q, k, v = (torch.randn(4, 16, 1024, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(
+    512, 8, 2048, dropout=0.0, batch_first=True), 2).cuda().eval()
+xb = torch.randn(8, 256, 512, device="cuda")
+side = torch.cuda.Stream()
+def work():
+    with torch.no_grad():
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        b = enc(xb)
+        with torch.cuda.stream(side):
+            c = torch.softmax(xb * 3, dim=-1).cumsum(-1)
+        torch.cuda.current_stream().wait_stream(side)
+        return a, b, c, xb.norm(dim=-1)
+ref = work()
+torch.cuda.synchronize()
+same = []
+for _ in range(2):
+    with cuda_debug.watch():
+        got = work()
+        torch.cuda.synchronize()
+        routed = _core.stats()["launch_hooks"]["routed"]
+    same.append([bool(torch.equal(x, y)) for x, y in zip(ref, got)])
+report(dict(same=same, routed=routed, asked=_core.stats()["launch_hooks"]["asked"],
+            handed_back=_core.stats()["launch_hooks"]["handed_back"]))
+""")
+    r = c.result
+    assert r is not None, c
+    assert r["same"] == [[True] * 4, [True] * 4], r
+    assert r["routed"] >= 10 and r["handed_back"] == 0, r

@@ -65,23 +65,13 @@ static uintptr_t dyn_ptr(const struct dl_phdr_info *info, ElfW(Addr) v)
     return v < info->dlpi_addr ? info->dlpi_addr + v : v;
 }
 
-static int in_object(const struct dl_phdr_info *info, uintptr_t a)
+/* Is address a inside one of the object's segments of this type? */
+static int in_segment(const struct dl_phdr_info *info, uintptr_t a, ElfW(Word) type)
 {
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && a >= lo && a < lo + ph->p_memsz)
-            return 1;
-    }
-    return 0;
-}
-
-static int in_relro(const struct dl_phdr_info *info, uintptr_t a)
-{
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_GNU_RELRO && a >= lo && a < lo + ph->p_memsz)
+        if (ph->p_type == type && a >= lo && a < lo + ph->p_memsz)
             return 1;
     }
     return 0;
@@ -134,9 +124,9 @@ static void take(walk_t *w, const struct dl_phdr_info *info, const ElfW(Rela) *r
         found_t *f = &w->found[w->n_found++];
         f->slot = slot;
         f->now = now;
-        f->unbound = in_object(info, (uintptr_t)now);
+        f->unbound = in_segment(info, (uintptr_t)now, PT_LOAD);   /* its own PLT */
         f->object = info->dlpi_name;
-        f->relro = in_relro(info, (uintptr_t)slot);
+        f->relro = in_segment(info, (uintptr_t)slot, PT_GNU_RELRO);
     }
 }
 

@@ -58,7 +58,7 @@ enum { CD_HOOKS_NEVER = 0, CD_HOOKS_OFF = 1, CD_HOOKS_NO_CUPTI = 2, CD_HOOKS_OLD
        CD_HOOKS_CLASH = 4, CD_HOOKS_NO_IMPORTS = 5 };
 typedef struct {
     int on, entries, why_off;
-    uint64_t routed, handed_back;
+    uint64_t routed, handed_back, asked;   /* asked: the driver asked for a kernel */
 } cd_hook_stats;
 /* Under sub_lock, while a watch opens (a subscription held): the runtime's
  * launches (__cudaLaunchKernel imports) routed past CUPTI; again at each

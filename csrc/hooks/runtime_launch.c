@@ -54,7 +54,7 @@ static unsigned long long known_gen;   /* the loader's generation at that walk; 
 static int known_clash;                /* that walk found an import of the route */
 static void *real_launch;              /* the runtime's __cudaLaunchKernel */
 static atomic_int route_on;            /* the hot path's switch */
-static atomic_uint_fast64_t n_routed, n_handed_back;
+static atomic_uint_fast64_t n_routed, n_handed_back, n_asked;
 static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
 
 /* What a runtime kernel handle (a CUkernel) is in a context: its function
@@ -62,7 +62,8 @@ static int refused_why;                /* CD_HOOKS_*: why the hooks are not on *
  * filled on first sight of (kernel, context); an entry filled before the last
  * module unload (base/intern.c's epoch) is not used (the handle may name
  * another kernel now). A slot is claimed by its key, written, then published
- * (ready); a kernel met in a second context is asked each time. */
+ * (ready); a kernel met in a second context is asked each time; one filled
+ * in an older epoch is asked again once. */
 #define KERNEL_SLOTS 4096              /* a power of two */
 typedef struct {
     _Atomic(void *) key;
@@ -75,6 +76,7 @@ static kernel_slot kernels[KERNEL_SLOTS];
 
 static int ask_kernel(void *k, CUfunction *f, const char **name)
 {
+    atomic_fetch_add_explicit(&n_asked, 1, memory_order_relaxed);
     *name = NULL;
     if (cd_drv.cuKernelGetFunction(f, (CUkernel)k) != CUDA_SUCCESS || !*f)
         return -1;
@@ -92,12 +94,27 @@ static int kernel_of(void *k, CUcontext ctx, CUfunction *f, const char **name)
         kernel_slot *e = &kernels[i];
         void *key = atomic_load_explicit(&e->key, memory_order_acquire);
         if (key == k) {
-            if (atomic_load_explicit(&e->ready, memory_order_acquire) == want && e->ctx == ctx) {
+            unsigned r = atomic_load_explicit(&e->ready, memory_order_acquire);
+            if (r == want && e->ctx == ctx) {
                 *f = e->func;
                 *name = e->name;
                 return 0;
             }
-            break;                     /* being written, stale, or another context's */
+            /* Filled before the last unload or subscription (the epoch moves
+             * at each: a second watch() after the first closed): asked again
+             * once, by the thread that takes the slot back. */
+            if (r && r != want && atomic_compare_exchange_strong(&e->ready, &r, 0)) {
+                if (ask_kernel(k, f, name)) {
+                    atomic_store(&e->ready, r);
+                    return -1;
+                }
+                e->ctx = ctx;
+                e->func = *f;
+                e->name = *name;
+                atomic_store_explicit(&e->ready, want, memory_order_release);
+                return 0;
+            }
+            break;                     /* being written, or another context's */
         }
         if (!key) {
             if (ask_kernel(k, f, name))
@@ -287,5 +304,6 @@ void cd_runtime_hooks_stats(cd_hook_stats *s)
     s->entries = n_patches;
     s->routed = atomic_load(&n_routed);
     s->handed_back = atomic_load(&n_handed_back);
+    s->asked = atomic_load(&n_asked);
     s->why_off = refused_why;
 }
