@@ -469,10 +469,18 @@ typedef struct {
 
 /* scope_open(kind, all_threads, may_drain) -> (0, Scope) | (1, sticky CUresult
  * found by the drain) | (2, CUptiResult, holder) | (3, max depth). */
+/* An interned "file:line" from bytes (0 for None or b""). */
+static uint32_t intern_where(const char *w, Py_ssize_t n)
+{
+    return w && n > 0 ? cd_intern(w, (size_t)(n > 4095 ? 4095 : n)) : 0;
+}
+
 static PyObject *py_scope_open(PyObject *self, PyObject *args)
 {
     int kind, all, may_drain;
-    if (!PyArg_ParseTuple(args, "ipp", &kind, &all, &may_drain))
+    const char *where = NULL;
+    Py_ssize_t where_len = 0;
+    if (!PyArg_ParseTuple(args, "ipp|y#", &kind, &all, &may_drain, &where, &where_len))
         return NULL;
     if (kind < CD_SCOPE_BLOCK || kind > CD_SCOPE_WATCH) {
         PyErr_SetString(PyExc_ValueError, "unknown scope kind");
@@ -493,7 +501,8 @@ static PyObject *py_scope_open(PyObject *self, PyObject *args)
     uint32_t token;
     int code, status;
     Py_BEGIN_ALLOW_THREADS
-    status = cd_scope_open(kind, all, may_drain, &token, &code, holder, sizeof holder);
+    status = cd_scope_open(kind, all, may_drain, &token, &code, holder, sizeof holder,
+                           intern_where(where, where_len));
     Py_END_ALLOW_THREADS
     holder[sizeof holder - 1] = '\0';
     if (status != 0) {
@@ -507,7 +516,7 @@ static PyObject *py_scope_open(PyObject *self, PyObject *args)
     so->open = 1;
     so->fault_mark = cd_fault_seq();
     so->watch_mark = cd_watch_seq();
-    return Py_BuildValue("(iN)", 0, (PyObject *)so);
+    return Py_BuildValue("(iNi)", 0, (PyObject *)so, code);
 }
 
 static PyObject *py_thread_state(PyObject *self, PyObject *noargs)
@@ -709,16 +718,16 @@ static PyObject *py_watch_seq(PyObject *self, PyObject *noargs)
 
 /* A watch record as the tuple cuda_debug._report.WatchRecord names: (seq,
  * stream, kernel, grid, block, shared_mem, thread_id, device, frames, flags,
- * cbid, done, op, graph). */
+ * cbid, done, op, graph, origin). */
 static PyObject *record_tuple(unsigned long long seq, const cd_watch_record *r, int done)
 {
-    return Py_BuildValue("(KKN(III)(III)Iii" "NiiNIi)", seq, (unsigned long long)r->stream,
+    return Py_BuildValue("(KKN(III)(III)Iii" "NiiNIii)", seq, (unsigned long long)r->stream,
                          PyBytes_FromString(cd_interned(r->kernel) ? cd_interned(r->kernel) : ""),
                          r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1],
                          r->block[2], r->shared_mem, (int)r->thread_id,
                          cd_watch_context_device(r->ctx), ids_tuple(r->frames, r->n_frames),
                          (int)r->flags, (int)r->cbid, PyBool_FromLong(done == 1), r->op,
-                         (int)r->graph);
+                         (int)r->graph, (int)r->origin);
 }
 
 /* watch_record(seq) -> record tuple, or None when gone. */
@@ -985,6 +994,45 @@ static PyObject *py_assert_level(PyObject *self, PyObject *args)
     return PyLong_FromLong(cd_tee_text_level(text, (size_t)n, kernel, NULL));
 }
 
+/* assert_affinity(text, kernel) -> how many of the assert lines' file and
+ * message words the kernel's name holds (capture/stderr_tee.c). */
+static PyObject *py_assert_affinity(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *text, *kernel;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y#s", &text, &n, &kernel))
+        return NULL;
+    return PyLong_FromLong(cd_tee_text_affinity(text, (size_t)n, kernel));
+}
+
+/* assert_function(text) -> the function the first assert line names, or None
+ * (none, a lambda's operator(), Triton's unknown). */
+static PyObject *py_assert_function(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    char *text;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(arg, &text, &n) != 0)
+        return NULL;
+    char out[256];
+    size_t k = cd_tee_text_function(text, (size_t)n, out, sizeof out);
+    if (!k)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(out, (Py_ssize_t)k, "replace");
+}
+
+/* kernel_origin(name) -> ORIGIN_*, by the kernel's name (base/demangle.c). */
+static PyObject *py_kernel_origin(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    char *name;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(arg, &name, &n) != 0)
+        return NULL;
+    return PyLong_FromLong(cd_kernel_origin_of_name(name));
+}
+
 static PyObject *py_report_watch_culprit(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -1213,6 +1261,18 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
         cd_frames_code_watched(), "marked", U(n_marked), "closed", U(n_closed),
         "watch_every", (unsigned)atomic_load(&cd_state.watch_every), "wait_ids_refused",
         U(n_wait_ids_refused), "detaches", U(n_detaches));
+    if (d) {
+        PyObject *more = Py_BuildValue("{sKsKsisi}", "hand_overs_busy", U(n_hand_overs_busy),
+                                       "take_backs", U(n_take_backs), "in_callback",
+                                       atomic_load(&cd_state.in_callback), "coverage_gap_open",
+                                       cd_coverage_gap_is_open());
+        if (!more || PyDict_Update(d, more) < 0) {
+            Py_XDECREF(more);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(more);
+    }
     if (!d)
         return NULL;
     cd_hook_stats h;
@@ -1220,8 +1280,10 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     static const char *const why[] = {"never on", "CUDA_DEBUG_LAUNCH_HOOKS=0", "no CUPTI",
                                       "driver too old", "a library imports the route",
                                       "no library imports __cudaLaunchKernel"};
-    PyObject *v = Py_BuildValue("{sisisKsKsKsssK}", "on", h.on, "entries", h.entries, "routed",
-                                (unsigned long long)h.routed, "handed_back",
+    PyObject *v = Py_BuildValue("{sisisisKsKsKsKsssK}", "on", h.on, "recording", h.recording,
+                                "entries", h.entries, "routed",
+                                (unsigned long long)h.routed, "recorded",
+                                (unsigned long long)h.recorded, "handed_back",
                                 (unsigned long long)h.handed_back, "asked",
                                 (unsigned long long)h.asked, "why_off",
                                 h.on ? "" : why[h.why_off >= 0 && h.why_off < 6 ? h.why_off : 0],
@@ -1236,15 +1298,80 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
 #undef U
 }
 
-static PyObject *py_cupti_hand_over(PyObject *self, PyObject *noargs)
+static PyObject *py_cupti_hand_over(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *where = NULL;
+    Py_ssize_t n = 0;
+    if (!PyArg_ParseTuple(args, "|y#", &where, &n))
+        return NULL;
+    uint32_t w = intern_where(where, n);
+    int had;
+    Py_BEGIN_ALLOW_THREADS
+    had = cd_scopes_hand_over(w);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(had);
+}
+
+/* cupti_take_back(where) -> (1 taken back | 0 nothing to take | -CUptiResult, holder). */
+static PyObject *py_cupti_take_back(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *where = NULL;
+    Py_ssize_t n = 0;
+    if (!PyArg_ParseTuple(args, "|y#", &where, &n))
+        return NULL;
+    if (!cupti_callable())
+        return Py_BuildValue("(is)", 0, "");
+    uint32_t w = intern_where(where, n);
+    char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN * 2];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cd_scopes_take_back(w, holder, sizeof holder);
+    Py_END_ALLOW_THREADS
+    holder[sizeof holder - 1] = '\0';
+    return Py_BuildValue("(iN)", rc, PyUnicode_DecodeUTF8(holder, (Py_ssize_t)strlen(holder),
+                                                          "replace"));
+}
+
+static PyObject *py_set_launch_hooks(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    cd_runtime_hooks_want(on);
+    Py_RETURN_NONE;
+}
+
+static PyObject *where_str(uint32_t id)
+{
+    const char *w = cd_interned(id);
+    if (!w)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(w, (Py_ssize_t)strlen(w), "surrogateescape");
+}
+
+/* coverage_gaps() -> [(number, why, from_seq, to_seq, from_where, to_where,
+ * hooks_recording, closed)], oldest first. */
+static PyObject *py_coverage_gaps(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    int had;
-    Py_BEGIN_ALLOW_THREADS
-    had = cd_scopes_hand_over();
-    Py_END_ALLOW_THREADS
-    return PyBool_FromLong(had);
+    cd_gap g[CD_GAPS];
+    int n = cd_coverage_gaps(g, CD_GAPS, NULL);
+    PyObject *out = PyList_New(0);
+    for (int i = 0; out && i < n; i++) {
+        PyObject *t = Py_BuildValue("(IiKKNNii)", g[i].number, (int)g[i].why,
+                                    (unsigned long long)g[i].from_seq,
+                                    (unsigned long long)g[i].to_seq, where_str(g[i].from_where),
+                                    where_str(g[i].to_where), (int)g[i].hooks_recording,
+                                    (int)g[i].closed);
+        if (!t || PyList_Append(out, t) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(t);
+    }
+    return out;
 }
 
 /* frames_stop(): the atexit hook registered at import (before the interpreter
@@ -1644,7 +1771,17 @@ static PyMethodDef core_methods[] = {
     METH(report_watch_culprit, METH_VARARGS, "write the watch culprit block to fd 2 (once)"),
     METH(stats, METH_NOARGS, "launch-hook counters"),
     METH(set_op, METH_O, "set_op(token): this thread's current op for watch(ops=True)"),
-    METH(cupti_hand_over, METH_NOARGS, "give CUPTI up to a starting profiler -> was it held"),
+    METH(cupti_hand_over, METH_VARARGS, "cupti_hand_over([where]): give CUPTI up to a starting "
+                                        "profiler -> was it held"),
+    METH(cupti_take_back, METH_VARARGS, "cupti_take_back([where]) -> (1 taken | 0 not needed | "
+                                        "-CUptiResult, holder): CUPTI back after a profiler"),
+    METH(set_launch_hooks, METH_O, "set_launch_hooks(on): CUDA_DEBUG_LAUNCH_HOOKS as Python reads it"),
+    METH(coverage_gaps, METH_NOARGS, "coverage_gaps() -> [(number, why, from_seq, to_seq, "
+                                     "from_where, to_where, hooks_recording, closed)]"),
+    METH(assert_affinity, METH_VARARGS, "assert_affinity(text, kernel) -> file/message words the "
+                                        "kernel's name holds"),
+    METH(assert_function, METH_O, "assert_function(text) -> the function an assert line names, or None"),
+    METH(kernel_origin, METH_O, "kernel_origin(name) -> ORIGIN_* by the kernel's name"),
     METH(install_tee, METH_NOARGS, "install the pass-through stderr (once) -> 0 ok"),
     METH(in_flight, METH_NOARGS, "every stream's oldest unfinished launch -> ([record], (newest_age_ns, scanned))"),
     METH(set_hang_after, METH_O, "set_hang_after(seconds): the hang watcher's threshold, 0 off"),
@@ -1772,6 +1909,10 @@ static int core_exec(PyObject *m)
         {"HANG_STEP_MIN_NS", CD_HANG_STEP_MIN_NS},
         {"ASSERT_NONE", CD_ASSERT_NONE}, {"ASSERT_GENERIC", CD_ASSERT_GENERIC},
         {"ASSERT_FITS", CD_ASSERT_FITS}, {"ASSERT_NAMES", CD_ASSERT_NAMES},
+        {"ORIGIN_UNKNOWN", CD_ORIGIN_UNKNOWN}, {"ORIGIN_USER", CD_ORIGIN_USER},
+        {"ORIGIN_GENERATED", CD_ORIGIN_GENERATED}, {"ORIGIN_FRAMEWORK", CD_ORIGIN_FRAMEWORK},
+        {"ORIGIN_VENDOR", CD_ORIGIN_VENDOR}, {"GAP_PROFILER", CD_GAP_PROFILER},
+        {"GAP_HELD", CD_GAP_HELD}, {"EARLY_LAUNCHES", CD_EARLY_LAUNCHES},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         long v = ints[i].value;

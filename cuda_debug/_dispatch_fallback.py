@@ -17,9 +17,15 @@ ToolConflictError naming the holder.
 Also here: a profiler started while a scope holds CUPTI. Kineto would get no
 GPU events, and never again in this process; the wrapper around
 torch.autograd.profiler's _prepare_profiler/_enable_profiler (installed while
-torch is imported and a scope holds CUPTI) hands CUPTI over first
-(csrc/base/subscription.c: cd_cupti_hand_over). The open scopes stop seeing
-launches; scopes entered later use the fallback above.
+torch is imported and a scope is open) hands CUPTI over first
+(csrc/hooks/scopes.c: cd_scopes_hand_over), and the wrapper around its
+_disable_profiler takes it back when the profiler stops (cd_scopes_take_back):
+a torch.profiler window, with or without a schedule, is a gap in the watch's
+coverage, not its end. Meanwhile an open watch() keeps recording PyTorch's
+own launches through the launch hooks (they need no CUPTI), and a report of a
+fault says what was not covered and since which line; open launch_blocking()
+scopes stop synchronising until CUPTI is back. A watch() opened while a
+profiler holds CUPTI opens the same way (watch_without_cupti).
 """
 import os
 import sys
@@ -177,17 +183,24 @@ def install_profiler_guard() -> None:
     if prof is None:
         return
     _installed = True
-    for name in ("_prepare_profiler", "_enable_profiler"):
+    for name in ("_prepare_profiler", "_enable_profiler", "_disable_profiler"):
         orig = getattr(prof, name, None)
         if orig is None or getattr(orig, "_cuda_debug_guard", False):
             continue
-        setattr(prof, name, _guarded(orig))
+        setattr(prof, name, _guarded(orig, stop=name == "_disable_profiler"))
 
 
-def _guarded(orig):
-    def guard(*args, **kwargs):
-        hand_over()
-        return orig(*args, **kwargs)
+def _guarded(orig, stop: bool = False):
+    if stop:
+        def guard(*args, **kwargs):
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                take_back()              # Kineto gave CUPTI up as it stopped
+    else:
+        def guard(*args, **kwargs):
+            hand_over()
+            return orig(*args, **kwargs)
     guard._cuda_debug_guard = True
     guard.__wrapped__ = orig
     guard.__name__ = getattr(orig, "__name__", "profiler_entry")
@@ -203,18 +216,64 @@ def _caller_where() -> Optional[str]:
     return None
 
 
+def where_of(frame) -> str:
+    """"file:line" of a frame (a scope's entry), "" for None: cheap (no walk)."""
+    if frame is None:
+        return ""
+    return "%s:%d" % (frame.f_code.co_filename, frame.f_lineno or 0)
+
+
+def _where_bytes(where: Optional[str]) -> bytes:
+    return (where or "").encode("utf-8", "surrogateescape")
+
+
 def hand_over() -> bool:
     """Give CUPTI to a profiler that is starting; warn once. True if it was held."""
     global _warned_hand_over, _hand_over_where
-    if not _core.cupti_hand_over():
+    where = _caller_where() or "?"
+    if not _core.cupti_hand_over(_where_bytes(where)):
         return False
-    _hand_over_where = _caller_where() or "?"
+    _hand_over_where = where
     if not _warned_hand_over:
         _warned_hand_over = True
+        hooks = _core.stats()["launch_hooks"]
+        kept = ("watch() keeps recording PyTorch's own launches (the launch hooks need no "
+                "CUPTI), not those of Triton, cuBLAS/cuDNN, CuPy or other callers of the driver"
+                if hooks["recording"] else "watch() records no launch")
         warnings.warn(
             "cuda_debug: torch.profiler started at %s while launch_blocking()/watch() held "
             "CUPTI (one client per process). CUPTI was handed to the profiler, so it records "
-            "GPU events. The scopes open now stop synchronising and recording kernels; scopes "
-            "entered from now on synchronise after every PyTorch op instead "
-            "(exc.mechanism == 'dispatch')." % _hand_over_where, RuntimeWarning, stacklevel=3)
+            "GPU events; cuda_debug takes it back when the profiler stops. Until then %s, and "
+            "open launch_blocking() scopes do not synchronise. A fault meanwhile is reported "
+            "with what was not covered." % (_hand_over_where, kept),
+            RuntimeWarning, stacklevel=3)
     return True
+
+
+_warned_held = False
+
+
+def take_back() -> int:
+    """The profiler stopped: CUPTI back for the open scopes and watches.
+    1 taken back, 0 nothing to take, < 0 still held (-CUptiResult)."""
+    status, _holder = _core.cupti_take_back(_where_bytes(_caller_where() or "?"))
+    return status
+
+
+def watch_without_cupti(where: str) -> None:
+    """A watch() opened while another client (a profiler) holds CUPTI: say once
+    what it covers until CUPTI is free (the profiler's stop takes it)."""
+    global _warned_held
+    if _warned_held:
+        return
+    _warned_held = True
+    hooks = _core.stats()["launch_hooks"]
+    kept = ("PyTorch's own launches are recorded (the launch hooks need no CUPTI); those of "
+            "Triton, cuBLAS/cuDNN, CuPy and other callers of the driver are not"
+            if hooks["recording"] else "no launch is recorded (%s)" % (hooks["why_off"] or "the "
+                                                                       "launch hooks are off"))
+    warnings.warn(
+        "cuda_debug: watch() opened at %s while another tool (a profiler) holds CUPTI, "
+        "which serves one client: %s until it is free; cuda_debug takes it when a "
+        "torch.profiler stops, or at the next watch() entry. A fault meanwhile is reported "
+        "with what was not covered." % (where or "?", kept), RuntimeWarning, stacklevel=4)

@@ -37,6 +37,10 @@ REPORT_FIELDS = (
     "markers_every", "candidate_count", "named_by_device", "graph_annotation", "recorded_at",
     # the launch's number as watch() counted it, and the command that replays it
     "launch_seq", "replay_command",
+    # watch(): the likeliest culprit where several may be (then .kernel is None); what the
+    # watch did not see; the recorded launches the device's text rules out; why the
+    # culprit's launch was not recorded; whether user and JIT kernels were put first
+    "likely_kernel", "not_covered", "ruled_out", "not_recorded", "likeliest_first",
     # cuda-debug replay: the bad access and the memory it missed
     "address", "access", "access_size", "fault_thread", "fault_block", "allocation",
     "access_text", "bad_accesses", "replay",
@@ -109,6 +113,11 @@ class CudaError(RuntimeError):
     recorded_at: Optional[str]     # a node torch.compile captured: the call that recorded it
     launch_seq: Optional[int]
     replay_command: Optional[str]
+    likely_kernel: Optional[str]
+    not_covered: Optional[List[str]]
+    ruled_out: Optional[List[Any]]
+    not_recorded: Optional[List[str]]
+    likeliest_first: Optional[bool]
     address: Optional[int]
     access: Optional[str]
     access_size: Optional[int]
@@ -372,8 +381,15 @@ def format_report(err: CudaError) -> str:
         head = "%s in a CUDA graph replay" % what
         if err.graph_note:
             head += " (%s)" % err.graph_note
+    elif kernel and err.not_recorded:
+        head = "%s in %s (the device's assert text names it; its launch was not recorded)" \
+            % (what, kernel)
     elif kernel:
         head = "%s in %s" % (what, kernel)
+    elif err.mechanism == "watch" and err.likely_kernel:
+        count = max(err.candidate_count or 0, 1 + len(err.candidates or []))
+        head = "%s in one of %d launches, the likeliest %s" % (
+            what, count, short_kernel_name(err.likely_kernel))
     elif err.op:
         head = "%s in a kernel of %s" % (what, err.op)
     elif err.found_at == "check":
@@ -414,6 +430,10 @@ def format_report(err: CudaError) -> str:
                     where += "  (one of %d launches not known to have finished: see " \
                              ".candidates)" % count
                     others = _candidate_lines(err, count)
+                    if err.likeliest_first:
+                        others.append("  (user and JIT kernels first: Triton's, CuPy's, "
+                                      "extensions', the driver's callers' fault more often than "
+                                      "PyTorch's and the vendor libraries' own)")
             elif err.exact is False and graph and err.graph_note:
                 where += "  (not exact: %s)" % err.graph_note
             elif err.exact is False:
@@ -424,6 +444,16 @@ def format_report(err: CudaError) -> str:
         lines.append("  " + where)
         if err.mechanism == "watch":
             lines.extend(others)
+    if err.not_recorded:
+        lines.extend("  not recorded: " + why for why in err.not_recorded)
+        if err.ruled_out:
+            lines.append("  ruled out by the device's text: %s" % ", ".join(
+                "%s at %s:%s" % (short_kernel_name(c.get("kernel")) if c.get("kernel") else "?",
+                                 c.get("filename"), c.get("lineno"))
+                for c in err.ruled_out[:3]) + (" and %d more" % (len(err.ruled_out) - 3)
+                                                if len(err.ruled_out) > 3 else ""))
+    elif err.not_covered:
+        lines.extend("  not covered: " + why for why in err.not_covered)
     if err.graph_node is not None and err.replayed_at:
         lines.append("  replayed at %s" % err.replayed_at)
     if err.met_by:

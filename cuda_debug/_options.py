@@ -174,6 +174,17 @@ def _warn(message: str) -> None:
                            registry=g.setdefault("__warningregistry__", {}))
 
 
+def launch_hooks_wanted(environ=os.environ) -> bool:
+    """CUDA_DEBUG_LAUNCH_HOOKS as every reader reads it (read at each watch()
+    entry, so that it can change between watches; the C core is handed this
+    value, it never parses the variable itself): `read()`'s table, after
+    strip() and lower(); an unknown value is the default (read() warned)."""
+    raw = environ.get("CUDA_DEBUG_LAUNCH_HOOKS")
+    if raw is None or raw.strip() == "":
+        return True
+    return _BOOL.get(raw.strip().lower(), True)
+
+
 def read(environ=os.environ) -> Options:
     values = {}
     for name, (table, default) in _CHOICES.items():

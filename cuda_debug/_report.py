@@ -15,7 +15,7 @@ import re
 import sys
 import threading
 import traceback
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _core, _cuda_errors, _dispatch_fallback, _graph_names, _options, _replay_command
 from . import _torch_ops
@@ -70,6 +70,7 @@ class WatchRecord(NamedTuple):
     done: bool
     op: int                   # watch(ops=True): the op token of the launching thread, 0 none
     graph: int                # a replay: 1 + the capture it replays (0 unknown); a node: its capture
+    origin: int               # _core.ORIGIN_*: whose kernel (user/JIT, generated, PyTorch's, a vendor's)
 
 
 def faults(since: int = 0) -> List[RawFault]:
@@ -288,9 +289,12 @@ def _named_by_device(cands: list, text: str) -> list:
     """The candidates the device's assert text belongs to: those it names;
     where it names no kernel (a lambda's ``operator()``, Triton's ``unknown``),
     those it fits (a kernel holding a closure type; a kernel that is not C++),
-    narrowed, for Triton, to the kernel whose source holds the asserting line.
-    The C fault path's rule (capture/stderr_tee.c: CD_ASSERT_*); [] when the
-    text names none of them."""
+    narrowed, for Triton, to the kernel whose source holds the asserting line,
+    and, of several that fit, to those whose names hold most of the words of
+    its source file's name and message (``ScatterGatherKernel.cu`` ... "scatter
+    gather kernel index out of bounds": the scatter/gather kernel, not a
+    reduction's lambda). The C fault path's rule (capture/stderr_tee.c:
+    CD_ASSERT_*, cd_tee_text_affinity); [] when the text names none of them."""
     if not text:
         return []
     raw = text.encode("utf-8", "surrogateescape")
@@ -304,7 +308,87 @@ def _named_by_device(cands: list, text: str) -> list:
         name = _source_named(text)
         by_source = [c for c in picked if name and _names(c["kernel"], name)]
         picked = by_source or picked
+    if best == _core.ASSERT_FITS and len(picked) > 1:
+        words = [_core.assert_affinity(raw, c["mangled"]) for c in picked]
+        most = max(words)
+        if most > 0:
+            picked = [c for c, w in zip(picked, words) if w == most]
     return picked
+
+
+def _rules_out(cands: list, text: str) -> Optional[str]:
+    """The function the device's assert text names, when the text rules every
+    candidate out: it names a function none of them is, and no candidate's
+    name holds a word of its source file or message (an assert in a
+    ``__device__`` helper of a candidate keeps it). For Triton's ``unknown``,
+    the function defined around the asserting line, when no candidate is it.
+    None when the text is no assert or keeps a candidate."""
+    if not text or not cands:
+        return None
+    raw = text.encode("utf-8", "surrogateescape")
+    if any(c["graph"] or not c.get("mangled") for c in cands):
+        return None
+    if any(_core.assert_level(raw, c["mangled"]) >= _core.ASSERT_FITS or
+           _core.assert_affinity(raw, c["mangled"]) > 0 for c in cands):
+        return None
+    return _core.assert_function(raw) or _source_named(text)
+
+
+def _likeliest_first(cands: list) -> Tuple[list, bool]:
+    """The candidates, user and JIT kernels first (Triton's, CuPy's RawKernels,
+    extensions', the driver's callers'), then generated ones (Inductor's,
+    CuPy's own), then PyTorch's and the vendor libraries' (the C core's
+    cd_origin_rank); launch order within each. (moved: whether the order
+    changed)."""
+    rank = {_core.ORIGIN_USER: 0, _core.ORIGIN_GENERATED: 1}
+    ordered = sorted(cands, key=lambda c: rank.get(c.get("origin", 0), 2))   # stable
+    return ordered, [c["seq"] for c in ordered] != [c["seq"] for c in cands]
+
+
+class CoverageGap(NamedTuple):
+    """A stretch of the watch in which CUPTI was not cuda_debug's (a profiler
+    held it): csrc/capture/coverage.c."""
+    number: int
+    why: int                  # _core.GAP_PROFILER | GAP_HELD
+    from_seq: int
+    to_seq: int               # 0 while open
+    from_where: Optional[str]
+    to_where: Optional[str]
+    hooks_recording: bool     # PyTorch's own launches were recorded meanwhile
+    closed: bool
+
+    def describe(self) -> str:
+        who = "a profiler held CUPTI from %s" % (self.from_where or "?") \
+            if self.why == _core.GAP_PROFILER else \
+            "another tool held CUPTI when watch() opened, at %s" % (self.from_where or "?")
+        span = "%s (launch #%d) to %s (launch #%d)" % (
+            who, self.from_seq, self.to_where or "the end of the watch", self.to_seq) \
+            if self.closed else "%s (launch #%d) on, still" % (who, self.from_seq)
+        return span + (": launches outside PyTorch's runtime (Triton, cuBLAS/cuDNN, CuPy, the "
+                       "driver's callers) were not recorded then" if self.hooks_recording
+                       else ": no launch was recorded then")
+
+
+def coverage_gaps(since: int = 0) -> List[CoverageGap]:
+    """The gaps of the watch's coverage that reach past watch-ring seq `since`."""
+    return [g for g in (CoverageGap(*t) for t in _core.coverage_gaps())
+            if not g.closed or g.to_seq >= since]
+
+
+def _unrecorded(name: Optional[str], ruled_out: list, gaps: List[CoverageGap]) -> dict:
+    """The culprit the device's text names, whose launch the watch did not
+    record, and why (each reason a sentence)."""
+    why = [g.describe() for g in gaps]
+    if not why:
+        why = (["launched more than %d launches ago (the watch ring wrapped)" % _core.WATCH_RING]
+               if _core.watch_seq() >= _core.WATCH_RING else []) + \
+            ["launched before watch() opened, or by a caller cuda_debug does not see"]
+    none = dict.fromkeys(("seq", "mangled", "short", "stream", "grid", "block", "shared_mem",
+                          "device", "filename", "lineno", "function", "where", "compiled"))
+    none.update(kernel=name, graph=False, captured=False, thread_id=0, stack=[], op=0,
+                origin=_core.ORIGIN_UNKNOWN, recorded=False, not_recorded=why,
+                ruled_out=ruled_out)
+    return none
 
 
 def _launch_dict(rec: WatchRecord, inner=()) -> dict:
@@ -331,7 +415,7 @@ def _launch_dict(rec: WatchRecord, inner=()) -> dict:
         "where": _where_str(stack),
         "stack": [(f.filename, f.lineno, f.name, f.line) for f in stack],
         "compiled": (compiled.filename, compiled.lineno, compiled.name) if compiled else None,
-        "op": rec.op,
+        "op": rec.op, "origin": rec.origin,
     }
 
 
@@ -417,23 +501,33 @@ def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
         else:
             cands.append(c)
     named = _named_by_device(cands, device_text)
+    ruled_out, reordered = [], False
+    gaps = coverage_gaps(min(r.seq for r in launches))
     if named:
         cands, total = named, len(named)
         if len(named) == 1 and named[0].get("graph_note") != ADOPTED_NAMED:
             named[0]["graph_note"] = None     # the device's text named the node itself
+    else:
+        name = _rules_out(cands, device_text)
+        if name is not None:
+            ruled_out, cands, total = cands, [_unrecorded(name, cands, gaps)], 1
+        else:
+            cands, reordered = _likeliest_first(cands)
     pick = cands[0]
     exact = len(cands) == 1 and total == 1 and bool(proven or named) and \
-        (graph_exact or bool(named))
+        (graph_exact or bool(named)) and not ruled_out and not (gaps and not named)
     recent = []
     last = pick.get("replay_seq", pick["seq"])
-    for q in range(max(since + 1, last - 5), last):
+    for q in range(max(since + 1, last - 5), last) if last else ():
         r = watch_record(q)
         if r is not None:
             recent.append(_launch_dict(r))
     every = _core.stats()["watch_every"]
     return {"culprit": pick, "exact": exact, "candidates": [c for c in cands if c is not pick],
             "recent": recent, "named_by_device": bool(named), "proven": bool(proven),
-            "candidate_count": max(total, len(cands)), "markers_every": every}
+            "candidate_count": max(total, len(cands)), "markers_every": every,
+            "reordered": reordered, "ruled_out": ruled_out,
+            "not_covered": [g.describe() for g in gaps] if not named or ruled_out else []}
 
 
 # -- building the exception -----------------------------------------------------
@@ -615,8 +709,16 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
         fields.update(compiled_function=compiled.name if compiled else None,
                       provenance=inductor_provenance(
                           c["kernel"], traceback.StackSummary.from_list(c["stack"]), compiled))
+        # Several kernels may be the culprit: none is named as the fact (.kernel),
+        # the likeliest is .likely_kernel.
+        kernels = {k.get("kernel") for k in [c] + watch["candidates"]}
+        ambiguous = not watch["exact"] and len(kernels) > 1
         fields.update(
-            kernel=c["kernel"], kernel_mangled=c.get("mangled"),
+            kernel=None if ambiguous else c["kernel"], likely_kernel=c["kernel"],
+            kernel_mangled=c.get("mangled"),
+            not_covered=watch.get("not_covered") or None,
+            ruled_out=watch.get("ruled_out") or None,
+            not_recorded=c.get("not_recorded"), likeliest_first=watch.get("reordered") or None,
             launch_seq=None if c["graph"] or c.get("graph_node") is not None else c["seq"],
             grid=c["grid"], block=c["block"], shared_mem=c["shared_mem"],
             stream=c["stream"], device=c["device"], exact=watch["exact"],

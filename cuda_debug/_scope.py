@@ -98,11 +98,16 @@ def _open(kind: int, all_threads: bool, what: str, caller):
         _libraries.ensure(_libraries.CUPTI)
         _options.apply()
         _report.configure_core()
+    if kind == _core.SCOPE_WATCH:
+        _core.set_launch_hooks(_options.launch_hooks_wanted())
+    where = _dispatch_fallback.where_of(caller)
     status, *rest = _core.scope_open(kind, all_threads, kind != _core.SCOPE_OPT_OUT and
-                                     not _capturing())
+                                     not _capturing(), where.encode("utf-8", "surrogateescape"))
     if status == 0:
         if kind != _core.SCOPE_OPT_OUT and "torch" in sys.modules:
             _dispatch_fallback.install_profiler_guard()
+        if len(rest) > 1 and rest[1] == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+            _dispatch_fallback.watch_without_cupti(where)
         return rest[0]
     if status == 1:
         err = _report.error_for(None, code=rest[0], watch_mark=_watch_epoch,

@@ -65,6 +65,10 @@ def test_dump_json_has_the_in_flight_fields_pid_rank_and_time(fake_live):
         import json, cuda_debug, cuda_debug.testing as t
         fake.fake_set_async(1)
         with cuda_debug.watch():
+            for _ in range(2):              # past the kernels' first launches (markers each)
+                t.spin(0)
+                t.empty()
+            cuda_debug.check()
             t.spin(60)                      # SPIN
             for _ in range(20):
                 t.empty()                   # queued behind it

@@ -194,23 +194,47 @@ report(dict(seen=seen, runtime=cudart.fake_runtime_calls(),
     assert r["seen"] == want and r["runtime"] == 0, r
 
 
-def test_a_profiler_taking_cupti_gets_the_runtime_launches_back(fake_child):
-    """The hand-over (a profiler starting while watching) turns the hooks off
-    first: the runtime's own function launches again, where a profiler sees it."""
+def test_a_profiler_window_keeps_the_runtime_launches_recorded_and_coverage_comes_back(fake_child):
+    """The hand-over (a profiler starting while watching): the hooks go to their
+    record mode (the runtime's own function launches, where a profiler sees it,
+    and the launch is recorded after it returned), CUPTI is given up and a
+    coverage gap opens at the profiler's line. When the profiler stops
+    (here: the fake's other holder lets go) CUPTI is taken back, the hooks route
+    past it again, the gap closes: no launch recorded twice, none lost."""
     c = fake_child(RT + '''
 import cuda_debug, cuda_debug.testing as t
-from cuda_debug import _core
+from cuda_debug import _core, _dispatch_fallback
 t.empty()
+def hooks():
+    h = _core.stats()["launch_hooks"]
+    return [h["on"], h["recording"], h["entries"] > 0, cudart.fake_runtime_calls()]
 with cuda_debug.watch():
     rt.fake_rt_launch(b"k", 0, 10)
-    before = (_core.stats()["launch_hooks"]["on"], cudart.fake_runtime_calls())
-    had = _core.cupti_hand_over()
+    before = hooks()
+    w0 = _core.stats()["watched"]
+    had = _dispatch_fallback.hand_over()                         # PROFILER STARTS
+    fake.fake_hold_cupti(b"Kineto")                              # the profiler subscribes
     rt.fake_rt_launch(b"k", 0, 10)
-    after = (_core.stats()["launch_hooks"]["on"], _core.stats()["launch_hooks"]["entries"],
-             cudart.fake_runtime_calls())
-report(dict(before=before, had=had, after=after))
+    during = hooks() + [_core.stats()["watched"] - w0, _core.stats()["subscribed"]]
+    refused = _dispatch_fallback.take_back()                     # still held: refused
+    fake.fake_hold_cupti(None)                                   # the profiler lets go
+    back = _dispatch_fallback.take_back()                        # PROFILER STOPS
+    rt.fake_rt_launch(b"k", 0, 10)
+    after = hooks() + [_core.stats()["watched"] - w0, _core.stats()["subscribed"]]
+    gaps = [(g[1], g[2], g[3], g[4], g[5], g[6], g[7]) for g in _core.coverage_gaps()]
+report(dict(before=before, had=had, during=during, refused=refused, back=back, after=after,
+            gaps=gaps))
 ''')
     r = c.result
     assert r is not None, c
-    assert r["before"] == [1, 0] and r["had"] is True, r
-    assert r["after"] == [0, 0, 10], r
+    assert r["before"] == [1, 0, True, 0] and r["had"] is True, r
+    # record mode: the runtime's own function launched all 10, each recorded once
+    assert r["during"] == [1, 1, True, 10, 10, 0], r
+    assert r["refused"] == -39 and r["back"] == 1, r
+    # routed again: the runtime's function not called, 10 more recorded
+    assert r["after"] == [1, 0, True, 10, 20, 1], r
+    (why, frm, to, frm_where, to_where, recording, closed), = r["gaps"]
+    assert (why, frm, to, recording, closed) == (1, 11, 20, 1, 1), r
+    assert frm_where == "%s:%d" % (c.script, c.line_of("# PROFILER STARTS")), r
+    assert to_where == "%s:%d" % (c.script, c.line_of("# PROFILER STOPS")), r
+

@@ -764,6 +764,10 @@ def test_run_replay_prints_the_report_then_replays(tmp_path, fake_child, fake_sa
     inner = tmp_path / "prog.py"
     inner.write_text(textwrap.dedent("""\
         from fake_cuda.child import fake
+        for _ in range(2):                  # past the kernels' first launches (markers each)
+            fake.fake_launch(b"_Z2okv", 0, 1, 1, 1, 32, 1, 1)
+            fake.fake_launch(b"_Z4fillPfi", 0, 1, 1, 1, 32, 1, 1)
+        fake.fake_ctx_sync()
         fake.fake_set_kernel(b"_Z4fillPfi", 700, 0, None, 0, 0)
         fake.fake_launch(b"_Z2okv", 0, 1, 1, 1, 32, 1, 1)
         fake.fake_launch(b"_Z4fillPfi", 0, 1, 1, 1, 32, 1, 1)   # CULPRIT
@@ -783,16 +787,17 @@ def test_run_replay_prints_the_report_then_replays(tmp_path, fake_child, fake_sa
     assert c.result == {"rc": 3}, c.stderr
     err = c.stderr
     # the always-on watch could not tell the two launches apart: both are replayed
-    assert "IllegalAddressError: illegal memory access in ok" in err
-    assert "or fill launched at %s:4" % inner in err
+    assert "IllegalAddressError: illegal memory access in one of 2 launches, the likeliest ok" \
+        in err
+    assert "or fill launched at %s:8" % inner in err
     cmd = "to find the thread, the address and the tensor: "
     assert cmd in err
     command = err.split(cmd, 1)[1].splitlines()[0]
-    assert command.endswith("replay --launch 1,2 %s" % inner), command
+    assert command.endswith("replay --launch 5,6 %s" % inner), command
     assert "cuda_debug run: replaying it to find the thread, the address and the allocation" in err
     assert err.index(cmd) < err.index("cuda_debug run: replaying it")      # the report first
-    assert "instrumenting the 2 candidate launches #1, #2" in err
-    assert "none of the candidates #1, #2 came" in err
+    assert "instrumenting the 2 candidate launches #5, #6" in err
+    assert "none of the candidates #5, #6 came" in err
 
 
 def test_the_last_instrumented_launches_are_kept(tmp_path, fake_san):

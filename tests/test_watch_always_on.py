@@ -8,7 +8,11 @@ kernel (the NCCL kernel also after one put behind the stream's newest launch
 first). A fault lies among the launches of its stream from the last marker
 that came back to the first that did not: the culprit is exact when the
 device's assert text names one of them, else the candidates (at most K) are
-named in launch order. watch(exact=True) keeps a marker behind every launch.
+named, the likeliest first (user and JIT kernels before PyTorch's and the vendor
+libraries' own), else in launch order. watch(exact=True) keeps a marker behind
+every launch. A kernel's first launches (CD_EARLY_LAUNCHES) and every launch of
+a user or JIT kernel (a plain, extern "C" name) get markers of their own: the
+tests of the sparse markers launch kernels named as PyTorch's (``at(name)``).
 """
 import pytest
 
@@ -23,7 +27,7 @@ def test_a_marker_behind_every_kth_launch_and_behind_the_newest_at_a_wait(fake_c
         out = {}
         with cuda_debug.watch():
             for _ in range(100):
-                fake.fake_launch(b"k", 0, %s)
+                fake.fake_launch(at("k"), 0, %s)
             s = _core.stats()
             out["marked"], out["closed"], out["every"] = s["marked"], s["closed"], s["watch_every"]
             out["pending"] = [st[5] for st in _core.watch_streams(0)]
@@ -33,7 +37,7 @@ def test_a_marker_behind_every_kth_launch_and_behind_the_newest_at_a_wait(fake_c
             out["pending_after"] = _core.watch_streams(0)
             with cuda_debug.watch(exact=True):     # nested: a marker behind each launch
                 for _ in range(10):
-                    fake.fake_launch(b"k", 0, %s)
+                    fake.fake_launch(at("k"), 0, %s)
                 out["marked_exact"] = _core.stats()["marked"] - s["marked"]
                 out["every_exact"] = _core.stats()["watch_every"]
             out["every_back"] = _core.stats()["watch_every"]
@@ -41,8 +45,9 @@ def test_a_marker_behind_every_kth_launch_and_behind_the_newest_at_a_wait(fake_c
     ''' % (L, L))
     r = c.result
     assert r is not None, c
-    assert (r["marked"], r["closed"], r["every"]) == (6, 0, 16), r     # launches 16, 32, ... 96
-    assert r["pending"] == [16], r     # nothing ran yet (the fake runs work at a sync): 1-16
+    # the kernel's first 2 launches, then every 16th since: 18, 34, ... 98
+    assert (r["marked"], r["closed"], r["every"]) == (8, 0, 16), r
+    assert r["pending"] == [1], r      # nothing ran yet (the fake runs work at a sync)
     assert r["closed_after"] == 1 and r["pending_after"] == [], r
     assert (r["marked_exact"], r["every_exact"], r["every_back"]) == (10, 1, 16), r
 
@@ -57,19 +62,26 @@ def test_a_fault_the_device_does_not_name_gives_the_candidates_in_launch_order(f
     c = fake_child('''
         import cuda_debug, cuda_debug.testing as t
         t.empty()                                  # the primary context: check() synchronises it
-        fake.fake_set_kernel(b"bad_k", 700, 0, None, 0, 0)
+        fake.fake_set_kernel(at("bad_k"), 700, 0, None, 0, 0)
+        names = [at("bad_k") if i == 20 else at("ok_%%d" %% i) for i in range(40)]
         out = {}
         try:
             with cuda_debug.watch():
+                fake.fake_set_kernel(at("bad_k"), 0, 0, None, 0, 0)
+                for _ in range(2):                 # past each kernel's first launches
+                    for i in range(40):
+                        fake.fake_launch(names[i], 0, %s)
+                cuda_debug.check()
+                fake.fake_set_kernel(at("bad_k"), 700, 0, None, 0, 0)
                 for i in range(40):
-                    fake.fake_launch(b"bad_k" if i == 20 else b"ok_%%d" %% i, 0, %s)  # LAUNCH
+                    fake.fake_launch(names[i], 0, %s)  # LAUNCH
                 cuda_debug.check()
         except cuda_debug.CudaError as e:
-            out = dict(kernel=e.kernel, exact=e.exact, lineno=e.lineno,
-                       cands=[c["kernel"] for c in e.candidates], count=e.candidate_count,
+            out = dict(kernel=e.kernel, likely=e.likely_kernel, exact=e.exact, lineno=e.lineno,
+                       cands=[c["short"] for c in e.candidates], count=e.candidate_count,
                        every=e.markers_every, text=str(e))
         report(out)
-    ''' % L, env={"CUDA_DEBUG_WATCH_EVERY": every} if every else None)
+    ''' % (L, L), env={"CUDA_DEBUG_WATCH_EVERY": every} if every else None)
     r = c.result
     assert r is not None, c
     if every is None:
@@ -79,8 +91,11 @@ def test_a_fault_the_device_does_not_name_gives_the_candidates_in_launch_order(f
     else:
         names = ["bad_k", "ok_21", "ok_22", "ok_23"]
         assert (r["count"], r["every"]) == (4, 4), r
-    assert [r["kernel"]] + r["cands"] == names, r
+    # several kernels may be the culprit: none is named as the fact, the first the likeliest
+    assert r["kernel"] is None and r["likely"] == "at::native::%s()" % names[0], r
+    assert r["cands"] == names[1:], r
     assert r["exact"] is False and r["lineno"] == c.line_of("# LAUNCH"), r
+    assert "in one of %d launches, the likeliest %s" % (len(names), names[0]) in r["text"], r
     assert "one of %d launches not known to have finished" % len(names) in r["text"], r["text"]
     assert "or %s launched at %s:%d" % (names[1], c.script, c.line_of("# LAUNCH")) in r["text"]
     assert "watch(exact=True) names every launch" in r["text"], r["text"]
@@ -96,15 +111,15 @@ def test_a_fault_the_device_names_is_exact_among_the_candidates(fake_child):
     c = fake_child('''
         import cuda_debug, cuda_debug.testing as t
         t.empty()                                  # the primary context: check() synchronises it
-        fake.fake_set_kernel(b"bad_k", 710, 1, b"idx < n", -1, 0)
+        fake.fake_set_kernel(at("bad_k"), 710, 1, b"idx < n", -1, 0)
         out = {}
         try:
             with cuda_debug.watch():
                 for i in range(40):
                     if i == 20:
-                        fake.fake_launch(b"bad_k", 0, %s)  # CULPRIT
+                        fake.fake_launch(at("bad_k"), 0, %s)  # CULPRIT
                     else:
-                        fake.fake_launch(b"ok_k", 0, %s)
+                        fake.fake_launch(at("ok_k"), 0, %s)
                 cuda_debug.check()
         except cuda_debug.CudaError as e:
             out = dict(kernel=e.kernel, exact=e.exact, lineno=e.lineno, cands=e.candidates,
@@ -113,7 +128,8 @@ def test_a_fault_the_device_names_is_exact_among_the_candidates(fake_child):
     ''' % (L, L))
     r = c.result
     assert r is not None, c
-    assert (r["kernel"], r["exact"], r["cands"], r["named"]) == ("bad_k", True, [], True), r
+    assert (r["kernel"], r["exact"], r["cands"], r["named"]) == \
+        ("at::native::bad_k()", True, [], True), r
     assert r["lineno"] == c.line_of("# CULPRIT"), r
     assert "not known to have finished" not in r["text"], r["text"]
     block = c.stderr[c.stderr.index("cuda_debug (watch): device-side assert"):]
@@ -126,21 +142,31 @@ def test_a_fault_named_in_a_kernel_launched_twice_in_the_window_stays_inexact(fa
     c = fake_child('''
         import cuda_debug, cuda_debug.testing as t
         t.empty()                                  # the primary context: check() synchronises it
-        fake.fake_set_kernel(b"bad_k", 710, 1, b"idx < n", -1, 0)
+        fake.fake_set_kernel(at("bad_k"), 710, 1, b"idx < n", -1, 0)
         out = {}
         try:
             with cuda_debug.watch():
+                for i in range(2):                 # past the kernels' first launches
+                    fake.fake_launch(at("ok_k"), 0, %s)
+                cuda_debug.check()
+                fake.fake_set_kernel(at("bad_k"), 0, 0, None, -1, 0)
+                for i in range(2):
+                    fake.fake_launch(at("bad_k"), 0, %s)
+                cuda_debug.check()
+                fake.fake_set_kernel(at("bad_k"), 710, 1, b"idx < n", -1, 0)
                 for i in range(8):
-                    fake.fake_launch(b"bad_k" if i in (2, 5) else b"ok_k", 0, %s)
+                    fake.fake_launch(at("bad_k") if i in (2, 5) else at("ok_k"), 0, %s)
                 cuda_debug.check()
         except cuda_debug.CudaError as e:
             out = dict(kernel=e.kernel, exact=e.exact, cands=[c["seq"] for c in e.candidates],
                        count=e.candidate_count)
         report(out)
-    ''' % L)
+    ''' % (L, L, L))
     r = c.result
     assert r is not None, c
-    assert (r["kernel"], r["exact"], r["cands"], r["count"]) == ("bad_k", False, [6], 2), r
+    # one kernel, two launches: the kernel is a fact, the launch is not
+    assert (r["kernel"], r["exact"], r["cands"], r["count"]) == \
+        ("at::native::bad_k()", False, [10], 2), r
 
 
 def test_a_triton_assert_names_its_kernel_by_the_source_line(fake_child, tmp_path):
@@ -167,11 +193,12 @@ def test_a_triton_assert_names_its_kernel_by_the_source_line(fake_child, tmp_pat
     assert c.result == {"kernel": "triton_poi_fused_index_0", "exact": True}, c
 
 
-def test_the_host_wait_brackets_a_hang_among_the_candidates(fake_child):
+def test_the_host_wait_brackets_a_hang_and_the_stuck_kernel_leads(fake_child):
     """Three quick launches and a spinning kernel, then the host waits: the
-    marker put behind the spin at the wait's entry does not come back; the hang
-    report names the window's first launch and says the unfinished one is among
-    the next; in_flight() says how many candidates."""
+    spin's own marker (its kernel's first launch) does not come back, the
+    empty kernel's first two did; the third empty launch and the spin are the
+    candidates, and the report leads with the spin (a kernel never seen to
+    finish) before the empty kernel (seen to finish twice); in_flight() too."""
     c = fake_child('''
         import threading, time, cuda_debug, cuda_debug.testing as t
         fake.fake_set_async(1)
@@ -192,11 +219,13 @@ def test_the_host_wait_brackets_a_hang_among_the_candidates(fake_child):
         report(seen)
     ''')
     assert c.returncode == 0, c
-    assert c.result == {"n": 1, "short": "empty", "cands": 4}, c
+    assert c.result == {"n": 1, "short": "spin", "cands": 2}, c
     report = c.stderr[c.stderr.index("cuda_debug (watch): possible hang"):]
-    assert "(or one of the 3 launches after it up to launch #4" in report, report
-    assert "    or spin (launch #4)" in report, report
-    assert "launched at %s:%d" % (c.script, c.line_of("# SPIN")) in report, report
+    lines = report.splitlines()
+    assert lines[2].startswith("  spin on stream 0x0"), report
+    assert lines[3] == "    launched at %s:%d in <module>" % (c.script, c.line_of("# SPIN")), report
+    assert "(the likeliest of 2 launches, #3 to #4" in report, report
+    assert "    or empty (launch #3)" in report, report
 
 
 def test_an_nccl_kernel_is_bracketed_and_named_exactly(fake_child):
@@ -227,25 +256,25 @@ def test_the_stream_table_keeps_the_culprit_past_its_size(fake_child):
     c = fake_child('''
         import cuda_debug, cuda_debug.testing as t
         t.empty()                                  # the primary context: check() synchronises it
-        fake.fake_set_kernel(b"bad_k", 700, 0, None, 0, 0)
+        fake.fake_set_kernel(at("bad_k"), 700, 0, None, 0, 0)
         streams = [fake.fake_stream_create() for _ in range(300)]
         out = {}
         try:
             with cuda_debug.watch():
                 for s in streams:
-                    fake.fake_launch(b"ok_k", s, %s)
+                    fake.fake_launch(at("ok_k"), s, %s)
                     fake.fake_stream_sync(s)       # each stream done, its launch closed
-                fake.fake_launch(b"ok_k", streams[-1], %s)
-                fake.fake_launch(b"bad_k", streams[-1], %s)  # CULPRIT
+                fake.fake_launch(at("ok_k"), streams[-1], %s)
+                fake.fake_launch(at("bad_k"), streams[-1], %s)  # CULPRIT
                 cuda_debug.check()
         except cuda_debug.CudaError as e:
-            out = dict(kernel=e.kernel, stream=e.stream == streams[-1],
-                       cands=[c["kernel"] for c in e.candidates])
+            out = dict(kernel=e.likely_kernel, stream=e.stream == streams[-1],
+                       cands=[c["short"] for c in e.candidates])
         report(out)
     ''' % (L, L, L))
     r = c.result
     assert r is not None, c
-    assert r == {"kernel": "ok_k", "stream": True, "cands": ["bad_k"]}, r
+    assert r == {"kernel": "at::native::ok_k()", "stream": True, "cands": ["bad_k"]}, r
 
 
 def test_probe_levels_take_the_cost_apart(fake_child):
@@ -256,7 +285,7 @@ def test_probe_levels_take_the_cost_apart(fake_child):
         from cuda_debug import _core
         with cuda_debug.watch():
             for _ in range(40):
-                fake.fake_launch(b"k", 0, %s)
+                fake.fake_launch(at("k"), 0, %s)
             s = _core.stats()
             rec = _core.watch_record(_core.watch_seq())
             report(dict(watched=s["watched"], marked=s["marked"],
@@ -267,7 +296,8 @@ def test_probe_levels_take_the_cost_apart(fake_child):
     assert got["dispatch"] == {"watched": 0, "marked": 0, "frames": None}, got
     assert got["record"] == {"watched": 40, "marked": 0, "frames": 0}, got
     assert got["frames"]["marked"] == 0 and got["frames"]["frames"] >= 1, got
-    assert got["off"]["marked"] == 2 and got["off"]["frames"] >= 1, got
+    # the kernel's first two launches, then the 16th launch after each marker: 18, 34
+    assert got["off"]["marked"] == 4 and got["off"]["frames"] >= 1, got
 
 
 def test_cupti_detach_after_the_last_watch_and_a_new_watch_works(fake_child):

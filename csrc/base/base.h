@@ -286,6 +286,12 @@ typedef struct {
      * cuLaunchKernelEx_ptsz's callback off meanwhile. Under sub_lock. */
     int launch_hooks;
     atomic_uint_fast64_t n_hook_other_runtimes;   /* imports left alone: another runtime's */
+    /* Threads inside our CUPTI callback for long (a launch_blocking() wait,
+     * the fault path): CUPTI is not given to a profiler (which finalizes it
+     * at its end) until they are out (subscription.c). Cold paths only. */
+    atomic_int in_callback;
+    atomic_uint_fast64_t n_hand_overs_busy;   /* hand-overs that could not wait for them */
+    atomic_uint_fast64_t n_take_backs;        /* CUPTI taken back after a profiler */
 } cd_state_t;
 
 /* What a watched launch does, for measuring the cost of each part
@@ -325,8 +331,10 @@ void cd_cupti_release(void);
  * open, off otherwise (a launch_blocking() scope's own waits are not
  * dispatched to us twice). */
 void cd_cupti_watch_waits(int on);
-/* Give CUPTI up now, whatever is open (takes sub_lock); 1 if it was held. */
-int cd_cupti_hand_over(void);
+/* Under sub_lock: give CUPTI up now, whatever is open, once no thread is
+ * inside the callback for long (up to 5 s: else counted in
+ * n_hand_overs_busy); 1 if it was held. */
+int cd_cupti_hand_over_locked(void);
 /* The callback, at a launch's API exit: is a detach asked for; then do it
  * (cuptiFinalize; the subscription is gone). */
 int cd_cupti_detach_asked(void);
@@ -348,8 +356,17 @@ const char *cd_interned(uint32_t id);
 size_t cd_intern_used(void);
 void cd_intern_fork(int op);
 /* A kernel's name by CUPTI's symbolName pointer: lock-free lookup, copied
- * (and its short name computed) on first sight. 0 for NULL/"" or full. */
-uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id);
+ * (and its short name and origin computed) on first sight. 0 for NULL/"" or
+ * full. *origin (when not NULL): CD_ORIGIN_* by its name. *early (when not
+ * NULL): 1 for the first CD_EARLY_LAUNCHES calls with it for this kernel
+ * (these launches get a completion marker of their own: a kernel new to the
+ * program is where faults and hangs are likeliest), else 0; counted only
+ * where early is asked for. */
+#define CD_EARLY_LAUNCHES 2
+uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id, int *origin, int *early);
+/* The origin of a kernel by its symbol pointer (the table when it was seen,
+ * else by its name): for the API entry of a launch (hot: a lookup). */
+int cd_kernel_origin(const char *symbol);
 /* Module unloads: CUPTI's MODULE_UNLOAD_STARTING (a pointer may name another
  * kernel from now on); whether those callbacks come (set at each subscribe:
  * then a checked name needs no check again until the next unload). */
@@ -366,6 +383,20 @@ char *cd_demangle(const char *mangled);
 /* The short readable name of a mangled or plain kernel name, into out:
  * `void at::native::k<float, ...>(...)` -> `k<float, …>`. Fault path. */
 size_t cd_short_kernel_name(const char *name, char *out, size_t cap);
+/* Where a kernel comes from, by its name (cold: once per kernel): USER, a
+ * kernel the program's author wrote or JIT-compiled (Triton's @jit, CuPy's
+ * RawKernel, a module loaded through the driver: plain extern "C" names; an
+ * extension's C++ kernel when the launch hooks saw its caller); GENERATED,
+ * compiled for the program (Inductor's triton_poi_..., CuPy's cupy_...);
+ * FRAMEWORK, PyTorch's own (at::, c10::); VENDOR, cuBLAS, cuDNN, CUTLASS,
+ * NCCL...; UNKNOWN, a C++ kernel its name does not place. Reports lead with
+ * the likeliest culprit: USER first, then GENERATED, then the rest
+ * (cd_origin_rank: 0, 1, 2); the always-on watch() brackets every USER launch
+ * with markers. */
+enum { CD_ORIGIN_UNKNOWN = 0, CD_ORIGIN_USER = 1, CD_ORIGIN_GENERATED = 2,
+       CD_ORIGIN_FRAMEWORK = 3, CD_ORIGIN_VENDOR = 4 };
+int cd_kernel_origin_of_name(const char *kernel);
+int cd_origin_rank(int origin);
 
 /* ------------------------------------------------------------- got.c -- */
 

@@ -163,3 +163,84 @@ size_t cd_short_kernel_name(const char *name, char *out, size_t cap)
     free(dem);
     return n;
 }
+
+/* --------------------------------------------------------- origins -- */
+
+static int has_prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+/* The vendor libraries' C++ kernels, by the words their mangled names hold
+ * (cuBLAS and cuBLASLt, cuDNN, CUTLASS, CUB/Thrust, cuFFT, cuSPARSE, cuRAND,
+ * cuSOLVER, NCCL, the flash-attention kernels PyTorch ships). Matched
+ * case-sensitively anywhere in the mangled name. */
+static const char *const vendor_words[] = {
+    "cublas", "cudnn", "cutlass", "xmma", "nvjet", "gemv", "gemm", "Gemm", "splitK",
+    "dot_kernel", "axpy_kernel", "scal_kernel", "nrm2_kernel", "asum_kernel", "ger_kernel",
+    "reduce_1Block", "trsv", "trsm", "symv", "syrk", "cub6detail", "3cub", "6thrust", "CUB_",
+    "fft", "FFT", "cusparse", "curand", "cusolver", "nccl", "flash", "fmha", "cudss",
+    "implicit_convolve", "convolve_", "nchwToNhwc", "nhwcToNchw", "precomputed_convolve",
+};
+
+/* Plain (extern "C") names the vendor libraries use: sm90_xmma_..., ampere_sgemm_... */
+static int vendor_plain_prefix(const char *k)
+{
+    static const char *const arch[] = {"maxwell_", "pascal_", "volta_", "turing_", "ampere_",
+                                       "ada_", "hopper_", "blackwell_"};
+    if (k[0] == 's' && k[1] == 'm' && k[2] >= '0' && k[2] <= '9' && k[3] >= '0' && k[3] <= '9')
+        return 1;
+    for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++)
+        if (has_prefix(k, arch[i]))
+            return 1;
+    return 0;
+}
+
+/* Inductor's generated Triton kernels (triton_poi_fused_..., triton_red_...,
+ * triton_per_..., triton_tem_..., triton_for_...) and CuPy's own elementwise
+ * and reduction kernels (cupy_...): compiled for the program, not written by
+ * its author. */
+static int generated_name(const char *k)
+{
+    if (has_prefix(k, "cupy_"))
+        return 1;
+    if (!has_prefix(k, "triton_"))
+        return 0;
+    k += 7;
+    for (int i = 0; i < 3; i++)
+        if (k[i] < 'a' || k[i] > 'z')
+            return 0;
+    return k[3] == '_';
+}
+
+int cd_kernel_origin_of_name(const char *k)
+{
+    if (!k || !k[0])
+        return CD_ORIGIN_UNKNOWN;
+    if (cd_nccl_kernel(k))
+        return CD_ORIGIN_VENDOR;
+    if (k[0] == '_' && k[1] == 'Z') {
+        for (size_t i = 0; i < sizeof vendor_words / sizeof vendor_words[0]; i++)
+            if (strstr(k, vendor_words[i]))
+                return CD_ORIGIN_VENDOR;
+        /* PyTorch's own: in namespaces at:: or c10:: (N2at, N3c10), or its
+         * anonymous-namespace kernels of at::native (2at6native). Any other C++
+         * kernel: unknown by its name alone (an extension's, or a library's). */
+        if (strstr(k, "N2at") || strstr(k, "N3c10") || strstr(k, "2at6native") ||
+            strstr(k, "2at4cuda"))
+            return CD_ORIGIN_FRAMEWORK;
+        return CD_ORIGIN_UNKNOWN;
+    }
+    /* A plain name: a vendor's by its prefix or library word; else the
+     * program's (a user's Triton kernel may well be called matmul_kernel). */
+    if (vendor_plain_prefix(k) || strstr(k, "cublas") || strstr(k, "cudnn") ||
+        strstr(k, "cutlass") || strstr(k, "xmma") || has_prefix(k, "nvjet"))
+        return CD_ORIGIN_VENDOR;
+    return generated_name(k) ? CD_ORIGIN_GENERATED : CD_ORIGIN_USER;
+}
+
+int cd_origin_rank(int origin)
+{
+    switch (origin) {
+    case CD_ORIGIN_USER: return 0;
+    case CD_ORIGIN_GENERATED: return 1;
+    default: return 2;
+    }
+}

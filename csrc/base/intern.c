@@ -118,13 +118,27 @@ void cd_intern_fork(int op)
  * against the whole name kept (a module unloaded and another loaded at the
  * same address: its kernels' names often share their first hundred bytes,
  * `_ZN2at6native...`), and a different name there replaces the entry. The
- * value is one atomic word (id << 32 | short id): a reader never sees half
+ * value is one atomic word (id << 32 | origin << 28 | short id): a reader never sees half
  * of a replacement. */
 static struct {
     _Atomic uintptr_t key;         /* written last on insertion */
-    _Atomic uint64_t ids;          /* id << 32 | short id */
+    _Atomic uint64_t ids;          /* id << 32 | origin << 28 | short id */
     _Atomic uint32_t epoch;        /* kernel_epoch when the name was last checked */
+    _Atomic uint32_t early;        /* launches counted, up to CD_EARLY_LAUNCHES */
 } kernels[KERNEL_TABLE];
+/* Short ids are arena offsets (< CD_ARENA = 2^22): the top bits of the low
+ * word hold the kernel's origin. */
+#define SID_MASK 0x0FFFFFFFu
+
+/* One of the first CD_EARLY_LAUNCHES counted for entry i (a load once past them). */
+static int early_launch(int i)
+{
+    uint32_t n = atomic_load_explicit(&kernels[i].early, memory_order_relaxed);
+    if (n >= CD_EARLY_LAUNCHES)
+        return 0;
+    return atomic_fetch_add_explicit(&kernels[i].early, 1, memory_order_relaxed) <
+           CD_EARLY_LAUNCHES;
+}
 
 /* The whole-name check costs a strcmp of the mangled name (often 150 bytes)
  * per launch. While CUPTI tells us of every module unload (its resource
@@ -156,9 +170,20 @@ static int is_kept_name(const char *symbol, uint32_t id)
     return r == 0 || (r > 0 && strlen(kept) == KEPT_MAX && !strncmp(symbol, kept, KEPT_MAX));
 }
 
-uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id)
+static void put_ids(uint64_t ids, uint32_t *short_id, int *origin)
+{
+    *short_id = (uint32_t)ids & SID_MASK;
+    if (origin)
+        *origin = (int)(((uint32_t)ids >> 28) & 0xF);
+}
+
+uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id, int *origin, int *early)
 {
     *short_id = 0;
+    if (origin)
+        *origin = CD_ORIGIN_UNKNOWN;
+    if (early)
+        *early = 0;
     if (!symbol || !symbol[0])
         return 0;
     uintptr_t key = (uintptr_t)symbol;
@@ -173,7 +198,9 @@ uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id)
             if ((uint32_t)(ids >> 32) && (fresh || is_kept_name(symbol, (uint32_t)(ids >> 32)))) {
                 if (!fresh)
                     atomic_store_explicit(&kernels[i].epoch, epoch, memory_order_release);
-                *short_id = (uint32_t)ids;
+                put_ids(ids, short_id, origin);
+                if (early)
+                    *early = early_launch((int)i);
                 return (uint32_t)(ids >> 32);
             }
             break;
@@ -184,27 +211,60 @@ uint32_t cd_intern_kernel(const char *symbol, uint32_t *short_id)
     /* Cold: first sight of this kernel (at this address). */
     char short_name[256];
     size_t sn = cd_short_kernel_name(symbol, short_name, sizeof short_name);
+    const int from_name = cd_kernel_origin_of_name(symbol);
     lock_take();
     uint32_t id = intern_locked(symbol, strlen(symbol));
     uint32_t sid = intern_locked(short_name, sn);
-    uint64_t ids = (uint64_t)id << 32 | sid;
+    uint64_t ids = (uint64_t)id << 32 | (uint32_t)from_name << 28 | (sid & SID_MASK);
     const uint32_t epoch = atomic_load(&kernel_epoch);
+    int slot = -1;
     for (uint32_t i = start, probes = 0; id && probes < 64;
          i = (i + 1) & (KERNEL_TABLE - 1), probes++) {
         uintptr_t k = atomic_load_explicit(&kernels[i].key, memory_order_relaxed);
         if (k == key) {            /* another thread was first, or another module was here */
             atomic_store_explicit(&kernels[i].ids, ids, memory_order_release);
             atomic_store_explicit(&kernels[i].epoch, epoch, memory_order_release);
+            atomic_store_explicit(&kernels[i].early, 0, memory_order_relaxed);
+            slot = (int)i;
             break;
         }
         if (k == 0) {
             atomic_store_explicit(&kernels[i].ids, ids, memory_order_relaxed);
             atomic_store_explicit(&kernels[i].epoch, epoch, memory_order_relaxed);
+            atomic_store_explicit(&kernels[i].early, 0, memory_order_relaxed);
             atomic_store_explicit(&kernels[i].key, key, memory_order_release);
+            slot = (int)i;
             break;
         }
     }
     lock_give();
-    *short_id = sid;
+    put_ids(ids, short_id, origin);
+    if (early)
+        *early = slot >= 0 ? early_launch(slot) : 1;
     return id;
+}
+
+int cd_kernel_origin(const char *symbol)
+{
+    if (!symbol || !symbol[0])
+        return CD_ORIGIN_UNKNOWN;
+    uintptr_t key = (uintptr_t)symbol;
+    uint32_t start = (uint32_t)((key >> 4) * 0x9E3779B1u) & (KERNEL_TABLE - 1);
+    for (uint32_t i = start, probes = 0; probes < 64; i = (i + 1) & (KERNEL_TABLE - 1), probes++) {
+        uintptr_t k = atomic_load_explicit(&kernels[i].key, memory_order_acquire);
+        if (k == key) {
+            /* The pointer may name another kernel after an unload: trusted when
+             * checked in this epoch, else checked, as cd_intern_kernel does. */
+            uint64_t ids = atomic_load_explicit(&kernels[i].ids, memory_order_acquire);
+            const int fresh = atomic_load_explicit(&epoch_trusted, memory_order_relaxed) &&
+                              atomic_load_explicit(&kernels[i].epoch, memory_order_acquire) ==
+                                  atomic_load_explicit(&kernel_epoch, memory_order_acquire);
+            if ((uint32_t)(ids >> 32) && (fresh || is_kept_name(symbol, (uint32_t)(ids >> 32))))
+                return (int)(((uint32_t)ids >> 28) & 0xF);
+            break;
+        }
+        if (k == 0)
+            break;
+    }
+    return cd_kernel_origin_of_name(symbol);   /* cold: a kernel not seen (or checked) yet */
 }

@@ -161,17 +161,32 @@ int cd_cupti_route(int off)
                                                     CUPTI_CB_DOMAIN_DRIVER_API, CD_ROUTE_CBID));
 }
 
-int cd_cupti_hand_over(void)
+/* A profiler finalizes CUPTI when it ends (Kineto: cuptiUnsubscribe, then
+ * cuptiFinalize): a thread still inside our callback then (a launch_blocking()
+ * thread waiting for its kernel) would return into a CUPTI that is gone. The
+ * callback counts its long stays (cd_state.in_callback); they are waited for
+ * here, up to 5 s (a kernel that hangs keeps its thread inside: the profiler
+ * is not kept waiting for good). */
+static int drain_callbacks(void)
 {
-    pthread_mutex_lock(&cd_state.sub_lock);
+    for (int i = 0; i < 5000 && atomic_load(&cd_state.in_callback) > 0; i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return atomic_load(&cd_state.in_callback) == 0;
+}
+
+int cd_cupti_hand_over_locked(void)
+{
     int had = cd_state.subscriber != NULL && !cd_state.inherited && detach_taken_back();
     if (had) {
+        if (!drain_callbacks())
+            atomic_fetch_add(&cd_state.n_hand_overs_busy, 1);
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
         cd_state.subscriber = NULL;
         cd_state.waits_enabled = 0;
         atomic_fetch_add(&cd_state.n_hand_overs, 1);
     }
-    pthread_mutex_unlock(&cd_state.sub_lock);
     return had;
 }
 

@@ -13,6 +13,7 @@
  *   graph_markers.c  watch mode inside CUDA graphs: captured launches get
  *                 node records and markers captured with them
  *   graph_execs.c which captured graph each graph executable runs
+ *   coverage.c    what the watch did not see: the gaps while a profiler held CUPTI
  *   inflight.c    every stream's oldest unfinished launch, its age and queue
  *                 (hangs; host memory only), and the collective an NCCL launch ran
  *   stderr_tee.c  the pass-through stderr that catches the device's assert text
@@ -168,6 +169,15 @@ size_t cd_tee_asserts_since(uint64_t mark, const char *kernel, char *out, size_t
 /* The best CD_ASSERT_* level of the assert lines of `text` for `kernel`, and
  * how many assert lines it holds (*asserts, when not NULL). */
 int cd_tee_text_level(const char *text, size_t n, const char *kernel, int *asserts);
+/* Where the text names no kernel but several fit it (two kernels holding
+ * lambdas, for an `operator()` line): how many of the other words of its
+ * assert lines (the source file's name, the message) the kernel's name holds
+ * ("ScatterGatherKernel.cu ... scatter gather kernel index out of bounds" and
+ * _scatter_gather_elementwise_kernel: 2). */
+int cd_tee_text_affinity(const char *text, size_t n, const char *kernel);
+/* The function the text's first assert line names (not operator(), not
+ * unknown), as an identifier, into out: its length, 0 when none. */
+size_t cd_tee_text_function(const char *text, size_t n, char *out, size_t cap);
 
 /* ------------------------------------------------------ watch_ring.c -- */
 
@@ -193,6 +203,7 @@ typedef struct {
     uint16_t graph;            /* a replay: the token of the capture it replays (0 unknown); a node: its capture's */
     uint32_t op;               /* the thread's current PyTorch op token (watch(ops=True)), 0 none */
     uint16_t ctx_gen;          /* the context entry's generation when recorded */
+    uint8_t origin;            /* CD_ORIGIN_* (base.h): whose kernel, for the culprit's order */
 } cd_watch_record;
 
 /* MARKED: a marker of its own, enqueued behind it at the launch; CLOSED: one
@@ -218,12 +229,17 @@ uint32_t cd_watch_context_gen(int ctx_index);
  * [0, CD_WATCH_SLOTS) are the launches', then CD_GRAPH_NODES graph nodes'. */
 int cd_watch_context_slots(int ci, uint32_t gen, volatile uint32_t **host, CUdeviceptr *dev);
 int cd_watch_contexts_live(void);
-/* Hot path, at a launch's API exit, while watching. */
-void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s);
+/* Hot path, at a launch's API exit, while watching. `origin`: CD_ORIGIN_*
+ * where the caller knows it (the launch hooks: the calling library), 0: by
+ * the kernel's name. A marker behind it when it is one of its kernel's first
+ * launches (CD_EARLY_LAUNCHES), a USER kernel's, a graph replay, an NCCL
+ * kernel, or the stream's watch_every-th launch since its last marker. */
+void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s, int origin);
 /* The launch's own fields of a record (all but seq, ctx, ctx_gen, MARKED);
- * the launching thread's frames when `frames`. */
+ * the launching thread's frames when `frames`; origin as cd_watch_launch's;
+ * *early (when not NULL): one of its kernel's first launches. */
 void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_CallbackId cbid,
-                   CUstream s, int frames);
+                   CUstream s, int frames, int origin, int *early);
 /* Cold (the host waits, or an NCCL kernel is about to be launched): a marker
  * behind the newest launch of stream `stream` of context `uid` (every stream
  * of it when `all`; only streams not capturing when `check_capture`), where
@@ -270,16 +286,43 @@ static inline uint64_t cd_clock_ns(void)
  * per op call, 0 when none), copied into each watch record. */
 extern _Thread_local uint32_t cd_tls_op;
 
+/* -------------------------------------------------------- coverage.c -- */
+
+/* A stretch of the watch in which CUPTI was not ours (coverage.c says what
+ * that leaves out). */
+enum { CD_GAP_PROFILER = 1,        /* a profiler took CUPTI from the open watch (hand-over) */
+       CD_GAP_HELD = 2 };          /* the watch opened while another client held CUPTI */
+#define CD_GAPS 16
+typedef struct {
+    uint64_t from_seq, to_seq;     /* the first and last watch-ring seq in it (to: 0 while open) */
+    uint64_t from_ns, to_ns;
+    uint32_t from_where, to_where; /* interned "file:line" of the Python call, 0 unknown */
+    uint32_t number;               /* 1 for the process's first gap */
+    uint8_t why;                   /* CD_GAP_* */
+    uint8_t hooks_recording;       /* the runtime's launches (PyTorch's) were recorded */
+    uint8_t closed;
+} cd_gap;
+/* Under sub_lock (cold). Opening while one is open keeps that one. */
+void cd_coverage_gap_open(int why, uint32_t where, int hooks_recording);
+void cd_coverage_gap_close(uint32_t where);
+int cd_coverage_gap_is_open(void);
+/* The last gaps, oldest first: the count; *total: gaps ever opened. Host
+ * memory only: async-signal-safe. */
+int cd_coverage_gaps(cd_gap *out, int max, unsigned *total);
+void cd_coverage_fork(int op);
+
 /* -------------------------------------------------------- inflight.c -- */
 
 #define CD_INFLIGHT_MAX 64         /* streams one search follows */
 
 typedef struct {
-    cd_watch_record rec;       /* the stream's oldest launch not known to have finished */
-    uint32_t queued;           /* launches recorded after it on that stream */
+    cd_watch_record rec;       /* the likeliest stuck launch of the stream (the lead) */
+    uint32_t queued;           /* launches recorded on that stream after the oldest candidate */
     uint64_t last_seq;         /* the stream's newest launch */
-    uint32_t candidates;       /* launches from rec on that may be the unfinished one (1: rec) */
-    uint64_t open_seq;         /* the first of them whose marker did not come back */
+    uint32_t candidates;       /* launches that may be the unfinished one (1: rec) */
+    uint64_t open_seq;         /* the last of them: the first whose marker did not come back */
+    uint64_t first_seq;        /* the first of them (the oldest launch not known finished) */
+    uint64_t first_ns;         /* when it was launched */
 } cd_inflight;
 
 typedef struct {
@@ -290,9 +333,12 @@ typedef struct {
     uint32_t streams_cut;      /* launches of streams that did not fit in out[] */
 } cd_inflight_summary;
 
-/* Per stream with a marker that has not come back, its oldest launch not
- * known to have finished, with the launches queued behind it: out[] oldest
- * first; returns the count (at most max). `scratch` holds max stream scans
+/* Per stream with a marker that has not come back, the launches that may be
+ * the unfinished one (from its oldest launch not known to have finished to
+ * the one whose marker is missing) and the likeliest of them (rec): a user
+ * or JIT kernel's first, then one of a kernel this watch never saw finish
+ * (its first launches have markers of their own), then the oldest; with the
+ * launches queued behind: out[] oldest first; returns the count (at most max). `scratch` holds max stream scans
  * (the caller's: static in a signal handler). Host memory only:
  * async-signal-safe. */
 int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum,
@@ -312,7 +358,8 @@ size_t cd_collective_name(const cd_watch_record *r, char *out, size_t cap);
  * is captured) and at its exit (the graph made, or NULL). */
 void cd_graph_capture_beginning(const CUpti_CallbackData *cb);    /* API entry */
 void cd_graph_capture_begun(const CUpti_CallbackData *cb, CUstream s);
-int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s);
+int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s,
+                             int origin);
 void cd_graph_capture_ending(const CUpti_CallbackData *cb, CUstream s);
 void cd_graph_capture_ended(const CUpti_CallbackData *cb, CUgraph graph);
 /* CUPTI's resource callbacks: executables made and destroyed, graphs destroyed

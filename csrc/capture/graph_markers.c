@@ -426,7 +426,8 @@ static uint32_t stream_count(capture_t *k, uintptr_t s)
     return 1;
 }
 
-int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s)
+int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s,
+                             int origin)
 {
     uint64_t id;
     int c;
@@ -455,7 +456,7 @@ int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid
         return 1;
     }
     cd_watch_record *r = &nodes[g];
-    cd_watch_fill(r, cb, cbid, s, 1);
+    cd_watch_fill(r, cb, cbid, s, 1, origin, NULL);
     r->graph = token;
     r->ctx = (uint16_t)k->ctx;
     r->ctx_gen = (uint16_t)k->ctx_gen;
@@ -733,7 +734,9 @@ long cd_graph_adopt(CUstream s)
         }
         cd_watch_record *r = &nodes[g];
         memset(r, 0, sizeof *r);
-        r->kernel = cd_intern_kernel(name ? name : "", &r->kernel_short);
+        int origin;
+        r->kernel = cd_intern_kernel(name ? name : "", &r->kernel_short, &origin, NULL);
+        r->origin = (uint8_t)origin;
         r->grid[0] = p.gridDimX, r->grid[1] = p.gridDimY, r->grid[2] = p.gridDimZ;
         r->block[0] = p.blockDimX, r->block[1] = p.blockDimY, r->block[2] = p.blockDimZ;
         r->shared_mem = p.sharedMemBytes;

@@ -26,6 +26,39 @@
 
 #include <string.h>
 
+/* Has a launch of `kernel` before `before` finished (its marker came back),
+ * among the 4096 launches before it? Host memory only. */
+static int seen_finished(uint32_t kernel, uint64_t before)
+{
+    for (uint64_t seq = before - 1, n = 0; seq && n < 4096; seq--, n++) {
+        cd_watch_record r;
+        if (cd_watch_get(seq, &r) != 0)
+            break;
+        if (r.kernel == kernel && !(r.flags & CD_WATCH_CAPTURED) && cd_watch_done(&r, seq) == 1)
+            return 1;
+    }
+    return 0;
+}
+
+/* The likeliest stuck launch of a stream's candidates (see capture.h). */
+static uint64_t likeliest(const cd_stream_scan *e)
+{
+    uint64_t best = e->cand[0];
+    int best_score = 1 << 30;
+    uint32_t n = e->pending < CD_SCAN_CANDIDATES ? e->pending : CD_SCAN_CANDIDATES;
+    for (uint32_t j = 0; j < n; j++) {
+        cd_watch_record r;
+        if (cd_watch_get(e->cand[j], &r) != 0)
+            continue;
+        int score = cd_origin_rank(r.origin) * 2 + (n > 1 && seen_finished(r.kernel, e->cand[0]));
+        if (score < best_score) {
+            best_score = score;
+            best = e->cand[j];
+        }
+    }
+    return best;
+}
+
 int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum,
                       cd_stream_scan *scratch)
 {
@@ -39,9 +72,16 @@ int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum,
             sum->unknown += e->pending;
             continue;
         }
-        if (cd_watch_get(e->cand[0], &out[k].rec) != 0)
+        cd_watch_record first;
+        const uint64_t lead = likeliest(e);
+        if (cd_watch_get(e->cand[0], &first) != 0 || cd_watch_get(lead, &out[k].rec) != 0)
             continue;              /* overwritten since the scan */
-        out[k].queued = e->pending + e->after - 1;
+        uint32_t at = 0;           /* the lead's place among the candidates */
+        while (at + 1 < e->pending && at + 1 < CD_SCAN_CANDIDATES && e->cand[at] != lead)
+            at++;
+        out[k].first_seq = e->cand[0];
+        out[k].first_ns = first.t_ns;
+        out[k].queued = e->pending + e->after - 1 - at;   /* behind the lead */
         out[k].last_seq = e->newest;
         out[k].candidates = e->pending;
         out[k].open_seq = e->open;

@@ -410,6 +410,156 @@ static int assert_level(const char *line, size_t len, const char *kernel)
     return strstr(kernel, ident) != NULL ? CD_ASSERT_NAMES : CD_ASSERT_NONE;
 }
 
+/* --------------------------------------------- the text's other words -- */
+
+static int lower(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+static int alnum(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+
+/* Does hay hold the word w (n bytes, lower case), case-insensitively? */
+static int holds_word(const char *hay, const char *w, size_t n)
+{
+    for (const char *p = hay; *p; p++) {
+        size_t i = 0;
+        while (i < n && p[i] && lower((unsigned char)p[i]) == w[i])
+            i++;
+        if (i == n)
+            return 1;
+    }
+    return 0;
+}
+
+/* Words that say nothing of which kernel ran. */
+static int common_word(const char *w, size_t n)
+{
+    static const char *const skip[] = {"kernel", "kernels", "cuda", "cuh", "utils", "util",
+                                       "impl", "native", "aten", "src", "the", "and", "for",
+                                       "failed", "assertion", "block", "thread", "out",
+                                       "not", "must", "should", "than", "less", "with"};
+    for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
+        if (strlen(skip[i]) == n && !memcmp(skip[i], w, n))
+            return 1;
+    return 0;
+}
+
+/* The distinct words (3+ letters, CamelCase split, lower case, common ones
+ * left out) of s[0..n) that kernel's name holds: their count, at most 16
+ * words looked at. */
+static int words_held(const char *s, size_t n, const char *kernel, char seen[16][32], int *n_seen)
+{
+    int held = 0;
+    size_t i = 0;
+    while (i < n && *n_seen < 16) {
+        while (i < n && !((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z')))
+            i++;
+        char w[32];
+        size_t k = 0;
+        /* one word: an upper-case letter starts a new one after a lower-case one */
+        while (i < n && alnum((unsigned char)s[i])) {
+            if (k && s[i] >= 'A' && s[i] <= 'Z' && s[i - 1] >= 'a' && s[i - 1] <= 'z')
+                break;
+            if (k < sizeof w - 1)
+                w[k++] = (char)lower((unsigned char)s[i]);
+            i++;
+        }
+        if (k < 3 || common_word(w, k))
+            continue;
+        int dup = 0;
+        for (int j = 0; j < *n_seen && !dup; j++)
+            dup = strlen(seen[j]) == k && !memcmp(seen[j], w, k);
+        if (dup)
+            continue;
+        memcpy(seen[*n_seen], w, k);
+        seen[*n_seen][k] = '\0';
+        (*n_seen)++;
+        held += holds_word(kernel, w, k);
+    }
+    return held;
+}
+
+/* How well an assert line's other words fit kernel: those of its source
+ * file's name and of its message ("ScatterGatherKernel.cu:163: operator():
+ * ... Assertion `scatter gather kernel index out of bounds` failed") that the
+ * kernel's (mangled) name holds. */
+static int line_affinity(const char *line, size_t len, const char *kernel)
+{
+    char seen[16][32];
+    int n_seen = 0, held = 0;
+    const char *colon = memchr(line, ':', len);
+    if (colon) {                       /* the file: its base name, without the extension */
+        const char *b = colon;
+        while (b > line && b[-1] != '/')
+            b--;
+        const char *dot = memchr(b, '.', (size_t)(colon - b));
+        held += words_held(b, (size_t)((dot ? dot : colon) - b), kernel, seen, &n_seen);
+    }
+    const char *a = memmem(line, len, "Assertion `", 11);
+    if (a) {
+        a += 11;
+        const char *e = memchr(a, '`', (size_t)(line + len - a));
+        if (!e)
+            e = line + len;
+        held += words_held(a, (size_t)(e - a), kernel, seen, &n_seen);
+    }
+    return held;
+}
+
+int cd_tee_text_affinity(const char *text, size_t n, const char *kernel)
+{
+    int best = 0;
+    if (!kernel || !kernel[0])
+        return 0;
+    for (const char *p = text, *end = text + n; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = (size_t)((nl ? nl + 1 : end) - p);
+        if (len > 20 && memmem(p, len, "Assertion `", 11) && memmem(p, len, "block: [", 8)) {
+            int a = line_affinity(p, len, kernel);
+            if (a > best)
+                best = a;
+        }
+        p += len;
+    }
+    return best;
+}
+
+/* The function the first assert line names (its FUNC), when it names one
+ * (not a lambda's operator(), not Triton's unknown): its length, 0 if none. */
+size_t cd_tee_text_function(const char *text, size_t n, char *out, size_t cap)
+{
+    for (const char *p = text, *end = text + n; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = (size_t)((nl ? nl + 1 : end) - p);
+        const char *b;
+        if (len > 20 && memmem(p, len, "Assertion `", 11) && (b = memmem(p, len, ": block: [", 10))) {
+            const char *c1 = memmem(p, (size_t)(b - p), ": ", 2);
+            if (!c1)
+                return 0;
+            const char *f = c1 + 2, *e = b;
+            for (const char *q = f; q < b; q++)
+                if (*q == '(' || *q == '<' || *q == '[') {
+                    e = q;
+                    break;
+                }
+            while (e > f && e[-1] == ' ')
+                e--;
+            const char *st = e;
+            while (st > f && st[-1] != ' ' && st[-1] != ':')
+                st--;
+            size_t k = (size_t)(e - st);
+            if (!k || k >= cap || (k == 8 && !memcmp(st, "operator", 8)) ||
+                (k == 7 && !memcmp(st, "unknown", 7)))
+                return 0;
+            for (size_t i = 0; i < k; i++)
+                if (!alnum((unsigned char)st[i]) && st[i] != '_')
+                    return 0;
+            memcpy(out, st, k);
+            out[k] = '\0';
+            return k;
+        }
+        p += len;
+    }
+    return 0;
+}
+
 int cd_tee_text_level(const char *text, size_t n, const char *kernel, int *asserts)
 {
     int best = CD_ASSERT_NONE, k = 0;

@@ -297,7 +297,7 @@ static inline int32_t thread_id(void)
  * the captured graph nodes (graph_markers.c): configuration, stream, kernel,
  * thread, op, the launching thread's frames; flags USER_LAST and GRAPH. */
 void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_CallbackId cbid,
-                   CUstream s, int frames)
+                   CUstream s, int frames, int origin, int *early)
 {
     cd_launch_dims dims = {{0, 0, 0}, {0, 0, 0}, 0};
     cd_launch_stream(cbid, cb->functionParams, &dims);
@@ -306,7 +306,9 @@ void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_Callb
     r->shared_mem = dims.shared_mem;
     r->stream = (uintptr_t)s;
     r->t_ns = cd_clock_ns();
-    r->kernel = cd_intern_kernel(cb->symbolName, &r->kernel_short);
+    int by_name;
+    r->kernel = cd_intern_kernel(cb->symbolName, &r->kernel_short, &by_name, early);
+    r->origin = (uint8_t)(origin ? origin : by_name);
     r->thread_id = thread_id();
     r->cbid = (uint16_t)cbid;
     r->op = cd_tls_op;
@@ -414,7 +416,7 @@ static inline stream_entry *stream_of(uint32_t uid, uintptr_t s, int32_t tid)
     return stream_add(uid, s, tid, start);
 }
 
-void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s)
+void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s, int origin)
 {
     const int probe = cd_state.watch_probe;
     if (probe == CD_PROBE_DISPATCH)
@@ -424,7 +426,8 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
     atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
 
-    cd_watch_fill(r, cb, cbid, s, probe != CD_PROBE_RECORD);
+    int early = 0;
+    cd_watch_fill(r, cb, cbid, s, probe != CD_PROBE_RECORD, origin, &early);
     uint8_t flags = r->flags;
     if (flags & CD_WATCH_GRAPH)
         r->graph = cd_graph_replayed(cb->functionParams);
@@ -434,12 +437,15 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
     r->ctx_gen = (uint16_t)cd_watch_context_gen(ci);
 
     /* A marker of its own: every launch in the exact mode; a graph replay, an
-     * NCCL kernel (hangs across ranks are about collectives); else every
-     * watch_every-th launch of its stream. */
+     * NCCL kernel (hangs across ranks are about collectives); a kernel's first
+     * launches and every launch of a USER kernel (where faults and hangs are
+     * likeliest: the launch before it was given one at its API entry, so the
+     * pair brackets it); else every watch_every-th launch of its stream. */
     const unsigned every = atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed);
     stream_entry *e = stream_of(cb->contextUid, (uintptr_t)s,
                                 s == CU_STREAM_PER_THREAD ? r->thread_id : 0);
-    int want = every <= 1 || !e || (flags & CD_WATCH_GRAPH) || cd_nccl_kernel(cb->symbolName);
+    int want = every <= 1 || !e || (flags & CD_WATCH_GRAPH) || early ||
+               r->origin == CD_ORIGIN_USER || cd_nccl_kernel(cb->symbolName);
     if (!want) {
         uint32_t u = atomic_load_explicit(&e->unmarked, memory_order_relaxed) + 1;
         want = u >= every;

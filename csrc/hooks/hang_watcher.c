@@ -73,7 +73,7 @@ static void look(uint64_t h)
     uint8_t stuck[CD_INFLIGHT_MAX], known[CD_INFLIGHT_MAX];
     for (int i = 0; i < n; i++) {
         const cd_inflight *e = &table[i];
-        uint64_t age = sum.now_ns > e->rec.t_ns ? sum.now_ns - e->rec.t_ns : 0;
+        uint64_t age = sum.now_ns > e->first_ns ? sum.now_ns - e->first_ns : 0;
         stuck[i] = age > h && (e->queued > 0 || quiet > h);
         known[i] = (uint8_t)was_reported(e->rec.seq);
         fresh |= stuck[i] && !known[i];

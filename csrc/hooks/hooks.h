@@ -49,7 +49,13 @@ void cd_on_sticky_logged(int code);
 /* A launch's API exit (CUPTI's, or the runtime hook's with the callback
  * data CUPTI would give): record it while watching, wait for it if this
  * thread blocks. */
-void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid);
+void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, int origin);
+/* While watching with sparse markers, before a launch on s that gets a marker
+ * of its own: a marker behind s's newest launch (not while s captures). */
+void cd_launch_bracket(uint32_t context_uid, CUstream s);
+/* The launch hooks' record mode, around the runtime launch it makes (on 1,
+ * then 0): CUPTI's callback inside it records nothing (the hook records it). */
+void cd_launch_recorded_by_hook(int on);
 
 /* ---------------------------------------------------- runtime_launch.c -- */
 
@@ -57,28 +63,45 @@ void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid);
 enum { CD_HOOKS_NEVER = 0, CD_HOOKS_OFF = 1, CD_HOOKS_NO_CUPTI = 2, CD_HOOKS_OLD_DRIVER = 3,
        CD_HOOKS_CLASH = 4, CD_HOOKS_NO_IMPORTS = 5 };
 typedef struct {
-    int on, entries, why_off;
-    uint64_t routed, handed_back, asked;   /* asked: the driver asked for a kernel */
+    int on, recording, entries, why_off;
+    uint64_t routed, recorded, handed_back, asked;   /* asked: the driver asked for a kernel */
 } cd_hook_stats;
-/* Under sub_lock, while a watch opens (a subscription held): the runtime's
- * launches (__cudaLaunchKernel imports) routed past CUPTI; again at each
- * watch entry for objects loaded since. Off when the last watch closes. */
+/* Under sub_lock, while a watch opens or CUPTI comes back: the runtime's
+ * launches (__cudaLaunchKernel imports) routed past CUPTI when it is ours,
+ * else launched the runtime's way and recorded after (the record mode: a
+ * profiler holds CUPTI); again at each watch entry for objects loaded since.
+ * Off when the last watch closes. */
 void cd_runtime_hooks_on(void);
+/* Under sub_lock, before CUPTI is given to a profiler: the record mode. */
+void cd_runtime_hooks_record(void);
 void cd_runtime_hooks_off(void);
+/* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS (one parser), before a watch opens. */
+void cd_runtime_hooks_want(int on);
 void cd_runtime_hooks_stats(cd_hook_stats *s);
+/* The child: the route off, nothing of the parent's subscription touched. */
+void cd_runtime_hooks_fork(int op);
 
 /* ----------------------------------------------------------- scopes.c -- */
 
 /* Open a scope: drain (blocking/watch), take CUPTI, push the thread state.
  * may_drain: 0 while this thread captures a CUDA graph.
- * Returns 0 and a token, or: 1 = the drain found a sticky error (*code),
- * 2 = CUPTI refused (*code = CUptiResult, holder filled), 3 = too deep
- * (*code = the depth). Call without the GIL. */
+ * Returns 0 and a token (*code 0, or, for a watch opened while another
+ * client holds CUPTI, CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED), or:
+ * 1 = the drain found a sticky error (*code), 2 = CUPTI refused (*code =
+ * CUptiResult, holder filled), 3 = too deep (*code = the depth). `where`:
+ * the interned "file:line" of the entry (a coverage gap's start). Call
+ * without the GIL. */
 int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int *code,
-                  char *holder, size_t holder_len);
+                  char *holder, size_t holder_len, uint32_t where);
 void cd_scope_close(int kind, int all_threads, uint32_t token);
-/* A profiler takes CUPTI: the launch hooks off, CUPTI given up (1 if held). */
-int cd_scopes_hand_over(void);
+/* A profiler takes CUPTI (`where`: the interned "file:line" that started
+ * it): the launch hooks in their record mode while watching (else off),
+ * CUPTI given up (1 if held), a coverage gap opened. */
+int cd_scopes_hand_over(uint32_t where);
+/* The profiler stopped: CUPTI taken back while scopes or watches are open,
+ * the hooks routing again, the gap closed. 1 taken back, 0 nothing to take
+ * (not needed, or ours), -CUptiResult refused (holder: who holds it). */
+int cd_scopes_take_back(uint32_t where, char *holder, size_t holder_len);
 /* The child: a scope opened before the fork (its token) closes nothing there. */
 void cd_scopes_fork(int op);
 

@@ -42,6 +42,11 @@
  * a race in the program. */
 static _Thread_local CUstream tls_clear_stream;
 static _Thread_local uint64_t tls_clear_gen;
+/* Inside a runtime launch that the launch hooks' record mode makes (they
+ * record it themselves, after it returns): CUPTI's callback leaves it. */
+static _Thread_local int tls_hook_records;
+
+void cd_launch_recorded_by_hook(int on) { tls_hook_records = on; }
 
 static inline void cpu_relax(void)
 {
@@ -291,16 +296,21 @@ static __attribute__((noinline, cold)) void host_waits(const CUpti_CallbackData 
     }
 }
 
-/* At the entry of a launch of an NCCL kernel, while watching with sparse
+/* Before the launch of a kernel that gets a marker of its own (an NCCL
+ * kernel; a USER kernel: base.h's CD_ORIGIN_*), while watching with sparse
  * markers: a marker behind its stream's newest launch first, so that the
- * collective (which gets a marker of its own) is bracketed: a rank stuck in
- * it is named exactly. Not while its stream captures. */
-static __attribute__((noinline, cold)) void nccl_launching(const CUpti_CallbackData *cb,
-                                                            CUpti_CallbackId cbid)
+ * kernel is bracketed: a rank stuck in a collective, a user's kernel that
+ * faults or hangs, is named exactly. Not while the stream captures. */
+void cd_launch_bracket(uint32_t context_uid, CUstream s)
 {
-    CUstream s = cd_launch_stream(cbid, cb->functionParams, NULL);
     if (!capturing(s))
-        cd_watch_close(cb->contextUid, 0, (uintptr_t)s, 0);
+        cd_watch_close(context_uid, 0, (uintptr_t)s, 0);
+}
+
+static __attribute__((noinline)) void bracketed_launching(const CUpti_CallbackData *cb,
+                                                          CUpti_CallbackId cbid)
+{
+    cd_launch_bracket(cb->contextUid, cd_launch_stream(cbid, cb->functionParams, NULL));
 }
 
 static inline int sparse_markers(void)
@@ -330,8 +340,9 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
                 host_waits(cb, cbid);
             break;
         default:
-            if (sparse_markers() && cd_nccl_kernel(cb->symbolName))
-                nccl_launching(cb, cbid);
+            if (sparse_markers() && (cd_nccl_kernel(cb->symbolName) ||
+                                     cd_kernel_origin(cb->symbolName) == CD_ORIGIN_USER))
+                bracketed_launching(cb, cbid);
             break;
         }
         return;
@@ -349,12 +360,15 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
     default:
         break;
     }
-    cd_launch_exited(cb, cbid);
+    if (tls_hook_records)
+        return;                    /* inside the launch hooks' record mode: the hook records it */
+    cd_launch_exited(cb, cbid, CD_ORIGIN_UNKNOWN);
 }
 
 /* A launch's API exit: from CUPTI's callback, or from the runtime's launch
- * hook (hooks/runtime_launch.c) with the data CUPTI would have given. */
-void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
+ * hook (hooks/runtime_launch.c) with the data CUPTI would have given and the
+ * kernel's origin as its calling library tells (CD_ORIGIN_*; 0: by name). */
+void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, int origin)
 {
     const int watching = atomic_load_explicit(&cd_state.watching, memory_order_relaxed);
     const int block = cd_thread_wants_blocking();
@@ -365,14 +379,16 @@ void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
     }
     const CUresult ret = *(const CUresult *)cb->functionReturnValue;
     if (ret != CUDA_SUCCESS) {
+        atomic_fetch_add(&cd_state.in_callback, 1);     /* cold: counted (subscription.c) */
         launch_refused(cb, cbid, ret, block, watching);
+        atomic_fetch_sub(&cd_state.in_callback, 1);
         return;
     }
     const int profile = cd_state.profile;
     uint64_t t0 = profile ? cd_clock_ns() : 0;
     CUstream s = cd_launch_stream(cbid, cb->functionParams, NULL);
     if (capturing(s)) {
-        if (!(watching && cd_state.graph_markers && cd_graph_launch_captured(cb, cbid, s)))
+        if (!(watching && cd_state.graph_markers && cd_graph_launch_captured(cb, cbid, s, origin)))
             atomic_fetch_add_explicit(&cd_state.n_skipped_capture, 1, memory_order_relaxed);
         return;
     }
@@ -381,7 +397,7 @@ void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
                                   memory_order_relaxed);
     if (watching) {
         uint64_t tw = profile ? cd_clock_ns() : 0;
-        cd_watch_launch(cb, cbid, s);
+        cd_watch_launch(cb, cbid, s, origin);
         if (profile)
             atomic_fetch_add_explicit(&cd_state.ns_watch, cd_clock_ns() - tw, memory_order_relaxed);
     }
@@ -392,7 +408,11 @@ void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
     if (block && !cd_nccl_kernel(cb->symbolName)) {
         if (cd_thread_state() <= 0)
             atomic_fetch_add_explicit(&cd_state.n_follower, 1, memory_order_relaxed);
+        /* A wait can last (a long kernel): counted, so that CUPTI is not given
+         * to a profiler, which finalizes it at its end, while we are inside. */
+        atomic_fetch_add_explicit(&cd_state.in_callback, 1, memory_order_relaxed);
         wait_and_check(cb, cbid, s);
+        atomic_fetch_sub_explicit(&cd_state.in_callback, 1, memory_order_release);
     }
     if (profile)
         atomic_fetch_add_explicit(&cd_state.ns_callback, cd_clock_ns() - t0, memory_order_relaxed);

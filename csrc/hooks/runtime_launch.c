@@ -26,7 +26,18 @@
  * uses the thread's current context (CUDA 12+ keeps it current from
  * cudaSetDevice on; none current: the runtime's path); the legacy stream is
  * handle 0 for the runtime, CU_STREAM_LEGACY for a _ptsz driver call.
- * Off with CUDA_DEBUG_LAUNCH_HOOKS=0. A launcher calling cuLaunchKernelEx_ptsz
+ * While a profiler holds CUPTI (a torch.profiler window: scopes.c's hand-over;
+ * a watch() opened inside one), the entries stay ours and each launch goes
+ * the runtime's way (so the profiler sees what it would see without us) and
+ * is recorded after it returned: PyTorch's launches stay covered with no
+ * CUPTI at all (the record mode). A CUPTI callback that runs inside such a
+ * launch, at the hand-over's edges, leaves the launch to the hook (no launch
+ * recorded twice).
+ *
+ * Each kernel's origin (base.h's CD_ORIGIN_*) is told by the library whose
+ * code called: PyTorch's own libraries, or another (an extension's kernel:
+ * USER, bracketed by markers while watching). Off with
+ * CUDA_DEBUG_LAUNCH_HOOKS=0 (Python's reading of it). A launcher calling cuLaunchKernelEx_ptsz
  * itself (code built for the per-thread default stream calling
  * cudaLaunchKernelEx) would go unrecorded while the hooks are on: when an
  * object that imports it is loaded, the hooks stay off.
@@ -36,9 +47,8 @@
 #endif
 #include "hooks/hooks.h"
 
-#include <stdlib.h>
+#include <dlfcn.h>
 #include <string.h>
-#include <strings.h>
 
 typedef struct {
     unsigned x, y, z;
@@ -53,39 +63,82 @@ static int n_known;                    /* entries found by the last walk (writte
 static unsigned long long known_gen;   /* the loader's generation at that walk; 0 none */
 static int known_clash;                /* that walk found an import of the route */
 static void *real_launch;              /* the runtime's __cudaLaunchKernel */
-static atomic_int route_on;            /* the hot path's switch */
-static atomic_uint_fast64_t n_routed, n_handed_back, n_asked;
+/* The hot path's switch: ROUTE_OFF, ROUTE_DIRECT (launched past CUPTI, whose
+ * callback for the route is off), ROUTE_RECORD (launched the runtime's way,
+ * then recorded: CUPTI is not ours). Written under sub_lock. */
+enum { ROUTE_OFF = 0, ROUTE_DIRECT = 1, ROUTE_RECORD = 2 };
+static atomic_int route_on;
+static atomic_uint_fast64_t n_routed, n_recorded, n_handed_back, n_asked;
 static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
+static int hooks_wanted = 1;           /* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS */
 
 /* What a runtime kernel handle (a CUkernel) is in a context: its function
- * (cuKernelGetFunction: what the runtime launches) and name. Lock-free,
- * filled on first sight of (kernel, context); an entry filled before the last
- * module unload (base/intern.c's epoch) is not used (the handle may name
- * another kernel now). A slot is claimed by its key, written, then published
- * (ready); a kernel met in a second context is asked each time; one filled
+ * (cuKernelGetFunction: what the runtime launches), name and origin.
+ * Lock-free, filled on first sight of (kernel, context); an entry filled
+ * before the last module unload (base/intern.c's epoch) is not used (the
+ * handle may name another kernel now). A slot is claimed by its key,
+ * written, then published (ready = 1 + epoch); a reader copies it and checks
+ * `ready` again (a seqlock: the slot may be taken back for a new epoch while
+ * it reads). A kernel met in a second context is asked each time; one filled
  * in an older epoch is asked again once. */
 #define KERNEL_SLOTS 4096              /* a power of two */
 typedef struct {
     _Atomic(void *) key;
     atomic_uint ready;                 /* 1 + epoch when published, 0 while written */
-    CUcontext ctx;
-    CUfunction func;
-    const char *name;
+    _Atomic(CUcontext) ctx;
+    _Atomic(CUfunction) func;
+    _Atomic(const char *) name;
+    atomic_int origin;
 } kernel_slot;
 static kernel_slot kernels[KERNEL_SLOTS];
 
-static int ask_kernel(void *k, CUfunction *f, const char **name)
+/* PyTorch's own libraries (the caller of a launch): libtorch*, libc10*. */
+static int framework_object(const char *path)
+{
+    const char *base = path ? strrchr(path, '/') : NULL;
+    base = base ? base + 1 : path;
+    return base && (!strncmp(base, "libtorch", 8) || !strncmp(base, "libc10", 6) ||
+                    !strncmp(base, "libcaffe2", 9));
+}
+
+/* Cold: the origin of a kernel launched from code at `caller`. */
+static int origin_of_caller(const void *caller, const char *name)
+{
+    int by_name = cd_kernel_origin_of_name(name);
+    if (by_name == CD_ORIGIN_VENDOR || by_name == CD_ORIGIN_GENERATED)
+        return by_name;
+    Dl_info di;
+    if (caller && dladdr(caller, &di) && di.dli_fname)
+        return framework_object(di.dli_fname) ? CD_ORIGIN_FRAMEWORK : CD_ORIGIN_USER;
+    return by_name;
+}
+
+static int ask_kernel(void *k, const void *caller, CUfunction *f, const char **name, int *origin)
 {
     atomic_fetch_add_explicit(&n_asked, 1, memory_order_relaxed);
     *name = NULL;
     if (cd_drv.cuKernelGetFunction(f, (CUkernel)k) != CUDA_SUCCESS || !*f)
         return -1;
-    if (cd_drv.cuKernelGetName && cd_drv.cuKernelGetName(name, (CUkernel)k) == CUDA_SUCCESS && *name)
-        return 0;
-    return cd_drv.cuFuncGetName && cd_drv.cuFuncGetName(name, *f) == CUDA_SUCCESS && *name ? 0 : -1;
+    if (!(cd_drv.cuKernelGetName && cd_drv.cuKernelGetName(name, (CUkernel)k) == CUDA_SUCCESS &&
+          *name) &&
+        !(cd_drv.cuFuncGetName && cd_drv.cuFuncGetName(name, *f) == CUDA_SUCCESS && *name))
+        return -1;
+    *origin = origin_of_caller(caller, *name);
+    return 0;
 }
 
-static int kernel_of(void *k, CUcontext ctx, CUfunction *f, const char **name)
+static void slot_write(kernel_slot *e, CUcontext ctx, CUfunction f, const char *name, int origin,
+                       unsigned ready)
+{
+    atomic_store_explicit(&e->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&e->func, f, memory_order_relaxed);
+    atomic_store_explicit(&e->name, name, memory_order_relaxed);
+    atomic_store_explicit(&e->origin, origin, memory_order_relaxed);
+    atomic_store_explicit(&e->ready, ready, memory_order_release);
+}
+
+static int kernel_of(void *k, const void *caller, CUcontext ctx, CUfunction *f, const char **name,
+                     int *origin)
 {
     const unsigned want = 1u + cd_intern_kernel_epoch();
     uintptr_t h = ((uintptr_t)k >> 4) * 0x9E3779B97F4A7C15ull;
@@ -95,41 +148,38 @@ static int kernel_of(void *k, CUcontext ctx, CUfunction *f, const char **name)
         void *key = atomic_load_explicit(&e->key, memory_order_acquire);
         if (key == k) {
             unsigned r = atomic_load_explicit(&e->ready, memory_order_acquire);
-            if (r == want && e->ctx == ctx) {
-                *f = e->func;
-                *name = e->name;
-                return 0;
+            if (r == want && atomic_load_explicit(&e->ctx, memory_order_relaxed) == ctx) {
+                *f = atomic_load_explicit(&e->func, memory_order_relaxed);
+                *name = atomic_load_explicit(&e->name, memory_order_relaxed);
+                *origin = atomic_load_explicit(&e->origin, memory_order_relaxed);
+                atomic_thread_fence(memory_order_acquire);
+                if (atomic_load_explicit(&e->ready, memory_order_relaxed) == r)
+                    return 0;
+                break;                 /* taken back while read: ask (cold) */
             }
             /* Filled before the last unload or subscription (the epoch moves
              * at each: a second watch() after the first closed): asked again
              * once, by the thread that takes the slot back. */
             if (r && r != want && atomic_compare_exchange_strong(&e->ready, &r, 0)) {
-                if (ask_kernel(k, f, name)) {
+                if (ask_kernel(k, caller, f, name, origin)) {
                     atomic_store(&e->ready, r);
                     return -1;
                 }
-                e->ctx = ctx;
-                e->func = *f;
-                e->name = *name;
-                atomic_store_explicit(&e->ready, want, memory_order_release);
+                slot_write(e, ctx, *f, *name, *origin, want);
                 return 0;
             }
             break;                     /* being written, or another context's */
         }
         if (!key) {
-            if (ask_kernel(k, f, name))
+            if (ask_kernel(k, caller, f, name, origin))
                 return -1;
             void *expect = NULL;
-            if (atomic_compare_exchange_strong(&e->key, &expect, k)) {
-                e->ctx = ctx;
-                e->func = *f;
-                e->name = *name;
-                atomic_store_explicit(&e->ready, want, memory_order_release);
-            }
+            if (atomic_compare_exchange_strong(&e->key, &expect, k))
+                slot_write(e, ctx, *f, *name, *origin, want);
             return 0;
         }
     }
-    return ask_kernel(k, f, name);     /* cold: crowded, stale or a second context */
+    return ask_kernel(k, caller, f, name, origin);   /* cold: crowded, stale or a second context */
 }
 
 /* The context's CUPTI id, per thread for the last context seen. */
@@ -151,33 +201,11 @@ static int context_uid(CUcontext c, uint32_t *uid)
     return 0;
 }
 
-static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args, size_t shmem,
-                         void *stream)
+/* The record, as CUPTI's callback would have seen the launch (cd_launch_exited). */
+static void record(CUcontext ctx, uint32_t uid, CUlaunchConfig *cfg, CUfunction f, void **args,
+                   const char *name, int origin, CUresult rc)
 {
-    rt_launch_fn real = (rt_launch_fn)real_launch;
-    /* The exact mode's marker after every launch costs a GPU-bound step more
-     * written after the launch's call than inside it (CUPTI's callback):
-     * benchmarks/RESULTS.md. Its launches go the runtime's way, to CUPTI. */
-    if (!atomic_load_explicit(&route_on, memory_order_relaxed) ||
-        !atomic_load_explicit(&cd_state.watching, memory_order_relaxed) ||
-        atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) <= 1 ||
-        cd_thread_wants_blocking() || shmem > 0xFFFFFFFFu)
-        return real(kernel, grid, block, args, shmem, stream);
-    CUcontext ctx = NULL;
-    CUfunction f;
-    uint32_t uid = 0;
-    const char *name;
-    if (cd_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || context_uid(ctx, &uid) ||
-        kernel_of(kernel, ctx, &f, &name))
-        return real(kernel, grid, block, args, shmem, stream);
-    CUlaunchConfig cfg = {grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                          (unsigned)shmem, stream ? (CUstream)stream : CU_STREAM_LEGACY, NULL, 0};
-    CUresult rc = cd_drv.cuLaunchKernelEx_ptsz(&cfg, f, args, NULL);
-    if (rc != CUDA_SUCCESS) {
-        atomic_fetch_add_explicit(&n_handed_back, 1, memory_order_relaxed);
-        return real(kernel, grid, block, args, shmem, stream);
-    }
-    cuLaunchKernelEx_params p = {&cfg, f, args, NULL};
+    cuLaunchKernelEx_params p = {cfg, f, args, NULL};
     CUpti_CallbackData cb;
     memset(&cb, 0, sizeof cb);
     cb.callbackSite = CUPTI_API_EXIT;
@@ -187,8 +215,53 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
     cb.symbolName = name;
     cb.context = ctx;
     cb.contextUid = uid;
+    cd_launch_exited(&cb, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, origin);
+}
+
+static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args, size_t shmem,
+                         void *stream)
+{
+    rt_launch_fn real = (rt_launch_fn)real_launch;
+    const int mode = atomic_load_explicit(&route_on, memory_order_relaxed);
+    /* The exact mode's marker after every launch costs a GPU-bound step more
+     * written after the launch's call than inside it (CUPTI's callback):
+     * benchmarks/RESULTS.md. Its launches go the runtime's way, to CUPTI
+     * (while CUPTI is ours: in the record mode every launch is recorded here). */
+    if (!mode || !atomic_load_explicit(&cd_state.watching, memory_order_relaxed) ||
+        (mode == ROUTE_DIRECT &&
+         atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) <= 1) ||
+        cd_thread_wants_blocking() || shmem > 0xFFFFFFFFu)
+        return real(kernel, grid, block, args, shmem, stream);
+    CUcontext ctx = NULL;
+    CUfunction f;
+    uint32_t uid = 0;
+    const char *name;
+    int origin = CD_ORIGIN_UNKNOWN;
+    if (cd_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || context_uid(ctx, &uid) ||
+        kernel_of(kernel, __builtin_return_address(0), ctx, &f, &name, &origin))
+        return real(kernel, grid, block, args, shmem, stream);
+    CUlaunchConfig cfg = {grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                          (unsigned)shmem, stream ? (CUstream)stream : CU_STREAM_LEGACY, NULL, 0};
+    if (origin == CD_ORIGIN_USER &&
+        atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) > 1)
+        cd_launch_bracket(uid, cfg.hStream);   /* an extension's kernel: bracketed */
+    if (mode == ROUTE_RECORD) {
+        cd_launch_recorded_by_hook(1);   /* a CUPTI callback inside leaves it to us */
+        int rrc = real(kernel, grid, block, args, shmem, stream);
+        cd_launch_recorded_by_hook(0);
+        if (rrc == 0) {
+            atomic_fetch_add_explicit(&n_recorded, 1, memory_order_relaxed);
+            record(ctx, uid, &cfg, f, args, name, origin, CUDA_SUCCESS);
+        }
+        return rrc;
+    }
+    CUresult rc = cd_drv.cuLaunchKernelEx_ptsz(&cfg, f, args, NULL);
+    if (rc != CUDA_SUCCESS) {
+        atomic_fetch_add_explicit(&n_handed_back, 1, memory_order_relaxed);
+        return real(kernel, grid, block, args, shmem, stream);
+    }
     atomic_fetch_add_explicit(&n_routed, 1, memory_order_relaxed);
-    cd_launch_exited(&cb, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz);
+    record(ctx, uid, &cfg, f, args, name, origin, rc);
     return 0;
 }
 
@@ -211,40 +284,16 @@ static int route_clash(void)
     return 0;
 }
 
-/* CUDA_DEBUG_LAUNCH_HOOKS: off for cuda_debug/_options.py's false words. */
-static int hooks_wanted(void)
-{
-    static const char *const off[] = {"0", "off", "false", "no"};
-    const char *e = getenv("CUDA_DEBUG_LAUNCH_HOOKS");
-    for (size_t i = 0; e && i < CD_N_OF(off); i++)
-        if (strcasecmp(e, off[i]) == 0)
-            return 0;
-    return 1;
-}
+void cd_runtime_hooks_want(int on) { hooks_wanted = on != 0; }
 
-/* Under sub_lock, with a subscription (a watch is open): the route on. On
- * each watch entry: objects loaded since the last walk are taken too; when
- * nothing was loaded or unloaded since (the loader's generation), the entries
- * the last walk found are written again without a walk (a watch() entered
- * per training step costs no walk of every library's relocations). */
-void cd_runtime_hooks_on(void)
+/* Under sub_lock: the entries ours (written again, or found by a walk when
+ * something was loaded or unloaded since the last one). 0 when some are. */
+static int take_entries(void)
 {
-    if (!cd_state.subscriber || cd_state.inherited) {
-        refused_why = CD_HOOKS_NO_CUPTI;
-        return;
-    }
-    if (!hooks_wanted()) {
-        refused_why = CD_HOOKS_OFF;
-        return;
-    }
-    if (!cd_drv.cuLaunchKernelEx_ptsz || !cd_drv.cuKernelGetFunction || !cd_cupti.cuptiGetContextId) {
-        refused_why = CD_HOOKS_OLD_DRIVER;
-        return;
-    }
     const unsigned long long gen = cd_got_generation();
     const int same = gen != 0 && gen == known_gen;
     if (same && n_patches)
-        return;                        /* on, nothing new to take */
+        return 0;                      /* ours, nothing new to take */
     if (!same) {
         known_clash = route_clash();
         known_gen = gen;
@@ -253,18 +302,12 @@ void cd_runtime_hooks_on(void)
     }
     if (known_clash) {
         refused_why = CD_HOOKS_CLASH;
-        return;
+        return -1;
     }
     if (n_known == 0) {
         refused_why = CD_HOOKS_NO_IMPORTS;
-        return;
+        return -1;
     }
-    /* CUPTI stops dispatching the route first: no launch is recorded twice. */
-    if (!cd_state.launch_hooks && cd_cupti_route(1)) {
-        refused_why = CD_HOOKS_NO_CUPTI;
-        return;
-    }
-    cd_state.launch_hooks = 1;
     if (n_known > 0 && !n_patches) {
         cd_got_reapply(patches, n_known, (void *)hooked_launch);
         n_patches = n_known;
@@ -276,33 +319,98 @@ void cd_runtime_hooks_on(void)
         atomic_store(&cd_state.n_hook_other_runtimes, (uint_fast64_t)others);
     }
     if (!n_patches) {
-        cd_state.launch_hooks = 0;
-        cd_cupti_route(0);
         refused_why = CD_HOOKS_NO_IMPORTS;
+        return -1;
+    }
+    return 0;
+}
+
+/* Under sub_lock, while a watch opens or CUPTI comes back: the route on. With
+ * a subscription, launched past CUPTI (its callback for the route off first:
+ * no launch is recorded twice); without one (a profiler holds CUPTI), in the
+ * record mode. On each watch entry: objects loaded since the last walk are
+ * taken too; when nothing was loaded or unloaded since (the loader's
+ * generation), the entries the last walk found are written again without a
+ * walk (a watch() entered per training step costs no walk of every library's
+ * relocations). */
+void cd_runtime_hooks_on(void)
+{
+    if (cd_state.inherited) {
+        refused_why = CD_HOOKS_NO_CUPTI;
+        return;
+    }
+    if (!hooks_wanted) {
+        refused_why = CD_HOOKS_OFF;
+        return;
+    }
+    if (!cd_drv.cuLaunchKernelEx_ptsz || !cd_drv.cuKernelGetFunction || !cd_cupti.cuptiGetContextId) {
+        refused_why = CD_HOOKS_OLD_DRIVER;
+        return;
+    }
+    const int direct = cd_state.subscriber != NULL;
+    if (direct && !cd_state.launch_hooks) {
+        if (cd_cupti_route(1)) {
+            refused_why = CD_HOOKS_NO_CUPTI;
+            return;
+        }
+        cd_state.launch_hooks = 1;
+    }
+    if (take_entries()) {
+        if (cd_state.launch_hooks) {
+            cd_state.launch_hooks = 0;
+            cd_cupti_route(0);
+        }
+        atomic_store(&route_on, ROUTE_OFF);
         return;
     }
     refused_why = 0;
-    atomic_store(&route_on, 1);
+    atomic_store(&route_on, direct ? ROUTE_DIRECT : ROUTE_RECORD);
+}
+
+/* Under sub_lock, CUPTI about to be given to a profiler (unsubscribed next):
+ * the route goes the runtime's way and records after it (the entries stay). */
+void cd_runtime_hooks_record(void)
+{
+    if (atomic_load(&route_on) == ROUTE_DIRECT)
+        atomic_store(&route_on, ROUTE_RECORD);
+    cd_state.launch_hooks = 0;         /* the next subscription dispatches the route */
 }
 
 /* Under sub_lock: the route off, every entry as it was, CUPTI dispatching
  * cuLaunchKernelEx_ptsz again. */
 void cd_runtime_hooks_off(void)
 {
-    atomic_store(&route_on, 0);
+    atomic_store(&route_on, ROUTE_OFF);
     cd_got_restore(patches, n_patches);
     n_patches = 0;
     if (cd_state.launch_hooks) {
         cd_state.launch_hooks = 0;
-        cd_cupti_route(0);
+        if (cd_state.subscriber)
+            cd_cupti_route(0);
     }
+}
+
+/* A forked child: its launches go the runtime's way (its copy of the entries
+ * still points here: nothing recorded, no call into the parent's CUPTI
+ * subscription, which is not the child's). */
+void cd_runtime_hooks_fork(int op)
+{
+    if (op != CD_FORK_CHILD)
+        return;
+    atomic_store(&route_on, ROUTE_OFF);
+    cd_state.launch_hooks = 0;
+    tls_ctx = NULL;
+    tls_uid = 0;
 }
 
 void cd_runtime_hooks_stats(cd_hook_stats *s)
 {
-    s->on = atomic_load(&route_on);
+    int mode = atomic_load(&route_on);
+    s->on = mode != ROUTE_OFF;
+    s->recording = mode == ROUTE_RECORD;
     s->entries = n_patches;
     s->routed = atomic_load(&n_routed);
+    s->recorded = atomic_load(&n_recorded);
     s->handed_back = atomic_load(&n_handed_back);
     s->asked = atomic_load(&n_asked);
     s->why_off = refused_why;

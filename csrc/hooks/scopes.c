@@ -11,6 +11,15 @@
  *      yet; on a fresh subscription install the stderr tee and warm the
  *      native-stack unwinder, outside any fault;
  *   3. count the scope and push the thread state (hooks/thread_state.c).
+ * A watch() that finds CUPTI held by another client (a profiler) opens
+ * without it: the launch hooks record the runtime's launches meanwhile, and a
+ * coverage gap (capture/coverage.c) says what is not seen until CUPTI comes
+ * back (cd_scopes_take_back, when the profiler stops; or a later entry).
+ *
+ * A profiler that starts while scopes are open gets CUPTI at once
+ * (cd_scopes_hand_over): the hooks switch to their record mode, the
+ * subscription is given up, and the gap opens, all under sub_lock (a watch()
+ * entered on another thread meanwhile sees one state or the other).
  */
 #include "hooks/hooks.h"
 
@@ -30,7 +39,7 @@ static int drain(void)
 }
 
 int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int *code,
-                  char *holder, size_t holder_len)
+                  char *holder, size_t holder_len, uint32_t where)
 {
     *code = 0;
     *token = 0;
@@ -49,6 +58,20 @@ int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int
         pthread_mutex_lock(&cd_state.sub_lock);
         int fresh = 0;
         int rc = cd_cupti_acquire(cd_on_launch, &fresh, holder, holder_len);
+        if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && kind == CD_SCOPE_WATCH &&
+            !cd_state.inherited) {
+            /* A profiler holds CUPTI: watch without it (what is not seen is a gap). */
+            atomic_fetch_add(&cd_state.watching, 1);
+            cd_runtime_hooks_on();
+            cd_hook_stats h;
+            cd_runtime_hooks_stats(&h);
+            cd_coverage_gap_open(CD_GAP_HELD, where, h.recording);
+            pthread_mutex_unlock(&cd_state.sub_lock);
+            cd_watch_prepare();
+            *token = atomic_fetch_add(&next_token, 1);
+            *code = rc;                /* opened, without CUPTI */
+            return 0;
+        }
         if (rc) {
             pthread_mutex_unlock(&cd_state.sub_lock);
             /* A dead context makes CUPTI refuse too (NOT_INITIALIZED): say
@@ -61,6 +84,7 @@ int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int
             if (cd_state.capture_on)
                 cd_tee_install();
             cd_native_ops_warm();
+            cd_coverage_gap_close(where);     /* CUPTI is ours again */
         }
         if (kind == CD_SCOPE_WATCH)
             atomic_fetch_add(&cd_state.watching, 1);
@@ -98,20 +122,65 @@ void cd_scope_close(int kind, int all_threads, uint32_t token)
     if (kind == CD_SCOPE_WATCH && atomic_load(&cd_state.watching) == 0) {
         cd_runtime_hooks_off();
         cd_cupti_watch_waits(0);
+        cd_coverage_gap_close(0);      /* the watch ended inside it */
     }
     cd_cupti_release();
     pthread_mutex_unlock(&cd_state.sub_lock);
 }
 
-int cd_scopes_hand_over(void)
+int cd_scopes_hand_over(uint32_t where)
 {
-    /* A profiler gets the runtime's launches too: the hooks off first (the
-     * entries written back, CUPTI dispatching their route again), then CUPTI
-     * given up. The next watch() entry takes them again. */
+    /* The profiler sees the runtime's launches as without us: the hooks, while
+     * a watch is open, launch the runtime's way and record after it (PyTorch's
+     * launches stay covered); else they are off (the entries written back).
+     * Then CUPTI is given up; captures begun from now on are not seen (every
+     * launch asks the driver). */
     pthread_mutex_lock(&cd_state.sub_lock);
-    cd_runtime_hooks_off();
+    const int watching = atomic_load(&cd_state.watching) > 0;
+    if (watching)
+        cd_runtime_hooks_record();
+    else
+        cd_runtime_hooks_off();
+    int had = cd_cupti_hand_over_locked();
+    if (had) {
+        cd_state.capture_cache = 0;
+        atomic_fetch_add(&cd_state.capture_gen, 1);
+        if (watching) {
+            cd_hook_stats h;
+            cd_runtime_hooks_stats(&h);
+            cd_coverage_gap_open(CD_GAP_PROFILER, where, h.recording);
+        }
+    }
     pthread_mutex_unlock(&cd_state.sub_lock);
-    return cd_cupti_hand_over();
+    return had;
+}
+
+int cd_scopes_take_back(uint32_t where, char *holder, size_t holder_len)
+{
+    pthread_mutex_lock(&cd_state.sub_lock);
+    if (holder_len)
+        holder[0] = '\0';
+    if (cd_state.subscriber || cd_state.inherited ||
+        (atomic_load(&cd_state.watching) == 0 && atomic_load(&cd_state.active) == 0)) {
+        pthread_mutex_unlock(&cd_state.sub_lock);
+        return 0;
+    }
+    int fresh = 0;
+    int rc = cd_cupti_acquire(cd_on_launch, &fresh, holder, holder_len);
+    if (rc) {
+        pthread_mutex_unlock(&cd_state.sub_lock);
+        return -rc;
+    }
+    if (fresh && cd_state.capture_on)
+        cd_tee_install();
+    if (atomic_load(&cd_state.watching)) {
+        cd_cupti_watch_waits(1);
+        cd_runtime_hooks_on();         /* the record mode becomes the direct route */
+    }
+    cd_coverage_gap_close(where);
+    atomic_fetch_add(&cd_state.n_take_backs, 1);
+    pthread_mutex_unlock(&cd_state.sub_lock);
+    return 1;
 }
 
 void cd_scopes_fork(int op)

@@ -316,6 +316,8 @@ void cd_report_fault_ops(const cd_fault *f)
 
 /* ----------------------------------------------------- watch mode -------- */
 
+#define CULPRIT_MAX 64
+
 static void put_launch_ids(cd_out *o, uint64_t seq, uintptr_t stream, int32_t tid)
 {
     cd_out_puts(o, "launch #");
@@ -326,26 +328,67 @@ static void put_launch_ids(cd_out *o, uint64_t seq, uintptr_t stream, int32_t ti
     cd_out_u(o, (unsigned)tid);
 }
 
-/* The culprit's candidates, oldest first, from host memory: the launches of
- * each stream whose marker did not come back, from its last returned marker
- * on (one launch per stream when every launch has its marker); when no
- * marker is missing, the launches whose completion is unknown (*proven 0).
- * Where the device's assert text names a kernel (or fits one: stderr_tee.c,
- * CD_ASSERT_*), the candidates it names (when any). Returns the count kept in out[] (*total: all). */
+/* How the culprit's candidates were chosen (culprit_candidates). */
+typedef struct {
+    int proven;                /* a marker is missing: the candidates are unfinished */
+    uint32_t total;            /* candidates in all (some may not be in out[]) */
+    int named;                 /* the device's text names (or fits) the ones kept */
+    int by_words;              /* ... and its file's and message's words broke a tie */
+    int reordered;             /* user and JIT kernels were put first */
+    int ruled_out;             /* the text names none of them: it names another kernel */
+    char function[128];        /* with ruled_out: the function the text names ("" none) */
+} cd_culprit_pick;
+
+/* Stable: by origin rank (base.h: user and JIT kernels first), then launch order. 1 if moved. */
+static int lead_with_likeliest(uint64_t *seqs, int k)
+{
+    int moved = 0;
+    int rank[CULPRIT_MAX];
+    for (int i = 0; i < k; i++) {
+        cd_watch_record r;
+        rank[i] = cd_watch_get(seqs[i], &r) == 0 ? cd_origin_rank(r.origin) : 2;
+    }
+    for (int i = 1; i < k; i++) {
+        uint64_t t = seqs[i];
+        int tr = rank[i], j = i - 1;
+        while (j >= 0 && rank[j] > tr) {
+            seqs[j + 1] = seqs[j];
+            rank[j + 1] = rank[j];
+            j--;
+            moved = 1;
+        }
+        seqs[j + 1] = t;
+        rank[j + 1] = tr;
+    }
+    return moved;
+}
+
+/* The culprit's candidates, from host memory: the launches of each stream
+ * whose marker did not come back, from its last returned marker on (one
+ * launch per stream when every launch has its marker); when no marker is
+ * missing, the launches whose completion is unknown (proven 0). Where the
+ * device's assert text names a kernel (or fits one: stderr_tee.c,
+ * CD_ASSERT_*), the candidates it names; of several that fit it (lambdas),
+ * those whose names hold most of its file's and message's words. Where it
+ * rules every candidate out (it names another function, and no candidate's
+ * name holds a word of its file or message), none is kept (ruled_out). The
+ * rest lead with the likeliest: user and JIT kernels before PyTorch's and the
+ * vendor libraries' own, each in launch order. Returns the count kept in out[]. */
 static int culprit_candidates(cd_stream_scan *scan, uint64_t *out, int max, const char *asserts,
-                              size_t alen, int *proven, uint32_t *total, int *named)
+                              size_t alen, cd_culprit_pick *pick)
 {
     int n = cd_watch_scan(0, scan, CD_INFLIGHT_MAX, NULL), any_open = 0;
     for (int i = 0; i < n; i++)
         any_open |= scan[i].open != 0;
-    *proven = any_open;
-    *total = 0;
-    *named = 0;
+    memset(pick, 0, sizeof *pick);
+    pick->proven = any_open;
+    if (max > CULPRIT_MAX)
+        max = CULPRIT_MAX;
     int k = 0;
     for (int i = 0; i < n; i++) {
         if (any_open && !scan[i].open)
             continue;
-        *total += scan[i].pending;
+        pick->total += scan[i].pending;
         for (uint32_t j = 0; j < scan[i].pending && j < CD_SCAN_CANDIDATES && k < max; j++)
             out[k++] = scan[i].cand[j];
     }
@@ -358,35 +401,99 @@ static int culprit_candidates(cd_stream_scan *scan, uint64_t *out, int max, cons
         }
         out[j + 1] = t;
     }
-    if (!alen || k <= 1)
-        return k;
-    /* The candidates the text names; where it names none (a lambda's
-     * operator(), Triton's unknown), the ones it fits (a kernel holding a
-     * closure type, a kernel that is not C++). */
-    int m = 0, best = CD_ASSERT_FITS;
-    for (int i = 0; i < k; i++) {
-        cd_watch_record r;
-        int lv = cd_watch_get(out[i], &r) == 0 && !(r.flags & CD_WATCH_GRAPH)
-                     ? cd_tee_text_level(asserts, alen, cd_interned(r.kernel), NULL)
-                     : CD_ASSERT_NONE;
-        if (lv > best) {
-            best = lv;
-            m = 0;
+    if (alen && k >= 1) {
+        /* The candidates the text names; where it names none (a lambda's
+         * operator(), Triton's unknown), the ones it fits (a kernel holding a
+         * closure type, a kernel that is not C++), the best fitting first. */
+        int m = 0, best = CD_ASSERT_FITS, best_words = 0, any_words = 0;
+        int words[CULPRIT_MAX];
+        for (int i = 0; i < k; i++) {
+            cd_watch_record r;
+            const char *kn = cd_watch_get(out[i], &r) == 0 ? cd_interned(r.kernel) : NULL;
+            int lv = kn && !(r.flags & CD_WATCH_GRAPH) ? cd_tee_text_level(asserts, alen, kn, NULL)
+                                                       : CD_ASSERT_NONE;
+            int w = kn && !(r.flags & CD_WATCH_GRAPH) ? cd_tee_text_affinity(asserts, alen, kn) : 0;
+            any_words |= w > 0 || (r.flags & CD_WATCH_GRAPH);
+            if (lv > best) {
+                best = lv;
+                m = 0;
+                best_words = 0;
+            }
+            if (lv == best && lv >= CD_ASSERT_FITS) {
+                if (w > best_words) {
+                    best_words = w;
+                }
+                words[m] = w;
+                out[m++] = out[i];
+            }
         }
-        if (lv == best && lv >= CD_ASSERT_FITS)
-            out[m++] = out[i];
+        if (m) {
+            int kept = m;
+            if (best == CD_ASSERT_FITS && m > 1 && best_words > 0) {
+                kept = 0;
+                for (int i = 0; i < m; i++)
+                    if (words[i] == best_words)
+                        out[kept++] = out[i];
+                pick->by_words = kept < m;
+            }
+            pick->named = 1;
+            pick->total = (uint32_t)kept;
+            k = kept;
+        } else if (!any_words &&
+                   cd_tee_text_function(asserts, alen, pick->function, sizeof pick->function)) {
+            pick->ruled_out = 1;       /* it names another function, none of these */
+            pick->total = (uint32_t)k;
+            return k;                  /* kept, to be listed as ruled out */
+        }
     }
-    if (m) {
-        *named = 1;
-        *total = (uint32_t)m;
-        return m;
-    }
-    return k;                      /* it names none of them (or no kernel): all stay */
+    if (k > 1)
+        pick->reordered = lead_with_likeliest(out, k);
+    return k;
 }
 
 static cd_stream_scan culprit_scan[2][CD_INFLIGHT_MAX];   /* [from a signal]: once each */
 
 #define CULPRITS_SHOWN 8
+
+static void put_where(cd_out *o, uint32_t where, const char *none)
+{
+    const char *w = cd_interned(where);
+    cd_out_puts(o, w && w[0] ? w : none);
+}
+
+/* What the watch did not see (capture/coverage.c), where the culprit may lie
+ * in it: every gap since `since` (a watch-ring seq). 1 when one was put. */
+static int put_gaps(cd_out *o, uint64_t since, const char *lead)
+{
+    cd_gap g[CD_GAPS];
+    unsigned total;
+    int n = cd_coverage_gaps(g, CD_GAPS, &total), put = 0;
+    for (int i = 0; i < n; i++) {
+        if (g[i].closed && g[i].to_seq < since)
+            continue;
+        cd_out_puts(o, lead);
+        cd_out_puts(o, g[i].why == CD_GAP_PROFILER ? "a profiler held CUPTI from "
+                                                   : "another tool held CUPTI when watch() opened, at ");
+        put_where(o, g[i].from_where, "?");
+        cd_out_puts(o, " (launch #");
+        cd_out_u(o, g[i].from_seq);
+        if (g[i].closed) {
+            cd_out_puts(o, ") to ");
+            put_where(o, g[i].to_where, "the end of the watch");
+            cd_out_puts(o, " (launch #");
+            cd_out_u(o, g[i].to_seq);
+            cd_out_puts(o, ")");
+        } else {
+            cd_out_puts(o, ") on, still");
+        }
+        cd_out_puts(o, g[i].hooks_recording
+                           ? ": launches outside PyTorch's runtime (Triton, cuBLAS/cuDNN, CuPy, "
+                             "the driver's callers) were not recorded then\n"
+                           : ": no launch was recorded then\n");
+        put++;
+    }
+    return put;
+}
 
 static void write_watch_culprit(int code, const char *found_at, int from_signal)
 {
@@ -394,10 +501,11 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
     char *asserts = assert_buf[from_signal ? 1 : 0];
     size_t alen = from_signal ? 0 : cd_tee_recent_asserts(asserts, sizeof assert_buf[0]);
     uint64_t seqs[CULPRITS_SHOWN * 8];
-    int proven, named;
-    uint32_t total;
+    cd_culprit_pick pick;
     int n = culprit_candidates(culprit_scan[from_signal ? 1 : 0], seqs, (int)CD_N_OF(seqs),
-                               asserts, alen, &proven, &total, &named);
+                               asserts, alen, &pick);
+    const int proven = pick.proven, named = pick.named;
+    const uint32_t total = pick.total;
     if (code == 0 && !n)
         return;                    /* a signal, and nothing unfinished: nothing to say */
     int to_fd = 1;
@@ -434,13 +542,36 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
     }
     cd_out_puts(&o, "\n");
     const unsigned every = atomic_load(&cd_state.watch_every);
-    if (n > 1 || total > 1) {
+    uint64_t oldest = n ? seqs[0] : cd_watch_seq();
+    for (int i = 1; i < n; i++)
+        if (seqs[i] < oldest)
+            oldest = seqs[i];
+    if (pick.ruled_out) {
+        /* The device names a kernel none of the launches recorded is. */
+        cd_out_puts(&o, "  culprit: ");
+        cd_out_puts(&o, pick.function);
+        cd_out_puts(&o, " (named by the device's assert text; its launch was not recorded)\n");
+        if (!put_gaps(&o, 0, "    not recorded: ")) {
+            if (cd_watch_seq() >= CD_WATCH_RING)
+                cd_out_puts(&o, "    not recorded: launched more than 65536 launches ago (the "
+                                "watch ring wrapped), ");
+            else
+                cd_out_puts(&o, "    not recorded: ");
+            cd_out_puts(&o, "launched before watch() opened, or by a caller cuda_debug does "
+                            "not see\n");
+        }
+        cd_out_puts(&o, "  recorded and not known to have finished, ruled out by the device's text:\n");
+    } else if (n > 1 || total > 1) {
         cd_out_puts(&o, proven ? "  culprit: one of " : "  culprit (no marker is missing yet: "
                                                         "one of the launches not known to "
                                                         "have finished): one of ");
         cd_out_u(&o, total);
-        cd_out_puts(&o, named ? " launches of the kernel the device names"
-                              : " launches, in launch order");
+        cd_out_puts(&o, named ? (pick.by_words ? " launches of the kernels the device's text fits best"
+                                               : " launches of the kernel the device names")
+                              : pick.reordered ? " launches, the likeliest first (user and JIT "
+                                                 "kernels before PyTorch's and the vendor "
+                                                 "libraries' own)"
+                                               : " launches, in launch order");
         if (every > 1) {
             cd_out_puts(&o, " (watch() puts a completion marker behind every ");
             cd_out_u(&o, every);
@@ -454,9 +585,11 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
         if (cd_watch_get(seqs[i], &r) != 0)
             continue;
         const char *kernel = cd_interned(r.kernel_short);
-        const char *label = n > 1 || total > 1 ? "    " : proven ? "  culprit: "
-                            : "  culprit (a guess: no marker is missing; the last launch "
-                              "recorded): ";
+        const char *label = pick.ruled_out || n > 1 || total > 1
+                                ? "    "
+                                : proven ? "  culprit: "
+                                         : "  culprit (a guess: no marker is missing; the last "
+                                           "launch recorded): ";
         shown++;
         if (r.flags & CD_WATCH_GRAPH) {
             cd_out_graph_replay(&o, &r, seqs[i], label, from_signal);
@@ -477,6 +610,9 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
     if (!shown)
         cd_out_puts(&o, "  no unfinished launch in the watch ring: the faulting kernel was launched "
                   "before watch() or more than 65536 launches ago\n");
+    /* Where the culprit may be a launch the watch did not see. */
+    if (!pick.ruled_out && (!shown || !proven || !named))
+        put_gaps(&o, oldest, "  not covered: ");
     put_device_text(&o, asserts, alen, 0);
     if (code) {
         cd_out_puts(&o, "  ");

@@ -120,19 +120,24 @@ static void put_entry(cd_out *o, const cd_inflight *e, uint64_t now_ns)
     cd_out_puts(o, "  ");
     cd_out_location(o, r->frames, r->n_frames, 0);
     if (e->candidates > 1) {
-        /* Sparse markers: the unfinished one is this launch or one of the
-         * next candidates - 1 of its stream; each named, the first few. */
-        cd_out_puts(o, "    (or one of the ");
-        cd_out_u(o, e->candidates - 1);
-        cd_out_puts(o, e->candidates == 2 ? " launch after it" : " launches after it");
-        cd_out_puts(o, " up to launch #");
+        /* Sparse markers: the unfinished one is this launch (the likeliest:
+         * capture/inflight.c) or another of the candidates of its stream,
+         * launches #first to #open; each named, the first few. */
+        cd_out_puts(o, "    (the likeliest of ");
+        cd_out_u(o, e->candidates);
+        cd_out_puts(o, " launches, #");
+        cd_out_u(o, (unsigned long long)e->first_seq);
+        cd_out_puts(o, " to #");
         cd_out_u(o, (unsigned long long)e->open_seq);
-        cd_out_puts(o, ": watch() puts a completion marker behind every ");
+        cd_out_puts(o, ", user and JIT kernels and kernels not seen to finish first: watch() "
+                       "puts a completion marker behind every ");
         cd_out_u(o, atomic_load(&cd_state.watch_every));
         cd_out_puts(o, "th launch of a stream; watch(exact=True) behind each)\n");
         uint64_t shown = 0;
-        for (uint64_t seq = r->seq + 1; seq <= e->open_seq && shown < 3; seq++) {
+        for (uint64_t seq = e->first_seq; seq <= e->open_seq && shown < 3; seq++) {
             cd_watch_record c;
+            if (seq == r->seq)
+                continue;
             if (cd_watch_get(seq, &c) != 0 || c.stream != r->stream || c.ctx != r->ctx ||
                 (c.flags & CD_WATCH_CAPTURED))
                 continue;

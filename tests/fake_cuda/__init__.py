@@ -52,7 +52,7 @@ LIBRTUSER = "libfake_rt_user.so"
 #: Paste at the top of a child script (after ``import sys``): preloads the
 #: fakes from $CD_TEST_FAKE_DIR and defines ``fake``, ``fake_stats``, ``cbid``.
 PRELUDE = ("import sys as _fk_sys; _fk_sys.path.insert(0, %r)\n"
-           "from fake_cuda.child import fake, fake_stats, cbid, refuse_cbids, FAKE_DIR  # preloads the fakes\n"
+           "from fake_cuda.child import fake, fake_stats, cbid, refuse_cbids, at, FAKE_DIR  # preloads the fakes\n"
            % TESTS)
 
 

@@ -114,6 +114,17 @@ def fake_stats():
     return dict(zip(STAT_NAMES, out))
 
 
+def at(name):
+    """A kernel name as PyTorch's own kernels are named (mangled, in at::native):
+    ``at("ok_k") == b"_ZN2at6native4ok_kEv"`` (demangled ``at::native::ok_k()``,
+    short name ``ok_k``). The always-on watch() gives a plain name (a user's or a
+    JIT kernel: Triton's, CuPy's, the driver's callers') a marker at every launch;
+    tests of its sparse markers use these."""
+    if isinstance(name, str):
+        name = name.encode()
+    return b"_ZN2at6native%d%sEv" % (len(name), name)
+
+
 def cbid(name):
     """CUPTI driver callback id of API `name` (``cbid("cuLaunchKernel") == 307``)."""
     return cbids()[name]
