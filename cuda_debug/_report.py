@@ -363,7 +363,8 @@ class CoverageGap(NamedTuple):
             "another tool held CUPTI when watch() opened, at %s" % (self.from_where or "?")
         span = "%s (launch #%d) to %s (launch #%d)" % (
             who, self.from_seq, self.to_where or "the end of the watch", self.to_seq) \
-            if self.closed else "%s (launch #%d) on, still" % (who, self.from_seq)
+            if self.closed else "%s (launch #%d) on, still (torch.profiler keeps CUPTI after it " \
+            "stops unless TEARDOWN_CUPTI=1)" % (who, self.from_seq)
         return span + (": launches outside PyTorch's runtime (Triton, cuBLAS/cuDNN, CuPy, the "
                        "driver's callers) were not recorded then" if self.hooks_recording
                        else ": no launch was recorded then")
@@ -479,7 +480,17 @@ def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
     total = sum(st[5] for st in use)
     launches = [d for d in (watch_record(q) for q in seqs) if d is not None]
     if not launches:
-        return None
+        # Nothing recorded is unfinished: the culprit is a launch the watch did
+        # not see. Said so when the device's text names it, or the watch had gaps.
+        gaps = coverage_gaps(since)
+        name = (_core.assert_function(device_text.encode("utf-8", "surrogateescape")) or
+                _source_named(device_text)) if device_text else None
+        if name is None and not gaps:
+            return None
+        return {"culprit": _unrecorded(name, [], gaps), "exact": False, "candidates": [],
+                "recent": [], "named_by_device": False, "proven": False, "candidate_count": 1,
+                "markers_every": _core.stats()["watch_every"], "reordered": False,
+                "ruled_out": [], "not_covered": [g.describe() for g in gaps]}
     cands, graph_exact = [], True
     for c in (_launch_dict(r) for r in launches):
         if not c["graph"]:

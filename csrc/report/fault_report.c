@@ -446,6 +446,9 @@ static int culprit_candidates(cd_stream_scan *scan, uint64_t *out, int max, cons
             return k;                  /* kept, to be listed as ruled out */
         }
     }
+    if (!k && alen &&
+        cd_tee_text_function(asserts, alen, pick->function, sizeof pick->function))
+        pick->ruled_out = 1;           /* nothing recorded is unfinished: it names the kernel */
     if (k > 1)
         pick->reordered = lead_with_likeliest(out, k);
     return k;
@@ -484,7 +487,8 @@ static int put_gaps(cd_out *o, uint64_t since, const char *lead)
             cd_out_u(o, g[i].to_seq);
             cd_out_puts(o, ")");
         } else {
-            cd_out_puts(o, ") on, still");
+            cd_out_puts(o, ") on, still (torch.profiler keeps CUPTI after it stops unless "
+                           "TEARDOWN_CUPTI=1)");
         }
         cd_out_puts(o, g[i].hooks_recording
                            ? ": launches outside PyTorch's runtime (Triton, cuBLAS/cuDNN, CuPy, "
@@ -560,7 +564,9 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
             cd_out_puts(&o, "launched before watch() opened, or by a caller cuda_debug does "
                             "not see\n");
         }
-        cd_out_puts(&o, "  recorded and not known to have finished, ruled out by the device's text:\n");
+        if (n)
+            cd_out_puts(&o, "  recorded and not known to have finished, ruled out by the device's "
+                            "text:\n");
     } else if (n > 1 || total > 1) {
         cd_out_puts(&o, proven ? "  culprit: one of " : "  culprit (no marker is missing yet: "
                                                         "one of the launches not known to "
@@ -607,9 +613,10 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
         cd_out_u(&o, total - (uint32_t)shown);
         cd_out_puts(&o, " more\n");
     }
-    if (!shown)
+    if (!shown && !pick.ruled_out)
         cd_out_puts(&o, "  no unfinished launch in the watch ring: the faulting kernel was launched "
-                  "before watch() or more than 65536 launches ago\n");
+                  "before watch(), more than 65536 launches ago, or while the watch did not "
+                  "see it\n");
     /* Where the culprit may be a launch the watch did not see. */
     if (!pick.ruled_out && (!shown || !proven || !named))
         put_gaps(&o, oldest, "  not covered: ");
