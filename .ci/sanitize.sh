@@ -86,7 +86,8 @@ echo "--- AddressSanitizer + UndefinedBehaviorSanitizer"
         ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1 \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 CD_TEST_FAKE_CFLAGS="$ASAN_FLAGS" \
         "$PY" -m pytest -q -n 2 -p no:cacheprovider tests/test_fake_driver*.py \
-        tests/test_graphs.py tests/test_hangs_cpu.py tests/test_dump_cpu.py tests/test_context_reset.py \
+        tests/test_graphs.py tests/test_hangs_cpu.py tests/test_dump_cpu.py tests/test_dump_trust_cpu.py \
+        tests/test_context_reset.py \
         tests/test_signal_reports_cpu.py tests/test_frame_readers.py tests/test_fork_cpu.py \
         tests/test_launch_hooks_cpu.py tests/test_launch_hooks_safety_cpu.py tests/test_watch_always_on.py \
         tests/test_core_cpu.py --deselect tests/test_core_cpu.py::test_fault_kernels_header_is_up_to_date \
