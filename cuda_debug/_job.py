@@ -102,6 +102,8 @@ def _publish() -> None:
 
 
 def _publish_once(rank, world, store, seen, hangs, tries):
+    """One poll: register (a few tries), answer a new request, publish a new
+    hang report; returns the loop's state."""
     from . import _core
     from ._tcpstore import TooLarge
     env = os.environ
