@@ -5,7 +5,7 @@
 #      the fakes too): the tests that run the C core, the fake-driver suite
 #      (tests/test_fake_driver*.py, test_graphs.py, test_hangs_cpu.py,
 #      test_context_reset.py, test_signal_reports_cpu.py, test_frame_readers.py,
-#      test_fork_cpu.py, test_launch_hooks_cpu.py: the GOT entries written and
+#      test_fork_cpu.py, test_launch_hooks_cpu.py and _safety_cpu.py: the GOT entries written and
 #      the runtime's launches recorded past CUPTI, test_watch_always_on.py),
 #      tests/test_core_cpu.py and those of
 #      tests/test_architecture.py that run it. The ASan runtime is preloaded into every
@@ -86,9 +86,10 @@ echo "--- AddressSanitizer + UndefinedBehaviorSanitizer"
         ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1 \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 CD_TEST_FAKE_CFLAGS="$ASAN_FLAGS" \
         "$PY" -m pytest -q -n 2 -p no:cacheprovider tests/test_fake_driver*.py \
-        tests/test_graphs.py tests/test_hangs_cpu.py tests/test_dump_cpu.py tests/test_context_reset.py \
+        tests/test_graphs.py tests/test_hangs_cpu.py tests/test_dump_cpu.py tests/test_dump_trust_cpu.py \
+        tests/test_context_reset.py \
         tests/test_signal_reports_cpu.py tests/test_frame_readers.py tests/test_fork_cpu.py \
-        tests/test_launch_hooks_cpu.py tests/test_watch_always_on.py \
+        tests/test_launch_hooks_cpu.py tests/test_launch_hooks_safety_cpu.py tests/test_watch_always_on.py \
         tests/test_core_cpu.py --deselect tests/test_core_cpu.py::test_fault_kernels_header_is_up_to_date \
         --deselect tests/test_fork_cpu.py::test_a_fork_while_another_thread_holds_every_lock \
         tests/test_architecture.py::test_user_frame_rule_is_one_rule \

@@ -899,7 +899,7 @@ def _print_dump(docs, ranked: bool, as_json: bool) -> None:
             print(json.dumps(out, indent=2))
         return
     for d in docs:
-        sys.stdout.write(_dump.prefixed(d) if ranked else d.get("text") or "")
+        sys.stdout.write(_dump.prefixed(d) if ranked else _dump.report_text(d))
     if ranked and docs:
         for line in _dump.verdict_lines(docs):
             print(line)

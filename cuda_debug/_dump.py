@@ -32,8 +32,8 @@ import sys
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
-FORMAT = "cuda_debug.dump"
-VERSION = 1                       # csrc/report/report.h CD_DOC_VERSION
+from ._untrusted import FORMAT, VERSION, document_problem, printable  # noqa: F401 (ours too)
+
 TIMEOUT_S = 5.0
 DOC_MAX = 64 << 20
 
@@ -169,38 +169,149 @@ def descendants(pid: int) -> List[int]:
 
 # -- asking one process ----------------------------------------------------------------
 
+ANSWER_HEAD = b"cuda_debug dump answer "       # csrc/hooks/dump_server.c: then <bytes>\n
+UNIX_LISTENING = 0x10000                       # /proc/net/unix Flags: __SO_ACCEPTCON
+
+
+def _peer_pid(s: socket.socket) -> int:
+    return struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                            struct.calcsize("3i")))[0]
+
+
+def _socket_inodes(pid: int) -> Optional[set]:
+    """The inodes of the sockets process `pid` holds (/proc/PID/fd); None
+    when its fds cannot be read."""
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return None
+    out = set()
+    for fd in fds:
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link.endswith("]"):
+            out.add(link[8:-1])
+    return out
+
+
+def fallback_names(pid: int, name: bytes, most: int = 16) -> List[bytes]:
+    """The names a listener takes when its own (`name`) was taken before it
+    started: ``name-<random hex>`` (csrc/hooks/dump_server.c), found among the
+    listening abstract sockets (/proc/net/unix) that process `pid` itself
+    holds (its /proc/PID/fd); where its fds cannot be read, every listening
+    one so named (the caller checks each listener's pid all the same)."""
+    mine = _socket_inodes(pid)
+    want = "@" + name.decode() + "-"
+    out = []
+    try:
+        with open("/proc/net/unix") as f:
+            next(f, None)
+            for line in f:
+                cols = line.split(None, 7)
+                if len(cols) < 8 or not cols[7].startswith(want):
+                    continue
+                path = cols[7].rstrip("\n")
+                tail = path[len(want):]
+                try:
+                    listening = int(cols[3], 16) & UNIX_LISTENING
+                except ValueError:
+                    continue
+                if listening and re.fullmatch(r"[0-9a-f]{16}", tail) and \
+                        (mine is None or cols[6] in mine):
+                    out.append(path[1:].encode())
+    except OSError:
+        return []
+    return out[:most]
+
+
+def _connect(pid: int, name: bytes, what: str, deadline: float) -> socket.socket:
+    """A connection to the listener of process `pid`, checked to be that
+    process (SO_PEERCRED): its own name first, then a fallback name it holds.
+    Nothing is sent to a listener that is another process."""
+    impostor = None
+    candidates = [name]
+    tried_fallback = False
+    while candidates:
+        n = candidates.pop(0)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(max(0.05, min(1.0, deadline - time.monotonic())))
+            s.connect(b"\0" + n)
+            peer = _peer_pid(s)
+        except (ConnectionRefusedError, FileNotFoundError, socket.timeout):
+            s.close()
+            peer = None
+        except OSError as e:
+            s.close()
+            raise DumpError("%s: %s" % (what, e)) from None
+        if peer == pid:
+            return s
+        if peer is not None:
+            s.close()
+            impostor = impostor or peer
+        if not candidates and not tried_fallback:
+            tried_fallback = True
+            candidates = fallback_names(pid, name)
+    if impostor is not None:
+        raise DumpError("the listener named for %s is another process (pid %d): not asked"
+                        % (what, impostor))
+    raise DumpError("%s has cuda_debug loaded but does not answer: it has not opened "
+                    "watch() (python -m cuda_debug run, cuda_debug.watch()) since it "
+                    "started, its CUDA_DEBUG_DUMP is off, or it runs in another network "
+                    "namespace (a container)" % what)
+
+
+def _read_answer(s: socket.socket, what: str, deadline: float) -> bytes:
+    """The listener's answer: a line with its length, then that many bytes (a
+    listener of an older cuda_debug sends the document alone and closes)."""
+    buf, want = bytearray(), None
+    while want is None or len(buf) < want:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout()
+        s.settimeout(left)
+        b = s.recv(1 << 16)
+        if not b:
+            if want is None and buf[:1] == b"{":
+                return bytes(buf)          # an older listener: the end of the file ends it
+            raise DumpError("%s closed the connection %s" % (
+                what, "before answering" if want is None and not buf else
+                "after %d of %s bytes" % (len(buf), want if want is not None else "?")))
+        buf += b
+        if want is None and buf[:1] != b"{":
+            nl = buf.find(b"\n")
+            if nl < 0:
+                if len(buf) > 64:
+                    raise DumpError("%s answered something that is not a dump (%s...)"
+                                    % (what, printable(bytes(buf[:32]).decode("utf-8", "replace"))))
+                continue
+            head, rest = bytes(buf[:nl]), buf[nl + 1:]
+            if not head.startswith(ANSWER_HEAD) or not head[len(ANSWER_HEAD):].isdigit():
+                raise DumpError("%s answered something that is not a dump (%s)"
+                                % (what, printable(head[:64].decode("utf-8", "replace"))))
+            want = int(head[len(ANSWER_HEAD):])
+            if want > DOC_MAX:
+                raise DumpError("%s would send %d bytes, more than %d MiB: not read"
+                                % (what, want, DOC_MAX >> 20))
+            buf = rest
+        if len(buf) > DOC_MAX:
+            raise DumpError("%s sent more than %d MiB: cut" % (what, DOC_MAX >> 20))
+    return bytes(buf[:want])
+
+
 def ask(pid: int, recent: int = 0, timeout: float = TIMEOUT_S) -> dict:
     """The document of process `pid`'s dump listener (checked first with
     check_askable and has_cuda_debug). DumpError when it cannot answer."""
     from . import _core
     _, name = _core.dump_listener(pid)
     what = "process %d%s" % (pid, command_of(pid))
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + timeout
+    s = _connect(pid, name, what, deadline)
     try:
-        s.settimeout(timeout)
-        try:
-            s.connect(b"\0" + name)
-        except (ConnectionRefusedError, FileNotFoundError):
-            raise DumpError("%s has cuda_debug loaded but does not answer: it has not opened "
-                            "watch() (python -m cuda_debug run, cuda_debug.watch()) since it "
-                            "started, its CUDA_DEBUG_DUMP is off, or it runs in another network "
-                            "namespace (a container)" % what) from None
-        peer_pid, peer_uid, _ = struct.unpack("3i", s.getsockopt(
-            socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-        if peer_pid != pid:
-            raise DumpError("the listener named for %s is another process (pid %d): not asked"
-                            % (what, peer_pid))
         s.sendall(b"cuda_debug dump %d recent=%d\n" % (VERSION, max(0, int(recent))))
-        chunks, n, deadline = [], 0, time.monotonic() + timeout
-        while True:
-            s.settimeout(max(0.05, deadline - time.monotonic()))
-            b = s.recv(1 << 16)
-            if not b:
-                break
-            chunks.append(b)
-            n += len(b)
-            if n > DOC_MAX:
-                raise DumpError("%s sent more than %d MiB: cut" % (what, DOC_MAX >> 20))
+        raw = _read_answer(s, what, deadline)
     except socket.timeout:
         raise DumpError("%s did not answer within %.0f s" % (what, timeout)) from None
     except OSError as e:
@@ -208,14 +319,18 @@ def ask(pid: int, recent: int = 0, timeout: float = TIMEOUT_S) -> dict:
     finally:
         s.close()
     try:
-        doc = json.loads(b"".join(chunks))
+        doc = json.loads(raw)
     except ValueError as e:
         raise DumpError("%s sent a document that is not JSON (%s)" % (what, e)) from None
-    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
-        raise DumpError("%s speaks another version of the dump (%s %s; this cuda_debug "
-                        "reads %s %d): run the dump of the cuda_debug it runs"
-                        % (what, doc.get("format"), doc.get("version"), FORMAT, VERSION))
+    problem = document_problem(doc)
+    if problem:
+        raise DumpError("%s %s" % (what, problem))
     return doc
+
+
+def report_text(doc: dict) -> str:
+    """The document's text block, for a terminal."""
+    return printable(doc.get("text") or "", newlines=True)
 
 
 def local_document(recent: int = 0) -> dict:
@@ -270,10 +385,11 @@ def label(doc: dict) -> str:
 
 
 def prefixed(doc: dict, text: Optional[str] = None) -> str:
-    """The report's text, each line prefixed ``[rank k]`` (``[pid N]`` without a rank)."""
+    """The report's text, each line prefixed ``[rank k]`` (``[pid N]`` without a
+    rank), for a terminal (printable())."""
     pfx = "[%s] " % label(doc)
     text = doc.get("text") or "" if text is None else text
-    return "".join(pfx + line + "\n" for line in text.splitlines())
+    return "".join(pfx + printable(line) + "\n" for line in text.splitlines())
 
 
 # -- one verdict for many ranks -------------------------------------------------------
@@ -388,8 +504,9 @@ def flight_recorder_lines(docs: Sequence[dict]) -> List[str]:
 
 
 def verdict_lines(docs: Sequence[dict]) -> List[str]:
-    """The verdict, then the flight recorders' last collectives where they are on."""
-    return [verdict(docs)] + flight_recorder_lines(docs)
+    """The verdict, then the flight recorders' last collectives where they are
+    on: lines for a terminal (the names in them are the targets': printable())."""
+    return [printable(line) for line in [verdict(docs)] + flight_recorder_lines(docs)]
 
 
 # -- a timeline ------------------------------------------------------------------------

@@ -400,11 +400,20 @@ int cd_origin_rank(int origin);
 
 /* ------------------------------------------------------------- got.c -- */
 
-/* One GOT entry written: where, and what it held. */
+/* One GOT entry written: where, what it held, and the object it is in (its
+ * load address, program headers, name: checked before each later write, so
+ * that nothing is written into an object unloaded or replaced since). */
 typedef struct {
-    void **slot;
-    void *old;
-    int relro;
+    void **slot;                 /* NULL: dropped (its object is gone) */
+    void *old;                   /* what it held before ours */
+    void *target;                /* the definition it leads to */
+    void *wrote;                 /* what we wrote there */
+    uintptr_t base;              /* the object: dl_iterate_phdr's dlpi_addr, */
+    const void *phdr;            /* dlpi_phdr, */
+    uint32_t name_hash;          /* a hash of dlpi_name, */
+    int phnum;                   /* dlpi_phnum */
+    int prot;                    /* the page's protection (PROT_*), put back after each write */
+    int done;                    /* scratch: written by the last pass */
 } cd_got_patch;
 /* Point every loaded object's imports of `symbol` (JUMP_SLOT, GLOB_DAT; not
  * our own) that lead to one definition at `replacement`: at most max entries,
@@ -414,10 +423,12 @@ typedef struct {
  * Cold, from Python (takes the loader's lock). */
 int cd_got_hook(const char *symbol, void *replacement, void **original, cd_got_patch *out,
                 int max, int *other_targets);
-/* Write back what the entries held. */
+/* Write back what the entries held, into those that still hold ours, in
+ * objects still loaded where they were found; the others are dropped. */
 void cd_got_restore(cd_got_patch *p, int n);
 /* Point the same entries at `replacement` again (nothing loaded or unloaded
- * since they were found: cd_got_generation() unchanged). */
+ * since they were found: cd_got_generation() unchanged; checked again per
+ * object all the same). */
 void cd_got_reapply(cd_got_patch *p, int n, void *replacement);
 /* The loader's count of objects loaded and unloaded, as one number (0 where
  * the loader does not say); cheap. */

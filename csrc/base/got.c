@@ -14,12 +14,28 @@
  * copies of a runtime, CUDA 12's and 13's, keep theirs): the replacement
  * needs one original to call. An entry the loader has not bound yet (lazy
  * binding: it points into the object's own PLT) is bound here first, by
- * asking the loader for the symbol in that object's scope. Entries inside the
- * object's RELRO segment (full RELRO) are written through mprotect. A pointer
- * store is atomic on the architectures built for, so a thread calling
- * through an entry while it is swapped calls the old or the new function,
- * never anything else. Cold: called from Python (watch() entry and exit),
- * never from a callback.
+ * asking the loader for the symbol in that object's scope. A pointer store is
+ * atomic on the architectures built for, so a thread calling through an
+ * entry while it is swapped calls the old or the new function, never
+ * anything else.
+ *
+ * The promise to the objects written (SPEC section 16), as the PLT-hook
+ * libraries keep it:
+ *   - the page keeps its protection: what /proc/self/maps says it has when
+ *     the entry is found (xHook's xh_util_get_mem_protect), else what the
+ *     program headers say the loader gave it (RELRO's last page, which it
+ *     only partly covers, stays writable: the loader rounds RELRO's end down);
+ *     a writable page is written as it is, another made writable for the
+ *     store and given back exactly that;
+ *   - nothing is written into an object that is gone: every write, the
+ *     restore at watch() exit included, happens inside dl_iterate_phdr (as
+ *     ByteHook refreshes its ELF list through it before touching one), under
+ *     the loader's lock, which dlclose holds while it unmaps, into an object
+ *     that is still the one the entry was found in (load address, program
+ *     headers, name), and, for a restore, only where the entry still holds
+ *     what we wrote: an object unloaded mid-watch, or loaded again at its
+ *     address, or another mapping there, is not touched; its patch is dropped.
+ * Cold: called from Python (watch() entry and exit), never from a callback.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -28,6 +44,8 @@
 
 #include <dlfcn.h>
 #include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -46,7 +64,8 @@ typedef struct {
     void **slot;
     void *now;                   /* what the entry holds */
     const char *object;          /* an unbound entry's object (its l_name), else NULL */
-    int relro, unbound;
+    cd_got_patch id;             /* the object's identity, the page's protection */
+    int unbound;
 } found_t;
 
 typedef struct {
@@ -65,32 +84,127 @@ static uintptr_t dyn_ptr(const struct dl_phdr_info *info, ElfW(Addr) v)
     return v < info->dlpi_addr ? info->dlpi_addr + v : v;
 }
 
-/* Is address a inside one of the object's segments of this type? */
-static int in_segment(const struct dl_phdr_info *info, uintptr_t a, ElfW(Word) type)
+/* The program header of this type holding address a, or NULL. */
+static const ElfW(Phdr) *segment_of(const struct dl_phdr_info *info, uintptr_t a, ElfW(Word) type)
 {
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
         if (ph->p_type == type && a >= lo && a < lo + ph->p_memsz)
-            return 1;
+            return ph;
     }
+    return NULL;
+}
+
+static uintptr_t page_size(void)
+{
+    static uintptr_t page;
+    if (!page)
+        page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    return page;
+}
+
+static uintptr_t page_of(const void *a) { return (uintptr_t)a & ~(page_size() - 1); }
+
+/* FNV-1a of an object's name: part of its identity (the name's memory may
+ * be freed with the object, so it is not kept). */
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; s && *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* The protection the loader gave the page holding a: its PT_LOAD's flags,
+ * without PROT_WRITE where PT_GNU_RELRO covers the whole page (the loader
+ * rounds RELRO's end down to a page: a last page it only partly covers stays
+ * writable). Used where /proc/self/maps cannot be read. */
+static int phdr_prot(const struct dl_phdr_info *info, uintptr_t a)
+{
+    const ElfW(Phdr) *load = segment_of(info, a, PT_LOAD);
+    if (!load)
+        return -1;
+    int prot = (load->p_flags & PF_R ? PROT_READ : 0) | (load->p_flags & PF_W ? PROT_WRITE : 0) |
+               (load->p_flags & PF_X ? PROT_EXEC : 0);
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_GNU_RELRO)
+            continue;
+        uintptr_t lo = page_of((void *)(info->dlpi_addr + ph->p_vaddr));
+        uintptr_t hi = page_of((void *)(info->dlpi_addr + ph->p_vaddr + ph->p_memsz));
+        if (page_of((void *)a) >= lo && page_of((void *)a) < hi)
+            prot &= ~PROT_WRITE;
+    }
+    return prot;
+}
+
+/* The protections of the pages holding p[i].slot, as /proc/self/maps says
+ * (what xHook's xh_util_get_mem_protect reads): into p[i].prot; a slot in no
+ * mapping gets -1. One pass over the file, a fixed buffer, no allocation.
+ * 0, or -1 (the file cannot be read: p[] keeps what it had). */
+static int maps_prot(cd_got_patch *p, int n)
+{
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        p[i].prot = -1;
+    static char buf[4096];             /* callers serialise (sub_lock) */
+    /* each line: "lo-hi rwxp ...": field 0 lo, 1 hi, 2 the permissions, 3 the rest */
+    uintptr_t lo = 0, hi = 0;
+    int field = 0, perm = 0, prot = 0;
+    for (;;) {
+        ssize_t k = read(fd, buf, sizeof buf);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        for (ssize_t j = 0; j < k; j++) {
+            char c = buf[j];
+            if (c == '\n') {
+                for (int i = 0; i < n; i++)
+                    if ((uintptr_t)p[i].slot >= lo && (uintptr_t)p[i].slot < hi)
+                        p[i].prot = prot;
+                lo = hi = 0;
+                field = perm = prot = 0;
+            } else if (field < 2) {
+                int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+                if (d >= 0 && field == 0)
+                    lo = lo << 4 | (uintptr_t)d;
+                else if (d >= 0)
+                    hi = hi << 4 | (uintptr_t)d;
+                else
+                    field++;           /* '-', then ' ' */
+            } else if (field == 2) {
+                if (c == ' ')
+                    field = 3;
+                else if (perm < 3 && c != '-')
+                    prot |= perm == 0 ? PROT_READ : perm == 1 ? PROT_WRITE : PROT_EXEC;
+                perm++;
+            }
+        }
+    }
+    close(fd);
     return 0;
 }
 
-/* Store v at slot; 0 on success. */
-static int write_slot(void **slot, void *v, int relro)
+/* Store v at slot, the page left with the protection it had (prot, PROT_*):
+ * a writable page is written as it is; another is made writable for the
+ * store, then given back exactly prot. 0 on success. */
+static int write_slot(void **slot, void *v, int prot)
 {
-    if (!relro) {
+    if (prot < 0)
+        return -1;
+    if (prot & PROT_WRITE) {
         __atomic_store_n(slot, v, __ATOMIC_SEQ_CST);
         return 0;
     }
-    long page = sysconf(_SC_PAGESIZE);
-    uintptr_t p = (uintptr_t)slot & ~(uintptr_t)(page - 1);
-    size_t len = ((uintptr_t)slot + sizeof(void *) - p + (size_t)page - 1) & ~(size_t)(page - 1);
-    if (mprotect((void *)p, len, PROT_READ | PROT_WRITE))
+    void *p = (void *)page_of(slot);
+    if (mprotect(p, page_size(), prot | PROT_READ | PROT_WRITE))
         return -1;
     __atomic_store_n(slot, v, __ATOMIC_SEQ_CST);
-    mprotect((void *)p, len, PROT_READ);
+    mprotect(p, page_size(), prot);
     return 0;
 }
 
@@ -105,6 +219,27 @@ static void *bind_now(const char *object, const char *symbol)
     void *f = dlsym(h, symbol);
     dlclose(h);
     return f;
+}
+
+static void identify(cd_got_patch *id, const struct dl_phdr_info *info, void **slot)
+{
+    id->slot = slot;
+    id->base = info->dlpi_addr;
+    id->phdr = info->dlpi_phdr;
+    id->phnum = info->dlpi_phnum;
+    id->name_hash = name_hash(info->dlpi_name);
+    id->prot = phdr_prot(info, (uintptr_t)slot);
+}
+
+/* Is the object dl_iterate_phdr shows the one p was found in, still there:
+ * the same load address, program headers and name, p's slot inside one of
+ * its segments? (Checked under the loader's lock, which dlclose holds while
+ * it unmaps: an object that passes cannot go away before the write.) */
+static int same_object(const struct dl_phdr_info *info, const cd_got_patch *p, uint32_t hash)
+{
+    return info->dlpi_addr == p->base && (const void *)info->dlpi_phdr == p->phdr &&
+           info->dlpi_phnum == p->phnum && hash == p->name_hash &&
+           segment_of(info, (uintptr_t)p->slot, PT_LOAD) != NULL;
 }
 
 static void take(walk_t *w, const struct dl_phdr_info *info, const ElfW(Rela) *rel, size_t n,
@@ -124,9 +259,9 @@ static void take(walk_t *w, const struct dl_phdr_info *info, const ElfW(Rela) *r
         found_t *f = &w->found[w->n_found++];
         f->slot = slot;
         f->now = now;
-        f->unbound = in_segment(info, (uintptr_t)now, PT_LOAD);   /* its own PLT */
+        f->unbound = segment_of(info, (uintptr_t)now, PT_LOAD) != NULL;   /* its own PLT */
         f->object = info->dlpi_name;
-        f->relro = in_segment(info, (uintptr_t)slot, PT_GNU_RELRO);
+        identify(&f->id, info, slot);
     }
 }
 
@@ -167,6 +302,75 @@ static int visit(struct dl_phdr_info *info, size_t size, void *data)
         take(w, info, rela, rela_size / sizeof(ElfW(Rela)), symtab, strtab);
     return 0;
 }
+
+/* Every write into another object's GOT happens inside dl_iterate_phdr,
+ * object by object (as ByteHook refreshes its list of ELFs through it before
+ * touching one): only into an object that is still the one the entry was
+ * found in, under the loader's lock, so that a dlclose cannot unmap it
+ * meanwhile. A patch whose object is gone is dropped (slot NULL). */
+enum { PASS_HOOK, PASS_REAPPLY, PASS_RESTORE };
+typedef struct {
+    cd_got_patch *p;
+    int n, op;
+    void *replacement;
+} pass_t;
+
+static void write_checked(pass_t *w, cd_got_patch *p)
+{
+    void *now = __atomic_load_n(p->slot, __ATOMIC_SEQ_CST);
+    switch (w->op) {
+    case PASS_RESTORE:
+        /* only what we wrote is written back: another hooker's value since,
+         * or the loader's (the same file loaded again), is theirs */
+        if (now == p->wrote && write_slot(p->slot, p->old, p->prot) == 0)
+            p->done = 1;
+        break;
+    default:
+        /* what it held when found, or the definition (bound since): else
+         * someone else's now, left alone */
+        if (now == w->replacement && w->op == PASS_REAPPLY) {
+            p->wrote = now;            /* ours still */
+            p->done = 1;
+        } else if ((now == p->old || now == p->target) &&
+                   write_slot(p->slot, w->replacement, p->prot) == 0) {
+            p->old = now;
+            p->wrote = w->replacement;
+            p->done = 1;
+        }
+        break;
+    }
+}
+
+static int pass_visit(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    pass_t *w = data;
+    uint32_t hash = 0;
+    int hashed = 0;
+    for (int i = w->n - 1; i >= 0; i--) {
+        cd_got_patch *p = &w->p[i];
+        if (!p->slot || p->done || p->base != info->dlpi_addr)
+            continue;
+        if (!hashed)
+            hash = name_hash(info->dlpi_name), hashed = 1;
+        if (same_object(info, p, hash))
+            write_checked(w, p);
+    }
+    return 0;
+}
+
+/* One pass over the loaded objects; the patches not written get slot NULL
+ * (their object is gone, or the entry holds someone else's value). */
+static void pass(cd_got_patch *p, int n, int op, void *replacement)
+{
+    pass_t w = {p, n, op, replacement};
+    for (int i = 0; i < n; i++)
+        p[i].done = 0;
+    dl_iterate_phdr(pass_visit, &w);
+    for (int i = 0; i < n; i++)
+        if (!p[i].done)
+            p[i].slot = NULL;
+}
 #endif
 
 int cd_got_hook(const char *symbol, void *replacement, void **original, cd_got_patch *out,
@@ -174,7 +378,7 @@ int cd_got_hook(const char *symbol, void *replacement, void **original, cd_got_p
 {
     *other_targets = 0;
 #ifdef CD_R_JUMP_SLOT
-    static walk_t w;                   /* callers serialise (sub_lock); 6 KiB off the stack */
+    static walk_t w;                   /* callers serialise (sub_lock); 20 KiB off the stack */
     Dl_info self;
     memset(&w, 0, sizeof w);
     w.symbol = symbol;
@@ -196,14 +400,22 @@ int cd_got_hook(const char *symbol, void *replacement, void **original, cd_got_p
             (*other_targets)++;
             continue;
         }
-        if (n >= max || write_slot(f->slot, replacement, f->relro))
+        if (n >= max)
             continue;
-        out[n].slot = f->slot;
+        out[n] = f->id;
         out[n].old = f->now;
-        out[n].relro = f->relro;
+        out[n].target = target;
         n++;
     }
-    return n;
+    if (!n)
+        return 0;
+    maps_prot(out, n);                 /* what each page has now (else its headers' word) */
+    pass(out, n, PASS_HOOK, replacement);
+    int k = 0;                         /* the written ones, in order */
+    for (int i = 0; i < n; i++)
+        if (out[i].slot)
+            out[k++] = out[i];
+    return k;
 #else
     (void)symbol, (void)replacement, (void)original, (void)out, (void)max;
     return 0;
@@ -234,8 +446,7 @@ unsigned long long cd_got_generation(void)
 void cd_got_reapply(cd_got_patch *p, int n, void *replacement)
 {
 #ifdef CD_R_JUMP_SLOT
-    for (int i = 0; i < n; i++)
-        write_slot(p[i].slot, replacement, p[i].relro);
+    pass(p, n, PASS_REAPPLY, replacement);
 #else
     (void)p, (void)n, (void)replacement;
 #endif
@@ -244,8 +455,7 @@ void cd_got_reapply(cd_got_patch *p, int n, void *replacement)
 void cd_got_restore(cd_got_patch *p, int n)
 {
 #ifdef CD_R_JUMP_SLOT
-    for (int i = n - 1; i >= 0; i--)
-        write_slot(p[i].slot, p[i].old, p[i].relro);
+    pass(p, n, PASS_RESTORE, NULL);
 #else
     (void)p, (void)n;
 #endif

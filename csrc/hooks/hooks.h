@@ -133,7 +133,8 @@ int cd_fork_test_hold(int hold);
 /* ------------------------------------------------------ dump_server.c -- */
 
 /* `cuda-debug dump PID`: a thread that answers on the abstract Unix socket
- * "@cuda_debug-dump-<pid>" with the in-flight document (report/inflight_doc.c).
+ * "@cuda_debug-dump-<pid>" (taken by another process: "...-<pid>-<random hex>")
+ * with its length, then the in-flight document (report/inflight_doc.c).
  * Started once per process (again in a forked child); rank / world_size go
  * into the document (-1 / 0 unknown). 0, or an errno. */
 int cd_dump_server_start(int rank, int world_size);

@@ -16,10 +16,15 @@ int __cudaLaunchKernel(void *kernel, fake_dim3 grid, fake_dim3 block, void **arg
                        void *stream);
 void *fake_function(const char *name);
 
+/* Written at every call (.data, next to .got.plt in this small library): a
+ * page the launch hooks wrote must still take the library's own writes. */
+static volatile long calls = 1;
+
 /* `name` on `stream` (0: the legacy stream), n times; the first error, else 0. */
 FAKE_EXPORT int fake_rt_launch(const char *name, uintptr_t stream, long n)
 {
     CUcontext c = NULL, popped;
+    calls++;
     cuDevicePrimaryCtxRetain(&c, 0);
     cuCtxPushCurrent(c);
     int rc = 0;
@@ -30,3 +35,7 @@ FAKE_EXPORT int fake_rt_launch(const char *name, uintptr_t stream, long n)
     cuCtxPopCurrent(&popped);
     return rc;
 }
+
+/* 1 + how often fake_rt_launch ran; its address (where the library writes). */
+FAKE_EXPORT long fake_rt_calls(void) { return calls; }
+FAKE_EXPORT void *fake_rt_data(void) { return (void *)&calls; }

@@ -1,0 +1,106 @@
+"""What comes from another process, or from a job's store that anyone who can
+reach MASTER_PORT may write: the dump document's shape, checked before any of
+it is used (:func:`document_problem`), and text made safe for a terminal
+(:func:`printable`, the rule the C report's writer, csrc/report/fd_writer.c,
+applies). Used by cuda_debug/_dump.py (``dump PID``) and cuda_debug/_job.py
+(``dump --job``); imports nothing of the package.
+"""
+from typing import Optional
+
+FORMAT = "cuda_debug.dump"
+VERSION = 1                       # csrc/report/report.h CD_DOC_VERSION
+
+
+# -- what a document may hold -----------------------------------------------------------
+
+_STR = (str, type(None))
+_INT = (int, type(None))
+_LAUNCH = {"seq": int, "stream": int, "kernel": _STR, "short": _STR, "collective": _STR,
+           "graph": bool, "thread_id": int, "thread_name": _STR, "device": _INT,
+           "age_ns": (int, float), "frames": list}
+_TOP = {"pid": int, "rank": _INT, "time": (int, float), "text": _STR, "streams": list,
+        "recent": (list, type(None))}
+_OPTIONAL = {"rank", "text", "recent"}
+
+
+def _frames_problem(frames) -> Optional[str]:
+    for f in frames:
+        if not (isinstance(f, list) and len(f) == 4 and isinstance(f[0], _STR) and
+                isinstance(f[1], int) and isinstance(f[2], _STR) and isinstance(f[3], int)):
+            return "a frame that is not [file, line, function, kind]"
+    return None
+
+
+def _fields_problem(d, spec, where, optional=()) -> Optional[str]:
+    if not isinstance(d, dict):
+        return "%s that is not an object" % where
+    for k, t in spec.items():
+        if k not in d:
+            if k in optional:
+                continue
+            return "%s without %r" % (where, k)
+        if not isinstance(d[k], t) or (t is int and isinstance(d[k], bool)):
+            return "%s whose %r is a %s" % (where, k, type(d[k]).__name__)
+    return None
+
+
+def document_problem(doc) -> Optional[str]:
+    """Why `doc` is not a dump document this cuda_debug can read (one phrase,
+    after the sender's name: "sent ..."), or None."""
+    if not isinstance(doc, dict):
+        return "sent a JSON %s, not a dump document" % type(doc).__name__
+    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        return ("speaks another version of the dump (%s %s; this cuda_debug reads %s %d): run "
+                "the dump of the cuda_debug it runs" % (
+                    printable(repr(doc.get("format"))), printable(repr(doc.get("version"))),
+                    FORMAT, VERSION))
+    problem = _fields_problem(doc, _TOP, "a document", _OPTIONAL)
+    if not problem and doc["pid"] <= 0:
+        problem = "a document whose pid is %d" % doc["pid"]
+    launches = [("a stream", e, dict(_LAUNCH, queued=int)) for e in doc["streams"]] \
+        if not problem else []
+    launches += [("a recent launch", e, _LAUNCH) for e in doc.get("recent") or ()] \
+        if not problem else []
+    for where, e, spec in launches:
+        problem = _fields_problem(e, spec, where) or _frames_problem(e["frames"])
+        if not problem and e.get("graph_nodes") is not None:
+            nodes = e["graph_nodes"]
+            if not isinstance(nodes, list):
+                problem = "a graph replay whose nodes are not a list"
+            for n in nodes if not problem else ():
+                problem = _fields_problem(n, {"node": int, "kernel": _STR, "short": _STR,
+                                              "collective": _STR, "frames": list},
+                                          "a graph node") or _frames_problem(n["frames"])
+                if problem:
+                    break
+        if problem:
+            break
+    fr = doc.get("flight_recorder")
+    if not problem and fr is not None:
+        if not isinstance(fr, dict) or not isinstance(fr.get("entries", []), list) or \
+                not all(isinstance(e, dict) for e in fr.get("entries", [])) or \
+                not isinstance(fr.get("time", 0), (int, float)):
+            problem = "a flight recorder that is not {time, entries: [...]}"
+    return "sent %s" % problem if problem else None
+
+
+# -- what reaches a terminal ------------------------------------------------------------
+
+def printable(text: str, newlines: bool = False) -> str:
+    """`text` from another process, safe for a terminal, as the C report
+    writes such text (csrc/report/fd_writer.c): a control character (escape
+    sequences: ESC, CSI, BEL...; C1 controls; format characters such as the
+    bidirectional overrides) becomes '?', an undecodable byte (a lone
+    surrogate, os.fsdecode's spelling) \\xNN; tabs, and newlines where
+    `newlines`, stay."""
+    if text.isprintable():
+        return text
+    out = []
+    for c in text:
+        if c.isprintable() or c == "\t" or (newlines and c == "\n"):
+            out.append(c)
+        elif "\udc80" <= c <= "\udcff":
+            out.append("\\x%02x" % (ord(c) - 0xDC00))
+        else:
+            out.append("?")
+    return "".join(out)
