@@ -2,7 +2,7 @@
 # Build cuda_debug on the GPU machine, run the GPU tests and the benchmarks.
 # Usage (from the repo root, on a machine with a GPU and no package registry):
 #   OUT=/tmp/out CUDA_DEBUG_COMMIT=$(git rev-parse --short HEAD) \
-#     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [ab] [watch] [alwayson] [graphs] [replay] [guard] [seed] [ddp] [gemm]
+#     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [ab] [watch] [alwayson] [graphs] [replay] [guard] [seed] [ddp] [ddpgloo] [gemm]
 # tests: NPROC workers (default 4), TESTS (default tests), TEST_ARGS; CUDA 12's CUPTI
 # wheel in .whl12/ (kept apart: on the path it would be found first) runs tests/test_cuda12_gpu.py.
 # ab: the launch path of this tree against an older one built from .carry/base (git
@@ -114,6 +114,13 @@ if [[ " $what " == *" ddp "* ]]; then     # needs 2 GPUs (the nvidia-h200-x2 kin
   python3 benchmarks/ddp_step.py --compare --gpus 2 >"$OUT/ddp.log" 2>&1
   summary+=("ddp: see ddp.log")
   tail -7 "$OUT/ddp.log"
+fi
+
+if [[ " $what " == *" ddpgloo "* ]]; then # one GPU: two ranks share it, DDP over gloo
+  python3 benchmarks/ddp_step.py --gloo-shared ${DDP_ARGS:-} --json "$OUT/ddp_gloo.json" \
+    >"$OUT/ddp_gloo.log" 2>&1
+  summary+=("ddpgloo: $(tail -1 "$OUT/ddp_gloo.log")")
+  tail -7 "$OUT/ddp_gloo.log"
 fi
 
 if [[ " $what " == *" gemm "* ]]; then

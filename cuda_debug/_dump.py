@@ -375,8 +375,12 @@ def as_json(doc: dict) -> dict:
         streams.append(d)
     out = {"pid": doc["pid"], "rank": doc.get("rank"), "time": doc["time"],
            "watching": doc.get("watching"), "streams": streams}
-    if doc.get("flight_recorder"):
-        out["flight_recorder"] = doc["flight_recorder"]
+    extra = doc.get("flight_recorder")
+    if isinstance(extra, dict):
+        if "entries" in extra:
+            out["flight_recorder"] = {k: v for k, v in extra.items() if k != "cpu_waits"}
+        if extra.get("cpu_waits"):
+            out["cpu_waits"] = extra["cpu_waits"]
     return out
 
 
@@ -426,6 +430,59 @@ def _last_launch(doc: dict):
                          age_ns=e["age_ns"], queued=0)
 
 
+class CpuWait(NamedTuple):
+    """A rank that waits in a torch.distributed collective on the CPU, with no
+    GPU launch in flight (a gloo collective; cuda_debug/_job.py cpu_waits)."""
+    collective: str
+    backend: Optional[str]
+    filename: Optional[str]
+    lineno: Optional[int]
+    age_s: float                  # seen there since, up to the dump
+    stale_s: float                # how old the rank's snapshot was at the dump
+    short: str = ""
+    kernel: str = ""
+    graph: bool = False
+
+
+def cpu_wait(doc: dict) -> Optional[CpuWait]:
+    """The oldest collective a thread of the rank waits in on the CPU, from the
+    snapshot its job thread hands down (doc["flight_recorder"]["cpu_waits"]),
+    or None."""
+    extra = doc.get("flight_recorder")
+    waits = extra.get("cpu_waits") if isinstance(extra, dict) else None
+    if not isinstance(waits, list) or not waits or not isinstance(waits[0], dict):
+        return None
+    w = waits[0]
+    try:
+        now, snap, since = float(doc["time"]), float(extra["time"]), float(w["since"])
+        lineno = w.get("lineno")
+        if not w.get("collective"):
+            return None
+        return CpuWait(collective=str(w["collective"]),
+                       backend=str(w["backend"]) if w.get("backend") else None,
+                       filename=str(w["filename"]) if w.get("filename") else None,
+                       lineno=int(lineno) if lineno is not None else None,
+                       age_s=max(0.0, now - since), stale_s=max(0.0, now - snap))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _coll(r) -> str:
+    """The collective a rank waits in: NCCL's (its kernel), or "gloo all_reduce"."""
+    if isinstance(r, CpuWait) and r.backend:
+        return "%s %s" % (r.backend, r.collective)
+    return r.collective
+
+
+def _at(n: str, r) -> str:
+    """"rank k at file:line" of a waiting rank; ", on the CPU for N s" for a CpuWait."""
+    if not isinstance(r, CpuWait):
+        return "%s at %s" % (n, _where(r))
+    return "%s at %s, on the CPU for %.1f s%s" % (
+        n, _where(r), r.age_s, " (its last snapshot %.0f s before this dump)" % r.stale_s
+        if r.stale_s > 6.0 else "")
+
+
 def _names(labels: Sequence[str]) -> str:
     labels = list(labels)
     if len(labels) == 1:
@@ -439,22 +496,24 @@ def verdict(docs: Sequence[dict]) -> str:
     """One line for a job: the rank that stalls it (its oldest unfinished
     launch is a compute kernel while the others wait in a collective: that
     rank, kernel and line), or the collective some ranks have not joined
-    (each rank's line), or that the ranks disagree on the collective."""
+    (each rank's line), or that the ranks disagree on the collective. A rank
+    with nothing unfinished on the GPU whose Python waits in a collective (a
+    gloo one: :func:`cpu_wait`) counts as waiting in it, "on the CPU"."""
     oldest = []
     for doc in docs:
-        recs = records(doc)
-        oldest.append((label(doc), recs[0] if recs else None, doc))
+        recs = records(doc)        # else: a collective waited for on the CPU (gloo)?
+        oldest.append((label(doc), recs[0] if recs else cpu_wait(doc), doc))
     compute = [(n, r) for n, r, _ in oldest if r is not None and not r.collective]
     waiting = [(n, r) for n, r, _ in oldest if r is not None and r.collective]
     idle = [(n, d) for n, r, d in oldest if r is None]
     if not compute and not waiting:
         return "verdict: no %s has an unfinished launch: the job is not stuck on the GPU" % (
             "rank" if len(docs) > 1 else "process")
-    colls = sorted({r.collective for _, r in waiting})
+    colls = sorted({_coll(r) for _, r in waiting})
     if compute and waiting:
         stall = "; ".join("%s in %s at %s (unfinished for %.1f s)"
                           % (n, _what(r), _where(r), r.age_s) for n, r in compute)
-        wait = "; ".join("%s at %s" % (n, _where(r)) for n, r in waiting)
+        wait = "; ".join(_at(n, r) for n, r in waiting)
         return "verdict: %s stall%s the job: %s, while %s wait%s in %s (%s)" % (
             _names([n for n, _ in compute]), "s" if len(compute) == 1 else "", stall,
             _names([n for n, _ in waiting]), "s" if len(waiting) == 1 else "",
@@ -470,14 +529,18 @@ def verdict(docs: Sequence[dict]) -> str:
             "a collective was" if len(colls) > 1 else "%s was" % colls[0],
             "by " + _names([n for n, _ in idle]), _names([n for n, _ in waiting]),
             "s" if len(waiting) == 1 else "",
-            "; ".join("%s at %s" % (n, _where(r)) for n, r in waiting), "; ".join(lines))
+            "; ".join(_at(n, r) for n, r in waiting), "; ".join(lines))
     if waiting and len(colls) > 1:
         return "verdict: the ranks wait in different collectives: %s" % "; ".join(
-            "%s in %s at %s" % (n, r.collective, _where(r)) for n, r in waiting)
+            "%s in %s at %s" % (n, _coll(r), _where(r)) for n, r in waiting)
     if waiting:
+        if all(isinstance(r, CpuWait) for _, r in waiting):   # one backend: one name
+            hint = "the network or %s itself: TORCH_DISTRIBUTED_DEBUG=DETAIL says more" % (
+                waiting[0][1].backend or "the backend")
+        else:
+            hint = "the network or NCCL itself: NCCL_DEBUG=INFO says more"
         return ("verdict: every rank waits in %s (%s): all joined it and it does not finish "
-                "(the network or NCCL itself: NCCL_DEBUG=INFO says more)" % (
-                    colls[0], "; ".join("%s at %s" % (n, _where(r)) for n, r in waiting)))
+                "(%s)" % (colls[0], "; ".join(_at(n, r) for n, r in waiting), hint))
     busy = "; ".join("%s in %s at %s (unfinished for %.1f s)" % (n, _what(r), _where(r), r.age_s)
                      for n, r in compute)
     if idle:

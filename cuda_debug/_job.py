@@ -18,6 +18,13 @@ later (its GIL held forever) still has its last hang report in the store.
 counter, waits for each registered rank's answer, and prints what ``dump`` of
 an agent prints: each rank's report prefixed ``[rank k]``, then the verdict;
 for a rank that did not answer, its last hang report when there is one.
+
+The same thread hands the C core, every POLL_S seconds, what only Python sees
+(:func:`_snapshot`): NCCL's flight recorder's last collectives, and which of
+the rank's threads wait inside a torch.distributed collective on the CPU
+(:func:`cpu_waits`: a gloo collective, or an NCCL one before its kernel is
+launched), so that the verdict of a dump can name a rank that has no GPU
+launch in flight but waits in a collective (cuda_debug/_dump.py).
 """
 import json
 import os
@@ -109,7 +116,7 @@ def _publish_once(rank, world, store, seen, hangs, tries):
     env = os.environ
     if hangs is None:
         hangs = _core.hang_state()[1]
-    _snapshot_flight_recorder()
+    _snapshot()
     if store is None and tries < 3:
         tries += 1
         try:
@@ -180,21 +187,139 @@ def flight_recorder_entries(raw) -> List[dict]:
     return out[-FR_KEEP:]
 
 
-def _snapshot_flight_recorder() -> None:
-    """With TORCH_NCCL_TRACE_BUFFER_SIZE on and NCCL's process group up, hand
-    the C core the last collectives: the dump listener sends them with the
-    in-flight document (it cannot call Python itself; a snapshot POLL_S old
-    at most, from when this thread last had the GIL)."""
+def _flight_recorder_snapshot():
+    """With TORCH_NCCL_TRACE_BUFFER_SIZE on and NCCL's process group up: the
+    last collectives (flight_recorder_entries), else None."""
     if not flight_recorder_on():
-        return
+        return None
     try:
         if not _flight_recorder_ready():
-            return
-        entries = flight_recorder_entries(_flight_recorder_json())
+            return None
+        return flight_recorder_entries(_flight_recorder_json())
     except Exception:              # no NCCL build, no group yet, another format
-        return
+        return None
+
+
+_extra_set = []
+
+
+def _snapshot() -> None:
+    """Hand the C core what only Python can see: NCCL's flight recorder's last
+    collectives ("entries") and the torch.distributed collectives that threads
+    wait in on the CPU ("cpu_waits", :func:`cpu_waits`). The dump listener
+    sends them with the in-flight document, under "flight_recorder" (it cannot
+    call Python itself: a snapshot POLL_S old at most, from when this thread
+    last had the GIL)."""
+    extra = {"time": time.time()}
+    entries = _flight_recorder_snapshot()
+    if entries is not None:
+        extra["entries"] = entries
+    try:
+        waits = cpu_waits()
+    except Exception:              # a frame we cannot read: say nothing of it
+        waits = []
+    if waits:
+        extra["cpu_waits"] = waits
     from . import _core
-    _core.dump_set_extra(json.dumps({"time": time.time(), "entries": entries}).encode())
+    if len(extra) > 1:
+        _core.dump_set_extra(json.dumps(extra).encode())
+        _extra_set[:] = [True]
+    elif _extra_set:               # a wait that ended: not shown any more
+        _core.dump_set_extra(b"")
+        _extra_set[:] = []
+
+
+# -- collectives waited for on the CPU (gloo; any backend before its GPU launch) ----------
+
+#: torch.distributed's Python functions that wait for the other ranks (a
+#: process group's collectives, point-to-point, barriers, groups' creation).
+C10D_WAITS = frozenset("""
+    all_reduce all_reduce_coalesced all_reduce_multigpu all_gather all_gather_into_tensor
+    all_gather_object all_gather_coalesced all_gather_multigpu _all_gather_base broadcast
+    broadcast_object_list broadcast_multigpu reduce reduce_multigpu reduce_scatter
+    reduce_scatter_tensor reduce_scatter_multigpu _reduce_scatter_base all_to_all
+    all_to_all_single gather gather_object scatter scatter_object_list barrier
+    monitored_barrier send recv send_object_list recv_object_list batch_isend_irecv
+    new_group new_subgroups init_process_group destroy_process_group
+""".split())
+C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
+_FRAMES_MAX = 32                   # innermost frames looked at, per thread
+_seen = {}                         # (thread, frame id, collective, line): (since, backend)
+
+
+def cpu_waits(frames=None, now=None) -> List[dict]:
+    """The threads whose Python is inside one of torch.distributed's
+    collectives (C10D_WAITS, in torch/distributed/distributed_c10d.py) right
+    now: a rank blocked in a gloo collective (the CPU backend) has no GPU
+    launch in flight, and neither has one whose NCCL collective waits on the
+    CPU (its communicator's creation). One dict per thread: "collective",
+    "backend" (of its group, when torch says), "filename"/"lineno"/"function"
+    of the line that called it (the innermost frame of user code outside
+    torch), "thread_id" (the OS's), "thread_name", "since" (when this
+    thread was first found there, time.time()). Oldest first. `frames`:
+    sys._current_frames() (tests)."""
+    now = time.time() if now is None else now
+    frames = sys._current_frames() if frames is None else frames
+    me = threading.get_ident()
+    threads = {t.ident: t for t in threading.enumerate()}
+    out, keep = [], {}
+    for ident, frame in frames.items():
+        if ident == me:
+            continue
+        found = _c10d_frame(frame)
+        if found is None:
+            continue
+        c10d, user = found
+        t = threads.get(ident)
+        key = (ident, id(c10d), c10d.f_code.co_name, user.f_code.co_filename, user.f_lineno)
+        since, backend = keep[key] = _seen.get(key) or (now, _backend(c10d))
+        out.append({"collective": c10d.f_code.co_name.lstrip("_"), "backend": backend,
+                    "filename": user.f_code.co_filename, "lineno": user.f_lineno,
+                    "function": user.f_code.co_name,
+                    "thread_id": getattr(t, "native_id", None) or ident,
+                    "thread_name": t.name if t is not None else None, "since": since})
+    _seen.clear()
+    _seen.update(keep)
+    out.sort(key=lambda w: w["since"])
+    return out
+
+
+def _c10d_frame(frame):
+    """(frame, caller) for a thread inside a collective: the outermost frame of
+    one of C10D_WAITS below the thread's innermost frame of user code (the
+    frames between are torch's, or the standard library's and other packages'),
+    and that frame of user code (else the frame that called the collective);
+    None for a thread that is not in one."""
+    from . import _locations
+    tail = os.sep + C10D_FILE
+    found, torch_dir, f, n = None, None, frame, 0
+    while f is not None and n < _FRAMES_MAX:
+        name = f.f_code.co_filename
+        if name.endswith(tail):
+            torch_dir = name[:-len(C10D_FILE)]                        # .../torch/
+            if f.f_code.co_name in C10D_WAITS:
+                found = f
+        elif (torch_dir is None or not name.startswith(torch_dir)) and \
+                _locations.is_user_file(name):
+            break                  # the user's code: the caller (or a hook it runs)
+        f, n = f.f_back, n + 1
+    if found is None:
+        return None
+    if f is None or n >= _FRAMES_MAX:
+        return found, found.f_back or found
+    return found, f
+
+
+def _backend(c10d_frame):
+    """The backend of the group the collective runs on ("gloo", "nccl"...):
+    torch.distributed.get_backend of its `group` argument, or None."""
+    try:
+        get_backend = c10d_frame.f_globals.get("get_backend")
+        group = c10d_frame.f_locals.get("group")
+        b = get_backend(group) if get_backend is not None else None
+        return str(b).lower() if b is not None else None
+    except Exception:              # no group yet (init_process_group), torch's own errors
+        return None
 
 
 def address(given: str):
