@@ -13,7 +13,7 @@
  *             and every later one, returns 700 (an illegal address).
  * Everything but the count and the target test is cold: it runs for the few
  * instrumented launches only. Nothing here knows Python: the ranges hook
- * (module.c) does.
+ * (python/py_replay.c) does.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
