@@ -54,7 +54,7 @@ class BuildExt(build_ext):
 
 # csrc/README.md draws the layers: every C file of csrc/ is compiled, in a
 # fixed order (by layer, then name).
-LAYERS = ["base", "capture", "report", "hooks", "replay", "testing", "bench"]
+LAYERS = ["base", "capture", "report", "hooks", "replay", "testing", "bench", "python"]
 SOURCES = ["csrc/module.c"] + [p for layer in LAYERS
                                for p in sorted(glob.glob(os.path.join("csrc", layer, "*.c")))]
 

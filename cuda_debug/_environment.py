@@ -186,7 +186,7 @@ def full(probe_cupti: bool = True) -> dict:
         d["init"] = {"code": rc, "name": _cuda_name(rc)}
         d["devices"] = devs
     d["cupti"] = _lib_dict(_libraries.load(_libraries.CUPTI))
-    if d["cupti"]["found"]:      # None without an initialised driver (csrc/module.c)
+    if d["cupti"]["found"]:      # None without an initialised driver (csrc/python/py_base.c)
         d["cupti_version"] = cupti_version_str(_core.cupti_version())
     d["cublas"] = _lib_dict(_libraries.load(_libraries.CUBLAS))
     d["assert_text"] = assert_text_capture(d)

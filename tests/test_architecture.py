@@ -32,9 +32,14 @@ ALLOWED = {
     "replay": {"base", "replay"},
     "testing": {"base", "testing"},
     "bench": {"base", "testing", "bench"},
-    "module": {"base", "capture", "report", "hooks", "replay", "testing", "bench", "module"},
+    # python/: the faces of the layers below (python/py_<layer>.c), the top
+    # layer with module.c, which assembles them; nothing calls up into either.
+    "python": {"base", "capture", "report", "hooks", "replay", "testing", "bench", "python"},
+    "module": {"base", "capture", "report", "hooks", "replay", "testing", "bench", "python",
+               "module"},
 }
-PYTHON_H_ALLOWED = {"module", "bench", "testing", "capture/frames.c", "capture/frame_readers.c"}
+PYTHON_H_ALLOWED = {"module", "python", "bench", "testing", "capture/frames.c",
+                    "capture/frame_readers.c"}
 
 
 def _layer(rel):
@@ -64,6 +69,13 @@ def test_every_c_file_is_in_a_layer():
     for layer in ALLOWED:
         if layer != "module":
             assert layer + "/" in readme
+    # one face a layer, named for it; module.c assembles them and binds nothing itself
+    faces = [f for f in files if f.startswith("python/") and f.endswith(".c")]
+    assert faces and all(re.fullmatch(r"python/py_(\w+)\.c", f).group(1) in ALLOWED
+                         for f in faces), faces
+    module_c = open(os.path.join(root, "csrc", "module.c"), encoding="utf-8").read()
+    assert not re.search(r"^(static )?PyObject \*(cd_)?py_\w+\(", module_c, re.M), \
+        "a _core function in module.c: it goes to python/py_<layer>.c"
 
 
 def test_includes_point_down():
@@ -155,6 +167,10 @@ def test_calls_point_down(call_graph):
     # the graph reads what it should: the callback calls into report/ and capture/
     assert "report/fault_records.c" in call_graph["hooks/launch_callback.c"]
     assert "capture/watch_ring.c" in call_graph["hooks/launch_callback.c"]
+    # python/py_<layer>.c is that layer's face: it calls into it
+    for face in (f for f in call_graph if f.startswith("python/")):
+        layer = face[len("python/py_"):-len(".c")]
+        assert any(_layer(t) == layer for t in call_graph[face]), face
 
 
 def _cycles(graph):

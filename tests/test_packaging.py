@@ -211,7 +211,8 @@ def test_sdist_has_every_tracked_file(sdist):
     wanted = _tracked(root) - {".gitignore"}
     assert {"csrc/base/base.h", "csrc/testing/fault_kernels_ptx.h", "csrc/base/cuda_api.h",
             "tests/conftest.py", "tests/fake_cuda/fake_cuda.c", "tests/fake_cuda/fake_common.h",
-            ".ci/sanitize.sh", "docs/index.md", "cuda_debug/py.typed"} <= wanted
+            ".ci/sanitize.sh", "docs/index.md", "cuda_debug/py.typed", "cuda_debug/README.md",
+            "csrc/python/py.h", "benchmarks/probes/README.md"} <= wanted
     assert sorted(wanted - names) == [], "missing from the sdist"
     assert not [n for n in names if n.endswith((".so", ".pyc", ".o"))]
 

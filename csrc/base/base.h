@@ -195,6 +195,10 @@ static inline const char *cd_nccl_kernel(const char *sym)
  *   CD_FORK_TEST_TAKE  tests: take its locks (and hold them: a thread of the
  *   CD_FORK_TEST_GIVE  parent in the middle of them), then give them back. */
 enum { CD_FORK_CHILD = 0, CD_FORK_TEST_TAKE = 1, CD_FORK_TEST_GIVE = 2 };
+/* The op on a file's mutexes (state.c): made new (free) in the child, taken in
+ * this order, given back in the reverse. The caller then resets its state. */
+void cd_fork_locks(pthread_mutex_t *const *locks, size_t n, int op);
+void cd_fork_lock(pthread_mutex_t *lock, int op);
 
 /* -------------------------------------------------------- contexts.c -- */
 

@@ -73,15 +73,5 @@ int cd_sync_current_or_active(void)
 
 void cd_contexts_fork(int op)
 {
-    switch (op) {
-    case CD_FORK_CHILD:
-        retain_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-        break;
-    case CD_FORK_TEST_TAKE:
-        pthread_mutex_lock(&retain_lock);
-        break;
-    case CD_FORK_TEST_GIVE:
-        pthread_mutex_unlock(&retain_lock);
-        break;
-    }
+    cd_fork_lock(&retain_lock, op);
 }

@@ -22,9 +22,10 @@ int cd_is_graph_launch(CUpti_CallbackId cbid)
            cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
 }
 
-/* The three launch-parameter structs name their dimensions alike. */
-#define COPY_LAUNCH_DIMS(f, p)                                                          \
+/* The three launch-parameter structs name their stream and dimensions alike. */
+#define READ_LAUNCH(s, f, p)                                                            \
     do {                                                                                \
+        (s) = (p)->hStream;                                                             \
         if (f) {                                                                        \
             (f)->grid[0] = (p)->gridDimX, (f)->grid[1] = (p)->gridDimY;                 \
             (f)->grid[2] = (p)->gridDimZ;                                               \
@@ -39,26 +40,18 @@ CUstream cd_launch_stream(CUpti_CallbackId cbid, const void *params, cd_launch_d
     CUstream s = NULL;
     switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
-        const cuLaunchKernel_params *p = params;
-        s = p->hStream;
-        COPY_LAUNCH_DIMS(f, p);
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+        READ_LAUNCH(s, f, (const cuLaunchKernel_params *)params);
         break;
-    }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
-        const cuLaunchCooperativeKernel_params *p = params;
-        s = p->hStream;
-        COPY_LAUNCH_DIMS(f, p);
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+        READ_LAUNCH(s, f, (const cuLaunchCooperativeKernel_params *)params);
         break;
-    }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
         const CUlaunchConfig *c = ((const cuLaunchKernelEx_params *)params)->config;
-        if (c) {
-            s = c->hStream;
-            COPY_LAUNCH_DIMS(f, c);
-        }
+        if (c)
+            READ_LAUNCH(s, f, c);
         break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:

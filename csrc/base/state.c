@@ -15,23 +15,38 @@ cd_state_t cd_state = {
     .watch_every = 1,            /* Python sets it at each watch() entry */
 };
 
-void cd_state_fork(int op)
+void cd_fork_locks(pthread_mutex_t *const *locks, size_t n, int op)
 {
     switch (op) {
     case CD_FORK_CHILD:
-        cd_state.sub_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-        atomic_store(&cd_state.active, 0);
-        atomic_store(&cd_state.watching, 0);
-        atomic_store(&cd_state.all_threads, 0);
-        atomic_fetch_add(&cd_state.capture_gen, 1);
-        if (cd_state.subscriber)
-            cd_state.inherited = 1;
+        for (size_t i = 0; i < n; i++)
+            *locks[i] = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
         break;
     case CD_FORK_TEST_TAKE:
-        pthread_mutex_lock(&cd_state.sub_lock);
+        for (size_t i = 0; i < n; i++)
+            pthread_mutex_lock(locks[i]);
         break;
     case CD_FORK_TEST_GIVE:
-        pthread_mutex_unlock(&cd_state.sub_lock);
+        for (size_t i = n; i-- > 0;)
+            pthread_mutex_unlock(locks[i]);
         break;
     }
+}
+
+void cd_fork_lock(pthread_mutex_t *lock, int op)
+{
+    cd_fork_locks(&lock, 1, op);
+}
+
+void cd_state_fork(int op)
+{
+    cd_fork_lock(&cd_state.sub_lock, op);
+    if (op != CD_FORK_CHILD)
+        return;
+    atomic_store(&cd_state.active, 0);
+    atomic_store(&cd_state.watching, 0);
+    atomic_store(&cd_state.all_threads, 0);
+    atomic_fetch_add(&cd_state.capture_gen, 1);
+    if (cd_state.subscriber)
+        cd_state.inherited = 1;
 }

@@ -37,17 +37,7 @@ static int devs_init;
 
 void cd_bench_fork(int op)
 {
-    switch (op) {
-    case CD_FORK_CHILD:
-        bench_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-        break;
-    case CD_FORK_TEST_TAKE:
-        pthread_mutex_lock(&bench_lock);
-        break;
-    case CD_FORK_TEST_GIVE:
-        pthread_mutex_unlock(&bench_lock);
-        break;
-    }
+    cd_fork_lock(&bench_lock, op);
 }
 
 void bench_devs_init_once(void)
@@ -306,12 +296,14 @@ PyObject *cd_py_gemm_types(PyObject *self, PyObject *unused)
     return t;
 }
 
+/* The device number `arg`: 0; 1 when it is none of ours; -1 with the
+ * exception set. */
 static int device_arg(PyObject *arg, long *device)
 {
     *device = PyLong_AsLong(arg);
     if (*device == -1 && PyErr_Occurred())
         return -1;
-    return 0;
+    return *device < 0 || *device >= BENCH_MAX_DEVICES;
 }
 
 /* _core.bench_release(device) -> CUresult: free the cached operands and the
@@ -320,10 +312,9 @@ PyObject *cd_py_bench_release(PyObject *self, PyObject *arg)
 {
     (void)self;
     long device;
-    if (device_arg(arg, &device) < 0)
-        return NULL;
-    if (device < 0 || device >= BENCH_MAX_DEVICES)
-        return PyLong_FromLong(CUDA_ERROR_INVALID_DEVICE);
+    int bad = device_arg(arg, &device);
+    if (bad)
+        return bad < 0 ? NULL : PyLong_FromLong(CUDA_ERROR_INVALID_DEVICE);
     CUcontext ctx = NULL, popped;
     int rc = bench_context((int)device, &ctx);
     if (rc)
@@ -355,10 +346,9 @@ PyObject *cd_py_mem_info(PyObject *self, PyObject *arg)
 {
     (void)self;
     long device;
-    if (device_arg(arg, &device) < 0)
-        return NULL;
-    if (device < 0 || device >= BENCH_MAX_DEVICES)
-        return Py_BuildValue("(ikk)", CUDA_ERROR_INVALID_DEVICE, 0ul, 0ul);
+    int bad = device_arg(arg, &device);
+    if (bad)
+        return bad < 0 ? NULL : Py_BuildValue("(ikk)", CUDA_ERROR_INVALID_DEVICE, 0ul, 0ul);
     CUcontext ctx = NULL, popped;
     size_t free_b = 0, total_b = 0;
     int rc = bench_context((int)device, &ctx);

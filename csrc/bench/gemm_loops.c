@@ -409,6 +409,15 @@ static int alloc_doubles(double **out, int n, gemm_job *j)
     return 0;
 }
 
+/* A timing phase's n results, in two arrays, and the 2n events around them. */
+static int alloc_phase(double **a, double **b, int n, CUevent **ev, gemm_job *j)
+{
+    int rc;
+    if ((rc = alloc_doubles(a, n, j)) || (rc = alloc_doubles(b, n, j)))
+        return rc;
+    return bench_create_events(ev, 2 * n);
+}
+
 static int gemm_body(gemm_job *j)
 {
     int rc;
@@ -461,9 +470,7 @@ static int gemm_body(gemm_job *j)
                                                                                   : 1e-6) + 0.5),
                                            j->min_samples, j->max_samples);
     n_ev = 2 * j->n_samples;
-    if ((rc = alloc_doubles(&j->gpu_ms, j->n_samples, j)) ||
-        (rc = alloc_doubles(&j->call_ms, j->n_samples, j)) ||
-        (rc = bench_create_events(&ev, n_ev)))
+    if ((rc = alloc_phase(&j->gpu_ms, &j->call_ms, j->n_samples, &ev, j)))
         goto done;
     for (int i = 0; i < j->n_samples; i++) {
         /* the memset (>= 2x L2) both evicts the operands from L2 and keeps
@@ -502,9 +509,7 @@ static int gemm_body(gemm_job *j)
                               : clampi(ceil(j->loop_ms / (j->est_ms > 1e-6 ? j->est_ms : 1e-6)),
                                        1, BENCH_MAX_LOOP_N);
     n_lev = 2 * j->repeats;
-    if ((rc = alloc_doubles(&j->loop_wall_ms, j->repeats, j)) ||
-        (rc = alloc_doubles(&j->loop_gpu_ms, j->repeats, j)) ||
-        (rc = bench_create_events(&lev, n_lev)))
+    if ((rc = alloc_phase(&j->loop_wall_ms, &j->loop_gpu_ms, j->repeats, &lev, j)))
         goto done;
     for (int r = 0; r < j->repeats; r++) {
         if ((rc = CU_CHECK(cd_drv.cuEventRecord(lev[2 * r], d->stream))))

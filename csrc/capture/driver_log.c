@@ -84,15 +84,5 @@ long cd_driver_log_line(uint64_t i, char *out, size_t cap)
 
 void cd_driver_log_fork(int op)
 {
-    switch (op) {
-    case CD_FORK_CHILD:
-        log_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-        break;
-    case CD_FORK_TEST_TAKE:
-        pthread_mutex_lock(&log_lock);
-        break;
-    case CD_FORK_TEST_GIVE:
-        pthread_mutex_unlock(&log_lock);
-        break;
-    }
+    cd_fork_lock(&log_lock, op);
 }

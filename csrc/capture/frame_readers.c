@@ -160,11 +160,14 @@ static inline PyObject *rd_code(void *fp, int *lasti)
  * Include/internal/pycore_debug_offsets.h), up to the PyObject offsets: the
  * table goes on, we read no further. The layout is fixed within a minor
  * version and changes between them. */
+#define TABLE_HEAD                                                                        \
+    char cookie[8];                                                                       \
+    uint64_t version;                                                                     \
+    uint64_t free_threaded;                                                               \
+    struct { uint64_t size, finalizing, interpreters_head; } runtime_state
+
 typedef struct {
-    char cookie[8];
-    uint64_t version;
-    uint64_t free_threaded;
-    struct { uint64_t size, finalizing, interpreters_head; } runtime_state;
+    TABLE_HEAD;
     struct {
         uint64_t size, id, next, threads_head, gc, imports_modules, sysdict, builtins,
             ceval_gil, gil_runtime_state, gil_runtime_state_enabled, gil_runtime_state_locked,
@@ -182,57 +185,45 @@ typedef struct {
     struct { uint64_t size, ob_type; } pyobject;
 } offsets_313;
 
+/* The members 3.15 kept as 3.14 had them. */
 typedef struct {
-    char cookie[8];
-    uint64_t version;
-    uint64_t free_threaded;
-    struct { uint64_t size, finalizing, interpreters_head; } runtime_state;
-    struct {
-        uint64_t size, id, next, threads_head, threads_main, gc, imports_modules, sysdict,
-            builtins, ceval_gil, gil_runtime_state, gil_runtime_state_enabled,
-            gil_runtime_state_locked, gil_runtime_state_holder, code_object_generation,
-            tlbc_generation;
-    } interpreter_state;
+    uint64_t size, id, next, threads_head, threads_main, gc, imports_modules, sysdict,
+        builtins, ceval_gil, gil_runtime_state, gil_runtime_state_enabled,
+        gil_runtime_state_locked, gil_runtime_state_holder, code_object_generation,
+        tlbc_generation;
+} interpreter_state_314;
+typedef struct {
+    uint64_t size, previous, executable, instr_ptr, localsplus, owner, stackpointer,
+        tlbc_index;
+} interpreter_frame_314;
+typedef struct {
+    uint64_t size, filename, name, qualname, linetable, firstlineno, argcount,
+        localsplusnames, localspluskinds, co_code_adaptive, co_tlbc;
+} code_object_314;
+
+typedef struct {
+    TABLE_HEAD;
+    interpreter_state_314 interpreter_state;
     struct {
         uint64_t size, prev, next, interp, current_frame, thread_id, native_thread_id,
             datastack_chunk, status;
     } thread_state;
-    struct {
-        uint64_t size, previous, executable, instr_ptr, localsplus, owner, stackpointer,
-            tlbc_index;
-    } interpreter_frame;
-    struct {
-        uint64_t size, filename, name, qualname, linetable, firstlineno, argcount,
-            localsplusnames, localspluskinds, co_code_adaptive, co_tlbc;
-    } code_object;
+    interpreter_frame_314 interpreter_frame;
+    code_object_314 code_object;
     struct { uint64_t size, ob_type; } pyobject;
 } offsets_314;
 
 typedef struct {
-    char cookie[8];
-    uint64_t version;
-    uint64_t free_threaded;
-    struct { uint64_t size, finalizing, interpreters_head; } runtime_state;
-    struct {
-        uint64_t size, id, next, threads_head, threads_main, gc, imports_modules, sysdict,
-            builtins, ceval_gil, gil_runtime_state, gil_runtime_state_enabled,
-            gil_runtime_state_locked, gil_runtime_state_holder, code_object_generation,
-            tlbc_generation;
-    } interpreter_state;
+    TABLE_HEAD;
+    interpreter_state_314 interpreter_state;
     struct {
         uint64_t size, prev, next, interp, current_frame, base_frame, last_profiled_frame,
             last_profiled_frame_seq, thread_id, native_thread_id, datastack_chunk, status,
             holds_gil, gil_requested, current_exception, exc_state;
     } thread_state;
     struct { uint64_t exc_value; } err_stackitem;
-    struct {
-        uint64_t size, previous, executable, instr_ptr, localsplus, owner, stackpointer,
-            tlbc_index;
-    } interpreter_frame;
-    struct {
-        uint64_t size, filename, name, qualname, linetable, firstlineno, argcount,
-            localsplusnames, localspluskinds, co_code_adaptive, co_tlbc;
-    } code_object;
+    interpreter_frame_314 interpreter_frame;
+    code_object_314 code_object;
     struct { uint64_t size, ob_type; } pyobject;
 } offsets_315;
 
@@ -279,35 +270,30 @@ static const struct {
     size_t bytes;
 } layouts[] = {{13, sizeof(offsets_313)}, {14, sizeof(offsets_314)}, {15, sizeof(offsets_315)}};
 
+/* A layout of 3.14 on: the members of the tagged frames too. */
+#define VIEW_TAGGED(T, v)                                                                 \
+    do {                                                                                  \
+        VIEW_COMMON(T, v);                                                                \
+        (v)->fr_tlbc_index = (T)->interpreter_frame.tlbc_index;                           \
+        (v)->co_tlbc = (T)->code_object.co_tlbc;                                          \
+        (v)->stackref = 1;                                                                \
+    } while (0)
+
 /* Read a layout into v; the layout's size, 0 when this minor has none. */
 static size_t view_of(const void *table, size_t n, int minor, table_view *v)
 {
     memset(v, 0, sizeof *v);
-    if (minor == 13 && n >= sizeof(offsets_313)) {
-        const offsets_313 *t = table;
-        VIEW_COMMON(t, v);
-        v->foreign_owner = 3;
-        return sizeof *t;
-    }
-    if (minor == 14 && n >= sizeof(offsets_314)) {
-        const offsets_314 *t = table;
-        VIEW_COMMON(t, v);
-        v->fr_tlbc_index = t->interpreter_frame.tlbc_index;
-        v->co_tlbc = t->code_object.co_tlbc;
-        v->stackref = 1;
-        v->foreign_owner = 3;
-        return sizeof *t;
-    }
-    if (minor == 15 && n >= sizeof(offsets_315)) {
-        const offsets_315 *t = table;
-        VIEW_COMMON(t, v);
-        v->fr_tlbc_index = t->interpreter_frame.tlbc_index;
-        v->co_tlbc = t->code_object.co_tlbc;
-        v->stackref = 1;
-        v->foreign_owner = 3;
-        return sizeof *t;
-    }
-    return 0;
+    size_t bytes = cd_reader_table_bytes(minor);
+    if (!bytes || n < bytes)
+        return 0;
+    if (minor == 13)
+        VIEW_COMMON((const offsets_313 *)table, v);
+    else if (minor == 14)
+        VIEW_TAGGED((const offsets_314 *)table, v);
+    else
+        VIEW_TAGGED((const offsets_315 *)table, v);
+    v->foreign_owner = 3;
+    return bytes;
 }
 
 size_t cd_reader_table_bytes(int minor)

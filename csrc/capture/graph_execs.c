@@ -139,15 +139,5 @@ void cd_graph_exec_stats(unsigned *live, unsigned *refused, unsigned *max_reach)
 
 void cd_graph_execs_fork(int op)
 {
-    switch (op) {
-    case CD_FORK_CHILD:
-        exec_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-        break;
-    case CD_FORK_TEST_TAKE:
-        pthread_mutex_lock(&exec_lock);
-        break;
-    case CD_FORK_TEST_GIVE:
-        pthread_mutex_unlock(&exec_lock);
-        break;
-    }
+    cd_fork_lock(&exec_lock, op);
 }

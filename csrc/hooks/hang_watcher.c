@@ -138,23 +138,15 @@ static void init_cv(void)
 
 void cd_hang_watch_fork(int op)
 {
-    switch (op) {
-    case CD_FORK_CHILD:
-        mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-        cv_made = 0;               /* made anew at the child's first start */
-        started = 0;
-        atomic_store(&hang_after_ns, 0);
-        n_reported = 0;            /* the watcher's own: the parent's thread is gone */
-        last_seq = 0;
-        last_unfinished = 0;
-        break;
-    case CD_FORK_TEST_TAKE:
-        pthread_mutex_lock(&mu);
-        break;
-    case CD_FORK_TEST_GIVE:
-        pthread_mutex_unlock(&mu);
-        break;
-    }
+    cd_fork_lock(&mu, op);
+    if (op != CD_FORK_CHILD)
+        return;
+    cv_made = 0;                   /* made anew at the child's first start */
+    started = 0;
+    atomic_store(&hang_after_ns, 0);
+    n_reported = 0;                /* the watcher's own: the parent's thread is gone */
+    last_seq = 0;
+    last_unfinished = 0;
 }
 
 static int start_locked(void)

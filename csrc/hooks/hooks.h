@@ -1,7 +1,7 @@
 /*
  * hooks/hooks.h: the top of the C runtime, what runs at each launch and at
  * each scope's entry and exit. Calls report/, capture/ and base/; only
- * module.c calls it.
+ * module.c and python/ call it.
  *
  *   thread_state.c     per-thread scope stacks: does this thread block now?
  *   launch_callback.c  the CUPTI launch callback (the hot path)

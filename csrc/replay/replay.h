@@ -15,9 +15,9 @@
  *   sanitizer.c   loading, the subscription, the callback, the allocation table,
  *                 the instrumented launch (patch, state, records)
  *
- * The valid ranges come from a hook that module.c registers (it asks Python,
- * under the GIL, for PyTorch's live blocks); without it, or when it gives
- * none, from every allocation the Sanitizer API reported.
+ * The valid ranges come from a hook that python/py_replay.c registers (it
+ * asks Python, under the GIL, for PyTorch's live blocks); without it, or when
+ * it gives none, from every allocation the Sanitizer API reported.
  */
 #ifndef CD_REPLAY_H
 #define CD_REPLAY_H
@@ -97,7 +97,8 @@ void cd_replay_fork(int op);
 
 /* Ranges for the launch being instrumented: fills *out (malloc'd, sorted,
  * disjoint) and *n, returns 0; nonzero: use the allocation table. Called on
- * the launching thread inside the Sanitizer's callback (module.c takes the GIL). */
+ * the launching thread inside the Sanitizer's callback (python/py_replay.c
+ * takes the GIL). */
 typedef int (*cd_replay_ranges_fn)(const cd_replay_launch *launch, cd_replay_range **out,
                                    size_t *n);
 

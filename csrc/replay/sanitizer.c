@@ -13,7 +13,7 @@
  *             and every later one, returns 700 (an illegal address).
  * Everything but the count and the target test is cold: it runs for the few
  * instrumented launches only. Nothing here knows Python: the ranges hook
- * (module.c) does.
+ * (python/py_replay.c) does.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -117,25 +117,14 @@ static double now_s(void)
 void cd_replay_fork(int op)
 {
     pthread_mutex_t *const locks[] = {&rp.alloc_lock, &rp.inst_lock, &rp.match_lock};
-    switch (op) {
-    case CD_FORK_CHILD:
-        for (size_t i = 0; i < CD_N_OF(locks); i++)
-            *locks[i] = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-        tls_slot = -1;
-        tls_state = NULL;
-        tls_module = NULL;
-        tls_function = NULL;
-        tls_fail = 0;
-        break;
-    case CD_FORK_TEST_TAKE:
-        for (size_t i = 0; i < CD_N_OF(locks); i++)
-            pthread_mutex_lock(locks[i]);
-        break;
-    case CD_FORK_TEST_GIVE:
-        for (size_t i = CD_N_OF(locks); i-- > 0;)
-            pthread_mutex_unlock(locks[i]);
-        break;
-    }
+    cd_fork_locks(locks, CD_N_OF(locks), op);
+    if (op != CD_FORK_CHILD)
+        return;
+    tls_slot = -1;
+    tls_state = NULL;
+    tls_module = NULL;
+    tls_function = NULL;
+    tls_fail = 0;
 }
 
 /* ------------------------------------------------------- loading -- */
@@ -614,26 +603,20 @@ static __attribute__((noinline, cold)) void finish(const Sanitizer_LaunchData *l
 
 /* ------------------------------------------------------ the callback -- */
 
+/* is_launch_cbid(cbid), is_sync_cbid(cbid): one of the list's ids. */
 #define SAN_CBID_CASE(name, id) case id:
-static int is_launch_cbid(uint32_t cbid)
-{
-    switch (cbid) {
-        CD_SAN_LAUNCH_CBIDS(SAN_CBID_CASE)
-        return 1;
-    default:
-        return 0;
+#define SAN_CBID_TEST(fn, LIST)                                                   \
+    static int fn(uint32_t cbid)                                                  \
+    {                                                                             \
+        switch (cbid) {                                                           \
+            LIST(SAN_CBID_CASE)                                                   \
+            return 1;                                                             \
+        default:                                                                  \
+            return 0;                                                             \
+        }                                                                         \
     }
-}
-
-static int is_sync_cbid(uint32_t cbid)
-{
-    switch (cbid) {
-        CD_SAN_SYNC_CBIDS(SAN_CBID_CASE)
-        return 1;
-    default:
-        return 0;
-    }
-}
+SAN_CBID_TEST(is_launch_cbid, CD_SAN_LAUNCH_CBIDS)
+SAN_CBID_TEST(is_sync_cbid, CD_SAN_SYNC_CBIDS)
 
 static void on_event(void *userdata, int domain, uint32_t cbid, const void *data)
 {

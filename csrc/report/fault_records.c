@@ -184,17 +184,9 @@ int cd_faults_since(uint64_t since, cd_fault *out, int n)
 
 void cd_faults_fork(int op)
 {
-    switch (op) {
-    case CD_FORK_CHILD:
-        fault_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-        fork_floor = atomic_load(&fault_seq);
-        n_dead = 0;                /* the child's contexts are its own */
-        break;
-    case CD_FORK_TEST_TAKE:
-        pthread_mutex_lock(&fault_lock);
-        break;
-    case CD_FORK_TEST_GIVE:
-        pthread_mutex_unlock(&fault_lock);
-        break;
-    }
+    cd_fork_lock(&fault_lock, op);
+    if (op != CD_FORK_CHILD)
+        return;
+    fork_floor = atomic_load(&fault_seq);
+    n_dead = 0;                    /* the child's contexts are its own */
 }

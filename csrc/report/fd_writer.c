@@ -204,3 +204,18 @@ void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete)
 {
     cd_out_location_as(o, "launched", ids, n, complete);
 }
+
+void cd_out_launch_name(cd_out *o, const cd_watch_record *r, int empty_unknown)
+{
+    char coll[96];
+    size_t cl = cd_collective_name(r, coll, sizeof coll);
+    const char *kernel = cd_interned(r->kernel_short);
+    if (cl) {
+        cd_out_put(o, coll, cl);
+        cd_out_puts(o, " (");
+        cd_out_puts(o, kernel ? kernel : "?");
+        cd_out_puts(o, ")");
+    } else {
+        cd_out_puts(o, kernel && (kernel[0] || !empty_unknown) ? kernel : "?");
+    }
+}

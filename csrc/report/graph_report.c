@@ -33,17 +33,7 @@ static const char *const why[] = {
 static void put_node_name(cd_out *o, const cd_watch_record *nr, uint32_t index,
                           const char *tail)
 {
-    char coll[96];
-    size_t cl = cd_collective_name(nr, coll, sizeof coll);
-    const char *kernel = cd_interned(nr->kernel_short);
-    if (cl) {
-        cd_out_put(o, coll, cl);
-        cd_out_puts(o, " (");
-        cd_out_puts(o, kernel ? kernel : "?");
-        cd_out_puts(o, ")");
-    } else {
-        cd_out_puts(o, kernel && kernel[0] ? kernel : "?");
-    }
+    cd_out_launch_name(o, nr, 1);
     cd_out_puts(o, " (node ");
     cd_out_u(o, index);
     cd_out_puts(o, " of a CUDA graph");
@@ -133,6 +123,18 @@ void cd_out_graph_label(cd_out *o, int n, int status, int capture)
     }
 }
 
+/* "launch #N, stream S, thread T)": the replay's own launch, closing its line. */
+static void put_replay_launch(cd_out *o, const cd_watch_record *r, uint64_t seq)
+{
+    cd_out_puts(o, "launch #");
+    cd_out_u(o, seq);
+    cd_out_puts(o, ", stream ");
+    cd_out_hex(o, r->stream);
+    cd_out_puts(o, ", thread ");
+    cd_out_u(o, (unsigned)r->thread_id);
+    cd_out_puts(o, ")\n");
+}
+
 void cd_out_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq, const char *label,
                          int from_signal)
 {
@@ -154,13 +156,7 @@ void cd_out_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq, cons
             cd_out_puts(o, label);
         put_node_name(o, &nr, index, status == CD_GRAPH_ADOPTED ? " captured before watching; replay "
                                                                 : "; replay ");
-        cd_out_puts(o, "launch #");
-        cd_out_u(o, seq);
-        cd_out_puts(o, ", stream ");
-        cd_out_hex(o, r->stream);
-        cd_out_puts(o, ", thread ");
-        cd_out_u(o, (unsigned)r->thread_id);
-        cd_out_puts(o, ")\n");
+        put_replay_launch(o, r, seq);
         cd_out_location_as(o, "captured", nr.frames, nr.n_frames, 0);
         shown++;
     }
@@ -173,13 +169,8 @@ void cd_out_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq, cons
         cd_out_puts(o, label);
         cd_out_puts(o, "a CUDA graph replay (");
         cd_out_graph_why(o, status, capture);
-        cd_out_puts(o, "; launch #");
-        cd_out_u(o, seq);
-        cd_out_puts(o, ", stream ");
-        cd_out_hex(o, r->stream);
-        cd_out_puts(o, ", thread ");
-        cd_out_u(o, (unsigned)r->thread_id);
-        cd_out_puts(o, ")\n");
+        cd_out_puts(o, "; ");
+        put_replay_launch(o, r, seq);
         if (status == CD_GRAPH_ADOPTED) {
             cd_watch_record nr;
             uint32_t index, all[1];

@@ -104,18 +104,8 @@ static void put_entry(cd_out *o, const cd_inflight *e, uint64_t now_ns)
         cd_out_graph_inflight(o, r, put_details, &a);
         return;
     }
-    char coll[96];
-    size_t cl = cd_collective_name(r, coll, sizeof coll);
-    const char *kernel = cd_interned(r->kernel_short);
     cd_out_puts(o, "  ");
-    if (cl) {
-        cd_out_put(o, coll, cl);
-        cd_out_puts(o, " (");
-        cd_out_puts(o, kernel ? kernel : "?");
-        cd_out_puts(o, ")");
-    } else {
-        cd_out_puts(o, kernel ? kernel : "?");
-    }
+    cd_out_launch_name(o, r, 0);
     put_details(o, &a);
     cd_out_puts(o, "  ");
     cd_out_location(o, r->frames, r->n_frames, 0);

@@ -44,6 +44,10 @@ void cd_out_hex(cd_out *o, unsigned long long v);
 void cd_out_dims(cd_out *o, const unsigned *d);
 /* "  launched at file:line in func\n" of the innermost user frame of ids. */
 void cd_out_location(cd_out *o, const uint32_t *ids, int n, int complete);
+/* A launch's name: "collective (kernel)" for an NCCL kernel, else the
+ * kernel's short name; "?" when it has none (and, empty_unknown, when the
+ * name is empty). */
+void cd_out_launch_name(cd_out *o, const cd_watch_record *r, int empty_unknown);
 void cd_out_location_as(cd_out *o, const char *verb, const uint32_t *ids, int n, int complete);
 void cd_out_flush(cd_out *o);      /* write(2) to fd 2 (or the sink), then empty */
 void cd_out_drain(cd_out *o);      /* the same, without ending the text with a newline */
