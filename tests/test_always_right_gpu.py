@@ -375,3 +375,21 @@ report(out)
     assert r is not None and r["cls"] == "DeviceAssertError", c
     assert "index" in (r["kernel"] or r["likely"]).lower(), r
     assert r["replayed"] and ":%d" % c.line_of("# CALL") in r["replayed"], r
+
+
+@pytest.mark.slow
+def test_a_short_soak_names_the_fault_at_its_end():
+    """benchmarks/soak.py for half a minute: a training loop with a DataLoader,
+    profiler windows, graph captures and threads under one watch(), beside the
+    same loop unwatched; the fault at its end is named exactly, at its line."""
+    needs("torch")
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "soak.py"),
+                        "--minutes", "0.5"], capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stderr[-3000:]
+    last = p.stdout.strip().splitlines()[-1]
+    assert "the fault named exactly at its line" in last, p.stdout
+    assert "profiler windows" in last and " 0 profiler windows" not in last, p.stdout
