@@ -338,10 +338,18 @@ def _likeliest_first(cands: list) -> Tuple[list, bool]:
     """The candidates, user and JIT kernels first (Triton's, CuPy's RawKernels,
     extensions', the driver's callers'), then generated ones (Inductor's,
     CuPy's own), then PyTorch's and the vendor libraries' (the C core's
-    cd_origin_rank); launch order within each. (moved: whether the order
-    changed)."""
+    cd_origin_rank); within each, kernels this watch never saw finish (a
+    kernel's first launches have markers of their own) before those it did;
+    then launch order. (moved: whether the order changed)."""
     rank = {_core.ORIGIN_USER: 0, _core.ORIGIN_GENERATED: 1}
-    ordered = sorted(cands, key=lambda c: rank.get(c.get("origin", 0), 2))   # stable
+    seqs = [c["seq"] for c in cands if c.get("seq")]
+    first = min(seqs) if seqs else 0
+
+    def key(c):
+        finished = bool(c.get("seq")) and not c.get("graph") and \
+            _core.seen_finished(c["seq"], first)
+        return rank.get(c.get("origin", 0), 2), finished
+    ordered = sorted(cands, key=key)   # stable
     return ordered, [c["seq"] for c in ordered] != [c["seq"] for c in cands]
 
 

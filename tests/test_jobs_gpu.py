@@ -258,7 +258,7 @@ def test_dump_job_asks_every_rank_through_the_jobs_own_store(stalled):
     assert "[rank 1]     launched at %s in <module>" % stalled.spin in lines, p.stdout
     v = _verdict(p.stdout)
     assert re.fullmatch(stalled.verdict, v), p.stdout
-    q = cli("dump", "--job", "--json", stalled.store, timeout=90)
+    q = cli("dump", "--json", "--job", stalled.store, timeout=90)
     assert q.returncode == 0, q
     doc = json.loads(q.stdout)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1] and doc["missing"] == {}, doc

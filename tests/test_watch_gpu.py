@@ -13,7 +13,8 @@ pytest_plugins = ("pytester",)
 CATCH = """
 import cuda_debug, traceback
 def describe(e):
-    return dict(cls=type(e).__name__, code=e.code, kernel=e.kernel, filename=e.filename,
+    return dict(cls=type(e).__name__, code=e.code, kernel=e.kernel, likely=e.likely_kernel,
+                filename=e.filename,
                 lineno=e.lineno, exact=e.exact, mechanism=e.mechanism, text=str(e),
                 surfaced_at=e.surfaced_at, candidates=len(e.candidates or ()),
                 recent=len(e.recent_launches or ()), device_message=e.device_message)
@@ -310,7 +311,9 @@ except cuda_debug.CudaError as e:
     else:
         assert r["exact"] is False and 2 <= r["count"] <= 16, r
         assert c.line_of("# CULPRIT") in [r["lineno"]] + r["lines"], r
-        assert "write_wild" in " ".join([r["kernel"]] + r["kernels"]), r
+        # cuda_debug.testing's write_wild: its first launch, never seen to finish,
+        # leads the empty kernels seen finishing before it
+        assert r["kernel"] is None and "write_wild" in r["likely"], r
         assert "one of %d launches not known to have finished" % r["count"] in r["text"], r
 
 

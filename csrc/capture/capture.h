@@ -343,6 +343,9 @@ typedef struct {
  * async-signal-safe. */
 int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum,
                       cd_stream_scan *scratch);
+/* Has a launch of `kernel` (interned id) before seq `before` finished (its
+ * marker came back), among the 4096 launches before it? Host memory only. */
+int cd_watch_seen_finished(uint32_t kernel, uint64_t before);
 /* The collective an NCCL launch ran ("all_reduce", or the torch.distributed
  * function that issued it; "collective" when neither says): its length, 0
  * (and "") when the kernel is not NCCL's. Async-signal-safe. */

@@ -26,9 +26,7 @@
 
 #include <string.h>
 
-/* Has a launch of `kernel` before `before` finished (its marker came back),
- * among the 4096 launches before it? Host memory only. */
-static int seen_finished(uint32_t kernel, uint64_t before)
+int cd_watch_seen_finished(uint32_t kernel, uint64_t before)
 {
     for (uint64_t seq = before - 1, n = 0; seq && n < 4096; seq--, n++) {
         cd_watch_record r;
@@ -50,7 +48,8 @@ static uint64_t likeliest(const cd_stream_scan *e)
         cd_watch_record r;
         if (cd_watch_get(e->cand[j], &r) != 0)
             continue;
-        int score = cd_origin_rank(r.origin) * 2 + (n > 1 && seen_finished(r.kernel, e->cand[0]));
+        int score = cd_origin_rank(r.origin) * 2 +
+                    (n > 1 && cd_watch_seen_finished(r.kernel, e->cand[0]));
         if (score < best_score) {
             best_score = score;
             best = e->cand[j];

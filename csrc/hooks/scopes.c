@@ -60,7 +60,10 @@ int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int
         int rc = cd_cupti_acquire(cd_on_launch, &fresh, holder, holder_len);
         if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && kind == CD_SCOPE_WATCH &&
             !cd_state.inherited) {
-            /* A profiler holds CUPTI: watch without it (what is not seen is a gap). */
+            /* A profiler holds CUPTI: watch without it (what is not seen is a gap),
+             * the device's assert text caught as with it. */
+            if (cd_state.capture_on)
+                cd_tee_install();
             atomic_fetch_add(&cd_state.watching, 1);
             cd_runtime_hooks_on();
             cd_hook_stats h;

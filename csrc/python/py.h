@@ -59,6 +59,8 @@
     X(driver_log, VARARGS, "driver_log(from, to) -> [bytes]") \
     X(watch_seq, NOARGS, "launches put in the watch ring so far") \
     X(watch_record, O, "watch_record(seq) -> record tuple or None") \
+    X(seen_finished, VARARGS, "seen_finished(seq, before) -> did a launch of record seq's kernel " \
+      "before launch `before` finish") \
     X(watch_streams, O, "watch_streams(since) -> [per-stream scan]: launches not known finished") \
     X(set_watch_markers, O, "set_watch_markers(every): a marker behind every every-th launch " \
       "of a stream") \

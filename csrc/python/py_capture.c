@@ -462,6 +462,17 @@ PyObject *cd_py_coverage_gaps(PyObject *self, PyObject *noargs)
     return out;
 }
 
+PyObject *cd_py_seen_finished(PyObject *self, PyObject *args)
+{
+    unsigned long long seq, before;
+    if (!PyArg_ParseTuple(args, "KK", &seq, &before))
+        return NULL;
+    cd_watch_record r;
+    if (cd_watch_get(seq, &r) != 0)
+        Py_RETURN_FALSE;
+    return PyBool_FromLong(cd_watch_seen_finished(r.kernel, before));
+}
+
 PyObject *cd_py_assert_level(PyObject *self, PyObject *args)
 {
     const char *text, *kernel;

@@ -339,14 +339,22 @@ typedef struct {
     char function[128];        /* with ruled_out: the function the text names ("" none) */
 } cd_culprit_pick;
 
-/* Stable: by origin rank (base.h: user and JIT kernels first), then launch order. 1 if moved. */
+/* Stable: by origin rank (base.h: user and JIT kernels first), then kernels
+ * this watch never saw finish (a kernel's first launches have markers of their
+ * own) before those it did, then launch order. 1 if moved. */
 static int lead_with_likeliest(uint64_t *seqs, int k)
 {
     int moved = 0;
     int rank[CULPRIT_MAX];
+    uint64_t first = seqs[0];
+    for (int i = 1; i < k; i++)
+        if (seqs[i] < first)
+            first = seqs[i];
     for (int i = 0; i < k; i++) {
         cd_watch_record r;
-        rank[i] = cd_watch_get(seqs[i], &r) == 0 ? cd_origin_rank(r.origin) : 2;
+        rank[i] = cd_watch_get(seqs[i], &r) == 0
+                      ? cd_origin_rank(r.origin) * 2 + cd_watch_seen_finished(r.kernel, first)
+                      : 5;
     }
     for (int i = 1; i < k; i++) {
         uint64_t t = seqs[i];
