@@ -92,20 +92,23 @@ typedef struct {
 } kernel_slot;
 static kernel_slot kernels[KERNEL_SLOTS];
 
-/* PyTorch's own libraries (the caller of a launch): libtorch*, libc10*. */
+/* PyTorch's own libraries (the caller of a launch): libtorch*, libc10*, or
+ * anything of torch's own lib/ folder. */
 static int framework_object(const char *path)
 {
     const char *base = path ? strrchr(path, '/') : NULL;
     base = base ? base + 1 : path;
     return base && (!strncmp(base, "libtorch", 8) || !strncmp(base, "libc10", 6) ||
-                    !strncmp(base, "libcaffe2", 9));
+                    !strncmp(base, "libcaffe2", 9) || strstr(path, "/torch/lib/"));
 }
 
-/* Cold: the origin of a kernel launched from code at `caller`. */
+/* Cold: the origin of a kernel launched from code at `caller`: its name's,
+ * where the name places it; else (a C++ name of no known library) its
+ * caller's: PyTorch's own libraries, or another's (an extension: USER). */
 static int origin_of_caller(const void *caller, const char *name)
 {
     int by_name = cd_kernel_origin_of_name(name);
-    if (by_name == CD_ORIGIN_VENDOR || by_name == CD_ORIGIN_GENERATED)
+    if (by_name != CD_ORIGIN_UNKNOWN)
         return by_name;
     Dl_info di;
     if (caller && dladdr(caller, &di) && di.dli_fname)
