@@ -126,6 +126,7 @@ class guard(_Region):
     """
 
     _what = "guard()"
+    _takes = "enabled=True|False and all_threads=True|False"
     enabled: bool
     all_threads: bool
 

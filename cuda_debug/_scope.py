@@ -58,8 +58,14 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _ExcType = Optional[Type[BaseException]]
 
 
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, bool) and type(value).__name__ != "bool_":
+def _is_bool(value: object) -> bool:
+    """True or False (NumPy's too: numpy.bool_, numpy.bool in NumPy 2)."""
+    return isinstance(value, bool) or (type(value).__name__ in ("bool_", "bool") and
+                                       type(value).__module__ == "numpy")
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not _is_bool(value):
         raise TypeError("%s must be True or False, not %r" % (name, value))
     return bool(value)
 
@@ -335,6 +341,11 @@ class watch(_Region):
     its input shapes (``op``, ``inputs``): a Python call per op, so it costs
     more than watch() alone (benchmarks/RESULTS.md); without it ``op`` is None.
 
+    ``watch(False)`` is no watch (as ``guard(False)`` and ``launch_blocking(False)``
+    are off): its block opens nothing, and a watch() open around it goes on
+    watching (watch is process-wide). ``ops``, ``hang_after`` and ``exact`` are
+    keywords.
+
     ``hang_after=s`` (or ``CUDA_DEBUG_HANG_AFTER=s``; 0 turns it off): when a
     launch has stayed unfinished for s seconds while later launches queue
     behind it on its stream, or while the program launches nothing (it waits),
@@ -347,30 +358,56 @@ class watch(_Region):
     """
 
     _what = "watch()"
-    _takes = "ops=True|False, hang_after=seconds and exact=True|False"
+    _takes = "enabled=True|False and the keywords ops=, hang_after= and exact="
+    enabled: bool
     ops: bool
+    hang_after: Optional[float]
     exact: bool
 
     if TYPE_CHECKING:             # as launch_blocking's: @cuda_debug.watch returns the function
         @overload
-        def __new__(cls, ops: _F) -> _F: ...
+        def __new__(cls, enabled: _F) -> _F: ...
         @overload
-        def __new__(cls, ops: Optional[bool] = None, *, hang_after: Optional[float] = None,
-                    exact: Optional[bool] = None) -> "watch": ...
+        def __new__(cls, enabled: bool = True, *, ops: Optional[bool] = None,
+                    hang_after: Optional[float] = None, exact: Optional[bool] = None
+                    ) -> "watch": ...
         def __new__(cls, *args: Any, **kwargs: Any) -> Any: ...
     else:
-        def __init__(self, ops: Optional[bool] = None, *, hang_after=None, exact=None):
+        def __new__(cls, *args, **kwargs):
+            # watch(False) is no watch: an object whose block opens nothing
+            # (_WatchOff), checked by the same __init__.
+            enabled = args[0] if args else kwargs.get("enabled", True)
+            if cls is watch and _is_bool(enabled) and not enabled:
+                return _Region.__new__(_WatchOff)
+            return _Region.__new__(cls, *args, **kwargs)
+
+        def __init__(self, enabled: bool = True, *, ops: Optional[bool] = None,
+                     hang_after=None, exact=None):
+            self.enabled = _check_bool("watch(enabled)", enabled)
             self.ops = _options.OPTIONS.watch_ops if ops is None else \
                 _check_bool("watch(ops)", ops)
             self.hang_after = _hangs.check_hang_after(hang_after)
             self.exact = _options.OPTIONS.watch_exact if exact is None else \
                 _check_bool("watch(exact)", exact)
+            if not self.enabled:
+                given = [a for a, on in (("ops=True", ops), ("hang_after=%s" % hang_after,
+                                                             hang_after), ("exact=True", exact))
+                         if on]
+                if given:
+                    raise ValueError(
+                        "watch(False, %s): %s configure%s a watch, and watch(False) is none "
+                        "(a watch() open around it goes on: watch is process-wide): pass one "
+                        "or the other" % (", ".join(given), " and ".join(given),
+                                          "" if len(given) > 1 else "s"))
+                self.ops = self.exact = False
+                self.hang_after = None
             self._handles = []
             self._recorders = []
             self._hang = []
 
     def _copy(self) -> "watch":
-        return watch(self.ops, hang_after=self.hang_after or 0, exact=self.exact)
+        return watch(self.enabled, ops=self.ops, hang_after=self.hang_after or 0,
+                     exact=self.exact)
 
     def __enter__(self) -> "watch":
         global _watch_epoch
@@ -426,11 +463,24 @@ class watch(_Region):
             return False
         self._raise(err, exc)
 
-    def __repr__(self):
-        args = (["ops=True"] if self.ops else []) + \
+    def __repr__(self) -> str:
+        args = (["False"] if not self.enabled else []) + (["ops=True"] if self.ops else []) + \
             (["hang_after=%g" % self.hang_after] if self.hang_after else []) + \
             (["exact=True"] if self.exact else [])
         return "cuda_debug.watch(%s)" % ", ".join(args)
+
+
+class _WatchOff(watch):
+    """``watch(False)``: no watch. Its block opens nothing and closes nothing; a
+    watch() open around it (watch is process-wide) goes on watching, so
+    ``is_watching()`` is what it was outside."""
+
+    def __enter__(self) -> "watch":
+        return self
+
+    def __exit__(self, exc_type: _ExcType, exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
+        return False
 
 
 def is_launch_blocking() -> bool:
@@ -448,6 +498,9 @@ def is_watching() -> bool:
     return _core.stats()["watching"] > 0
 
 
+_INT_MAX = 2 ** 31 - 1           # the C int a device ordinal is (CUdevice)
+
+
 def check(device: Optional[int] = None) -> None:
     """Synchronise (the current context, or `device`'s) and raise the translated
     error if a fault is pending. Named kernel and line when the fault happened
@@ -455,8 +508,9 @@ def check(device: Optional[int] = None) -> None:
     the kernel."""
     if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
         raise TypeError("check(device) takes a device ordinal (int), not %r" % (device,))
-    if device is not None and device < 0:
-        raise ValueError("check(device=%d): a device ordinal is >= 0" % device)
+    if device is not None and not 0 <= device <= _INT_MAX:
+        raise ValueError("check(device=%d): a device ordinal is %s" % (
+            device, ">= 0" if device < 0 else "a GPU's number, 0 to the GPUs there are - 1"))
     _libraries.ensure(_libraries.CUDA)
     rc = _core.synchronize(-1 if device is None else device)
     if rc == 0:
