@@ -15,6 +15,9 @@ from typing import List, Optional
 
 #: Candidate launches a replay instruments at most (csrc/replay: CD_REPLAY_LAUNCHES).
 MAX_CANDIDATES = 64
+#: The largest launch number: watch() counts a process's launches in 64 bits (the
+#: C core reads a number with the "K" format, which would wrap a larger one).
+LAUNCH_MAX = 2 ** 64 - 1
 #: The faults a replay can explain: an access the check sees as outside every
 #: allocation, or not aligned to its size.
 REPLAYABLE = {700: "an illegal address", 716: "a misaligned address"}

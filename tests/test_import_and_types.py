@@ -120,6 +120,61 @@ def test_setting_warnings_point_at_the_import_line(tmp_path, files, where):
     assert "unknown setting CUDA_DEBUG_NO_SUCH" in err
 
 
+@pytest.mark.parametrize("name, says", [
+    ("CUDA_DEBUG_WATCH", "unknown setting CUDA_DEBUG_WATCH: to watch a whole program, run it "
+                         "with `cuda-debug run script.py`"),
+    ("CUDA_DEBUG_LAUNCH_BLOCKING", "unknown setting CUDA_DEBUG_LAUNCH_BLOCKING: for synchronous "
+                                   "launches in a whole program, run it with `cuda-debug run "
+                                   "--launch-blocking script.py`"),
+])
+def test_a_setting_guessed_from_pythonfaulthandler_says_what_does_it(name, says):
+    """faulthandler's habit (PYTHONFAULTHANDLER=1): CUDA_DEBUG_WATCH=1 is no setting
+    (docs/settings.md says why); its warning names the command that watches."""
+    with pytest.warns(RuntimeWarning) as rec:
+        _options.read({name: "1"})
+    assert [str(w.message) for w in rec if says in str(w.message)], [str(w.message) for w in rec]
+
+
+#: CUDA_DEBUG_ names in the sources that are not settings, and why
+NOT_SETTINGS = {"CUDA_DEBUG_BENCH": "the tag of the bench child's result line on stdout "
+                                    "(cuda_debug/bench/_child.py)"}
+
+
+def _names_in_the_sources():
+    """Every CUDA_DEBUG_* name in cuda_debug/ and csrc/, header guards aside
+    (``#ifndef CUDA_DEBUG_X_H`` and its generator's)."""
+    import glob
+    import re
+    root = need_source_tree("the sources")
+    names = {}
+    for path in glob.glob(os.path.join(root, "cuda_debug", "**", "*.py"), recursive=True) + \
+            glob.glob(os.path.join(root, "csrc", "**", "*.[ch]"), recursive=True) + \
+            glob.glob(os.path.join(root, "csrc", "**", "*.py"), recursive=True):
+        text = open(path, encoding="utf-8", errors="replace").read()
+        guards = set(re.findall(r"#\s*(?:ifndef|define)\s+(CUDA_DEBUG_\w+)", text))
+        for name in set(re.findall(r"CUDA_DEBUG_[A-Z0-9_]*[A-Z0-9]", text)) - guards:
+            names.setdefault(name, os.path.relpath(path, root))
+    return names
+
+
+def test_settings_md_documents_every_setting_the_code_reads():
+    """docs/settings.md names every CUDA_DEBUG_* that cuda_debug/ or csrc/ reads
+    (issue 37 item 5: CUDA_DEBUG_DUMP, _TRACE, _GRAPH_MARKER_EVERY, _GRAPH_ADOPT
+    were missing), and each is one the import's check knows (no "unknown setting"
+    warning for a switch the code reads)."""
+    names = _names_in_the_sources()
+    # and the names the warning says are none (CUDA_DEBUG_WATCH: use `cuda-debug run`)
+    not_settings = set(NOT_SETTINGS) | set(_options._GUESSES)
+    page = open(os.path.join(SOURCE_TREE, "docs", "settings.md"), encoding="utf-8").read()
+    missing = sorted("%s (%s)" % (n, where) for n, where in names.items()
+                     if n not in not_settings and "`%s" % n not in page)
+    assert missing == []
+    known = set(_options._CHOICES) | set(_options._FREE) | set(_options._SPECIAL)
+    assert sorted(set(names) - not_settings - known) == []
+    assert sorted(known - set(names)) == []
+    assert len(names) >= 20, names
+
+
 def test_read_warns_at_its_caller():
     with pytest.warns(RuntimeWarning, match="CUDA_DEBUG_REPORT='maybe'") as rec:
         opts = _options.read({"CUDA_DEBUG_REPORT": "maybe"})
