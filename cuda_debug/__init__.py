@@ -11,6 +11,8 @@
 
 Errors: CudaError and its subclasses (DeviceAssertError, IllegalAddressError, ...)
 carry the kernel, the launching line and the device's assert text.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 from . import _options as _options      # reads and checks CUDA_DEBUG_* now (warns at import)
 
@@ -63,6 +65,8 @@ else:
     # name (a typo included) as Any.
     def __getattr__(name):
         import importlib
+        if _waiting and (name in _WHERE or name in _SUBMODULES or name == "_core"):
+            _arm()                     # the first use of cuda_debug under pytest
         if name in _WHERE:
             value = getattr(importlib.import_module(_WHERE[name], __name__), name)
         elif name in _SUBMODULES:
@@ -155,7 +159,27 @@ def _hook_torch_graphs():
         sys.meta_path.insert(0, _TorchGraphsFinder())
 
 
-_hook_torch_graphs()
+# Under pytest, `import cuda_debug` is first the plugin's (pytest11): it runs in every
+# pytest process of the environment, used or not. There the hook waits for the first use
+# of cuda_debug (a public name, the C core, or the plugin asked by an option, a marker or
+# a fixture: docs/pytest.md); elsewhere it is set at import, before torch captures.
+def _under_pytest() -> bool:
+    import sys
+    return "_pytest" in sys.modules
+
+
+_waiting = _under_pytest()
+
+
+def _arm() -> None:
+    """Set the hook now (once; a no-op where it was set at import)."""
+    global _waiting
+    _waiting = False
+    _hook_torch_graphs()
+
+
+if not _waiting:
+    _hook_torch_graphs()
 
 
 def load_ipython_extension(ipython):

@@ -63,6 +63,8 @@
 
 Help and usage name the command as it was invoked: ``cuda-debug`` (the console
 script) or ``python -m cuda_debug``.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import argparse
 import contextlib

@@ -20,6 +20,8 @@
 Every error carries the report fields (``kernel``, ``grid``, ``block``, ``filename``,
 ``lineno``, ``device_message`` ...), None where unknown. ``str(exc)`` is the short
 report; errors pickle (pytest-xdist, multiprocessing).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import re
 import traceback

@@ -24,6 +24,8 @@ its CUDA kernel would assert), so the guard follows the PyTorch it runs with.
 Only CUDA tensors are checked (CPU ops raise by themselves); nothing is checked
 while torch.compile traces or a CUDA graph is being captured (a host read would
 break the capture).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import functools
 import os

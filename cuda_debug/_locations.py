@@ -23,6 +23,8 @@ exception always agree. The rule:
   caller's. C classifies code objects too (``_core.code_kind``).
 
 Python hands the folders to C once (:func:`configure`).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import sys

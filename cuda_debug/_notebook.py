@@ -27,6 +27,8 @@ alone: says which) and a cell magic (``%%...``: this cell only):
 
 The full traceback stays available: ``import traceback;
 traceback.print_exception(sys.last_value)``.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import ast
 import contextlib

@@ -71,6 +71,8 @@ the default is used. The warning points at the line that imported cuda_debug.
 
 This module is imported by ``import cuda_debug``: it imports nothing that a bare
 interpreter has not loaded already (``os``); ``warnings`` only to warn.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import sys

@@ -16,6 +16,8 @@ subscription's alone.
 The policy is here: where the library is looked for, which launches to
 instrument, what to say when the program ran differently. C returns raw
 records (csrc/replay/replay.h); _replay_memory turns addresses into words.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import struct

@@ -6,10 +6,11 @@ was; the replay finds those. The command re-runs the same program with the
 same arguments, instrumenting that launch (its number, as watch() counted it,
 and its kernel). Imported by the report (_report) and the command line
 (_cli); it imports nothing of the package's.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import shlex
-import shutil
 import sys
 from typing import List, Optional
 
@@ -43,6 +44,7 @@ def wanted(code: Optional[int], device_message: Optional[str]) -> bool:
 def _prog() -> str:
     if prog:
         return prog
+    import shutil               # (here: shutil brings bz2 and lzma, a report needs neither)
     if shutil.which("cuda-debug"):
         return "cuda-debug"
     return "%s -m cuda_debug" % (os.path.basename(sys.executable) or "python")

@@ -13,10 +13,11 @@ open scope are one C call (csrc/hooks/scopes.c): a KeyboardInterrupt cannot leav
 CUPTI held. Per thread, the C core keeps a small stack of open scopes; a scope
 closes by its own token, so asyncio tasks interleaving scopes on one thread
 never unblock each other early.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import contextlib
 import functools
-import inspect
 import sys
 import warnings
 from types import TracebackType
@@ -152,6 +153,7 @@ class _Region(contextlib.ContextDecorator):
 
     def _refuse(self, obj):
         """TypeError for an object that is neither a function nor an argument."""
+        import inspect          # (here, not at import: the first watch() is cheaper)
         if inspect.isclass(obj):
             what = "the class %s" % obj.__qualname__
             hint = ": decorate its methods, or put `with cuda_debug.%s:` around the code" \
@@ -169,6 +171,7 @@ class _Region(contextlib.ContextDecorator):
         return self._copy()
 
     def __call__(self, func: _F) -> _F:
+        import inspect
         if not (inspect.isroutine(func) or isinstance(func, functools.partial)):
             raise self._refuse(func)
         if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):

@@ -43,6 +43,8 @@ reads /proc and constants only, unless every test runs in a scope (the process
 will initialise CUDA anyway) or with ``-v`` (libcuda is opened for its version,
 without cuInit: CUDA initialised in the pytest process would break tests that
 fork).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import sys
@@ -50,7 +52,6 @@ from typing import List, Optional
 
 import pytest
 
-from . import _core, _cuda_errors, _sticky
 
 OPTION = "--cuda-launch-blocking"
 INI = "cuda_launch_blocking"
@@ -207,15 +208,30 @@ def _plural(n: int, word: str = "test") -> str:
     return "%d %s%s" % (n, word, "" if n == 1 else "s")
 
 
+def _fault_seq() -> int:
+    """The C core's count of recorded faults; 0 while the core is not loaded
+    (nothing of cuda_debug's ran, so nothing was recorded): unused, the plugin
+    loads neither the C extension nor anything else of cuda_debug's."""
+    core = sys.modules.get("cuda_debug._core")
+    return core.fault_seq() if core is not None else 0
+
+
+def _arm() -> None:
+    """Asked (an option, a marker, a fixture): cuda_debug as `import cuda_debug`
+    makes it outside pytest (the torch graph-capture hook: cuda_debug/__init__.py)."""
+    import cuda_debug
+    cuda_debug._arm()
+
+
 def _new_report(item, exc):
     """The cuda_debug report for what happened during this test: a sticky fault
     cuda_debug recorded (in a scope), or named by the watch ring; else None."""
     seq0 = item.stash.get(_SEQ, None)
-    if seq0 is None:
-        return None
+    if seq0 is None or "cuda_debug._core" not in sys.modules:
+        return None                     # (no core: nothing of cuda_debug's recorded a fault)
     from . import _report
     from ._scope import watch_epoch
-    if exc is None and _core.fault_seq() <= seq0:
+    if exc is None and _fault_seq() <= seq0:
         return None
     err = _report.error_for(exc, mark=seq0, watch_mark=watch_epoch(), found_at="test",
                             include_claimed=True)
@@ -229,13 +245,16 @@ def _probe_context(exc) -> Optional[int]:
     from . import _environment, _libraries
     if not _environment.libcuda_mapped():
         return None
+    from . import _core
     if not _libraries.load(_libraries.CUDA).loaded or _core.driver_init() != 0:
         return None
+    from . import _cuda_errors
     rc = _core.synchronize(-1)
     return rc if _cuda_errors.is_sticky(rc) else None
 
 
 def _cudaish(exc) -> bool:
+    from . import _sticky
     return exc is not None and _sticky.is_gpu_exception(exc) and _sticky.speaks_of_cuda(exc)
 
 
@@ -243,7 +262,9 @@ def _report_text(item, exc, tb, may_probe: bool):
     """(short report, located, the cuda_debug error) when the CUDA context died
     in this test, else (None, False, None). `located`: cuda_debug saw the fault
     (kernel and line known), rather than a framework saying so later."""
-    from ._errors import CudaError
+    from . import _sticky
+    errors = sys.modules.get("cuda_debug._errors")     # (not loaded: exc is none of ours)
+    CudaError = errors.CudaError if errors is not None else ()
     if isinstance(exc, CudaError) and exc.sticky:
         return "%s: %s" % (type(exc).__name__, exc), True, exc
     err = _new_report(item, exc)
@@ -295,6 +316,14 @@ def _launching_test(session, item, err) -> Optional[str]:
     return next((it.nodeid for it in reversed(earlier) if runs(it)), None)
 
 
+def _marked(item) -> bool:
+    """Does the test use a marker or a fixture of cuda_debug's?"""
+    return any(item.get_closest_marker(m) is not None
+               for m in (MARKER, WATCH_MARKER, GUARD_MARKER)) or \
+        FIXTURE in getattr(item, "fixturenames", ()) or \
+        WATCH_FIXTURE in getattr(item, "fixturenames", ())
+
+
 class CudaDebugPlugin:
     """The per-session part: scopes around tests, fail fast, header and summary."""
 
@@ -315,6 +344,12 @@ class CudaDebugPlugin:
         self.exit_after: Optional[str] = None     # xdist worker: exit after this test
         self.previous: Optional[str] = None       # the test that ran before this one
         self.guard = _Guard(config)
+        if self.asked():
+            _arm()
+
+    def asked(self) -> bool:
+        """An option, an ini setting or CUDA_DEBUG_GUARD=1 asks for every test."""
+        return self.every_test or self.watch_session or self.guard.every_test
 
     # -- session --------------------------------------------------------------------
 
@@ -325,34 +360,41 @@ class CudaDebugPlugin:
         # Quiet unless asked (as pytest-timeout): a project that uses no option, ini
         # setting or CUDA_DEBUG_* switch of cuda_debug gets no line here; one whose
         # tests use its markers or fixtures gets it after collection (below).
-        if not (self.every_test or self.watch_session or self.guard.every_test):
+        if not self.asked():
             return None
         return self._header_line(config)
 
+    def pytest_collection_finish(self, session):
+        if any(_marked(item) for item in session.items):
+            _arm()                          # asked by a marker or a fixture
+
     def pytest_report_collectionfinish(self, config, items):
-        if self.every_test or self.watch_session or self.guard.every_test:
+        if self.asked():
             return None                     # said in the header already
         if (config.option.verbose or 0) < 0 or config.getoption("no_header", False):
             return None                     # as the header: not under -q or --no-header
-        uses = (MARKER, WATCH_MARKER, GUARD_MARKER)
-        if not any(any(item.get_closest_marker(m) is not None for m in uses) or
-                   FIXTURE in getattr(item, "fixturenames", ()) or
-                   WATCH_FIXTURE in getattr(item, "fixturenames", ()) for item in items):
+        if not any(_marked(item) for item in items):
             return None
         return self._header_line(config)
 
     def _header_line(self, config):
+        unusable = None             # said instead where the header finds no usable GPU
         if self.every_test:
             how = OPTION if config.getoption("cuda_launch_blocking") else "ini %s" % INI
             blocking, depth = "on, every test (%s)" % how, "full"
+            unusable = "off (%s asks for it, and it cannot work here: the tests run " \
+                       "without it)" % how
         elif self.watch_session:
+            how = WATCH_OPTION if config.getoption("cuda_watch") else "ini %s" % WATCH_INI
             blocking, depth = "off; watch() on for the session", "full"
+            unusable = "off; watch(): %s asks for it, and it cannot work here (the tests run " \
+                       "without it)" % how
         else:
             blocking = "off (marked tests only)"
             depth = "driver" if (config.getoption("verbose") or 0) > 0 else "cheap"
         try:
             from . import _environment
-            return _environment.header_line(blocking, depth)
+            return _environment.header_line(blocking, depth, unusable)
         except Exception as e:  # a header must never break a run
             return "cuda_debug: environment unknown (%s: %s), launch blocking: %s" % (
                 type(e).__name__, e, blocking)
@@ -381,6 +423,7 @@ class CudaDebugPlugin:
         every cuda_debug entry point), or after a test poisoned the context."""
         if self.unavailable is not None or self.poisoner is not None:
             return None
+        _arm()                          # (a fixture may be asked for at run time)
         from . import _scope
         from ._errors import CudaUnavailableError, ToolConflictError
         scope = _scope.watch() if kind == "watch" else \
@@ -444,7 +487,7 @@ class CudaDebugPlugin:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(self, item):
-        item.stash[_SEQ] = _core.fault_seq()
+        item.stash[_SEQ] = _fault_seq()
         if self.watch_session and self.session_watch is None and self.unavailable is None:
             # Entered at the first test, in the process that runs it (an xdist
             # controller runs none and never initialises CUDA).
@@ -475,7 +518,7 @@ class CudaDebugPlugin:
         exc = call.excinfo.value if call.excinfo is not None else None
         if item.stash.get(_SEEN, False):
             return
-        if exc is None and _core.fault_seq() <= item.stash.get(_SEQ, 1 << 62):
+        if exc is None and _fault_seq() <= item.stash.get(_SEQ, 1 << 62):
             return                          # the common case: nothing happened
         tb = call.excinfo.tb if call.excinfo is not None else None
         may_probe = (rep.failed or hasattr(rep, "wasxfail")) and self.poisoner is None
@@ -495,6 +538,7 @@ class CudaDebugPlugin:
             if blame:
                 rep.user_properties.append((PROPERTY_BLAME, blame))
         else:
+            from . import _sticky
             rep.user_properties.append((PROPERTY_DEAD, "%s\n  (the CUDA context was already "
                                         "dead: %s poisoned it)" % (
                                             _sticky.first_line(exc) if exc is not None

@@ -17,6 +17,8 @@ fault is found::
 
 A sticky fault kills the CUDA context of the whole process: run these in a
 child process unless you mean to end this one.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 from . import _core, _libraries, _locations, _report
 

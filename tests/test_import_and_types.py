@@ -55,6 +55,22 @@ def test_import_loads_only_cuda_debug_and_its_options():
     assert added - _SITE == {"cuda_debug", "cuda_debug._options"}
 
 
+#: what only a report (or a decorator, or the replay command) needs: not at the first watch()
+_REPORT_ONLY = ("inspect", "shutil", "bz2", "lzma", "ast")
+
+
+def test_the_first_watch_imports_what_a_report_needs_only_when_reporting():
+    """``cuda_debug.watch()``, made and decorating nothing: inspect (the
+    decorator's checks), shutil (the replay command's which), ast (a report's
+    call inputs) come later (issue 37 item 9: the first watch() cost 39 ms)."""
+    code = ("import sys, cuda_debug\nw = cuda_debug.watch()\n"
+            "print(repr(sorted(m for m in %r if m in sys.modules)))\n" % (_REPORT_ONLY,))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=_env(), cwd=PKG_PARENT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert ast.literal_eval(p.stdout.strip()) == []
+
+
 def test_bench_import_loads_no_process_or_file_machinery():
     """`import cuda_debug.bench` costs NumPy; subprocess (the CUDA_LAUNCH_BLOCKING=1
     child), json and csv (output files) come when they are used."""

@@ -4,7 +4,9 @@ problem fits in memory; peak rates and tolerances.
 
 Each rule is written here once. Element sizes come from the C core's one table
 (``_core.gemm_types()``); everything else (defaults, validation, units) is
-Python's."""
+Python's.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 import math
 import sys
 import warnings

@@ -39,6 +39,8 @@ Columns of :attr:`GemmResult.array`
     ``max|C - A@B| / max(|A|@|B|)`` against a float64 product, NaN when not checked.
 ``sm_mhz``
     median SM clock seen through NVML while the row ran, NaN without NVML.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import math
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
