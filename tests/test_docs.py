@@ -170,6 +170,75 @@ def test_python_examples_parse_and_use_real_names():
     assert bad == []
 
 
+# -- one set of cost figures ------------------------------------------------------------------
+
+#: a measured ratio (1.043x); a target (<= 1.05x) is no measurement
+_RATIO = re.compile(r"(?<!<= )(?<!<=)\b\d+\.\d+x\b")
+#: pages whose own subject is a measurement that is no mode's cost: GEMMs under
+#: CUDA_LAUNCH_BLOCKING=1 (bench.md)
+_OWN_FIGURES = {"docs/bench.md"}
+
+
+def test_cost_figures_live_in_costs_md_only():
+    """What a mode costs is written once, in docs/costs.md; every other page links
+    there (issue 37 item 4: watch() on a tiny op was 1.04x in the README, 1.14 in
+    costs.md, 1.043x and 1.009x in watch.md), so one edit updates them all."""
+    bad = []
+    for name, text in _pages().items():
+        if name == "docs/costs.md" or name in _OWN_FIGURES:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            if _RATIO.search(line) or re.search(r"\bhalve", line):
+                bad.append("%s:%d: %s" % (name, n, line.strip()))
+    assert bad == []
+
+
+def test_costs_md_cites_the_results_it_takes_its_figures_from():
+    """Every figure of the table names its source, a section of
+    benchmarks/RESULTS.md that exists (the numbers are measured, not written)."""
+    root = _root()
+    costs = _pages()["docs/costs.md"]
+    results = open(os.path.join(root, "benchmarks", "RESULTS.md"), encoding="utf-8").read()
+    headings = re.findall(r"^## (.+)$", results, re.M)
+    table = costs.split("## The table", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) >= 6, rows
+    used = set()
+    for row in rows:
+        for cell in row.split("|")[2:-1]:
+            if cell.strip():
+                m = re.fullmatch(r"\s*\d+\.\d+ \(([a-z])\)\s*", cell)
+                assert m, (row, cell)           # a number and its source, nothing else
+                used.add(m.group(1))
+    notes = dict(re.findall(r'^- \(([a-z])\) "([^"]+)"', table, re.M))
+    assert sorted(used - set(notes)) == []
+    for letter, section in notes.items():
+        assert any(h.startswith(section) for h in headings), (letter, section, headings)
+
+
+def test_the_readmes_gemm_rows_are_measured_ones():
+    """The README's `bench gemm` rows are rows of benchmarks/RESULTS.md, under the
+    same dtype (issue 37 item 11: real measured rows, never written by hand), and
+    it shows the picture."""
+    root = _root()
+    readme = _pages()["README.md"]
+    section = readme.split("cuda-debug bench gemm`", 1)[1].split("\n## ", 1)[0]
+    results = open(os.path.join(root, "benchmarks", "RESULTS.md"), encoding="utf-8").read()
+    seed = results[results.index("### Every dtype, flag and mode"):]
+    rows = 0
+    for part in section.split("**")[1::2]:              # **fp32**, **bf16**
+        dtype = part.split()[0]
+        table = section.split("**%s**" % part, 1)[1].split("**", 1)[0]
+        block = seed[seed.index("**%s" % dtype):]
+        block = block[:block.index("\n**", 1)] if "\n**" in block[1:] else block
+        for line in table.splitlines():
+            if re.match(r"\| \d", line):
+                assert line in block, (dtype, line)
+                rows += 1
+    assert rows >= 4
+    assert "](benchmarks/seed_question.png)" in section
+
+
 # -- command lines ---------------------------------------------------------------------------
 
 def command_lines():
