@@ -196,15 +196,21 @@ def bench_main(argv: List[str], prog: str = MODULE_PROG) -> int:
 
 # -- run ------------------------------------------------------------------------------
 
+def _parser(prog: str, command: str, description: str) -> argparse.ArgumentParser:
+    """A command's parser: named as typed (``cuda-debug run``), options in full
+    (no abbreviations: ``--size`` is not ``--sizes``)."""
+    return argparse.ArgumentParser(prog="%s %s" % (prog, command), allow_abbrev=False,
+                                   description=description)
+
+
 def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     # (for --help and the usage line: run_main parses by hand)
-    p = argparse.ArgumentParser(
-        prog=prog + " run", allow_abbrev=False,
-        description="Run a Python script (or module, or - for a script read from stdin) as "
-                    "__main__ inside cuda_debug.watch(); a CUDA fault is reported as "
-                    "cuda_debug's short report, naming the kernel and the launching line. "
-                    "Exit status: the script's own; 1 on an exception; 2 on a usage error; 3 "
-                    "on a sticky CUDA error.")
+    p = _parser(prog, "run",
+        "Run a Python script (or module, or - for a script read from stdin) as "
+        "__main__ inside cuda_debug.watch(); a CUDA fault is reported as "
+        "cuda_debug's short report, naming the kernel and the launching line. "
+        "Exit status: the script's own; 1 on an exception; 2 on a usage error; 3 "
+        "on a sticky CUDA error.")
     p.add_argument("--launch-blocking", action="store_true",
                    help="run the whole script inside cuda_debug.launch_blocking() instead: "
                         "synchronous launches (about 2x slower), the fault raised at its "
@@ -613,7 +619,7 @@ def _replay_max() -> int:
     return MAX_CANDIDATES
 
 
-def _launch_max() -> int:
+def _launch_max() -> int:     # (the replay's numbers: imported when a replay is asked for)
     from ._replay_command import LAUNCH_MAX
     return LAUNCH_MAX
 
@@ -621,15 +627,14 @@ def _launch_max() -> int:
 def _replay_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     # (for --help and the usage line: replay_main parses by hand, like run)
     from ._replay import DEFAULT_MAX_LAUNCHES, DEFAULT_WINDOW
-    p = argparse.ArgumentParser(
-        prog=prog + " replay", allow_abbrev=False,
-        description="Re-run a program that died of an illegal (or misaligned) address, with "
-                    "NVIDIA's Sanitizer API, instrumenting only the culprit's launch: a bad "
-                    "access (where an overrun starts, or an underrun ends) is reported with its "
-                    "thread, block, address, read/write and size, and the allocation it missed "
-                    "(for PyTorch: the tensor, its shape and dtype, the line that allocated "
-                    "it). The report of the fault prints this command. Exit status: 3 found; 4 "
-                    "the run did not repeat itself; 1 the replay cannot run; 2 usage error.")
+    p = _parser(prog, "replay",
+        "Re-run a program that died of an illegal (or misaligned) address, with "
+        "NVIDIA's Sanitizer API, instrumenting only the culprit's launch: a bad "
+        "access (where an overrun starts, or an underrun ends) is reported with its "
+        "thread, block, address, read/write and size, and the allocation it missed "
+        "(for PyTorch: the tensor, its shape and dtype, the line that allocated "
+        "it). The report of the fault prints this command. Exit status: 3 found; 4 "
+        "the run did not repeat itself; 1 the replay cannot run; 2 usage error.")
     p.add_argument("--launch", metavar="N",
                    help="the culprit's launch number, as the report names it (watch() counts "
                         "every launch of the program from its start, from 1); or the candidates "
@@ -883,16 +888,15 @@ def _replay_found(inst, exc: Optional[BaseException], full_traceback: bool) -> i
 # -- dump -----------------------------------------------------------------------------
 
 def _dump_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=prog + " dump", allow_abbrev=False,
-        description="Print, here, every stream's oldest unfinished launch of processes that "
-                    "watch (%s run, cuda_debug.watch()): kernel or NCCL collective, launching "
-                    "line, age, launches queued behind it. The process answers from a thread "
-                    "of cuda_debug's, also while its Python threads are stuck in a CUDA call; "
-                    "no signal is sent, and its stderr gets nothing. A PID without cuda_debug "
-                    "whose child processes have it (a torchrun agent) is asked through them: "
-                    "each rank's report, then one verdict line. Exit status 0 when every "
-                    "process answered, 1 otherwise, 2 on a usage error." % prog)
+    p = _parser(prog, "dump",
+        "Print, here, every stream's oldest unfinished launch of processes that "
+        "watch (%s run, cuda_debug.watch()): kernel or NCCL collective, launching "
+        "line, age, launches queued behind it. The process answers from a thread "
+        "of cuda_debug's, also while its Python threads are stuck in a CUDA call; "
+        "no signal is sent, and its stderr gets nothing. A PID without cuda_debug "
+        "whose child processes have it (a torchrun agent) is asked through them: "
+        "each rank's report, then one verdict line. Exit status 0 when every "
+        "process answered, 1 otherwise, 2 on a usage error." % prog)
     p.add_argument("pid", nargs="*", help="the process (several: each rank; a torchrun agent: "
                                           "its ranks)")
     p.add_argument("-p", "--pid", dest="pid_option", metavar="PID", action="append",
@@ -1128,12 +1132,11 @@ def _write_dump_trace(path: str, docs, where: str = MODULE_PROG + " dump") -> No
 # -- doctor ---------------------------------------------------------------------------
 
 def _doctor_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=prog + " doctor", allow_abbrev=False,
-        description="What cuda_debug finds here: driver, GPUs, libcuda / CUPTI / cuBLAS and "
-                    "where from, CUDA_LAUNCH_BLOCKING, whether CUPTI is free. Exit status 0 "
-                    "when watch() and launch_blocking() work here; 1 when they do not (no "
-                    "driver, no GPU, CUPTI missing or held): the verdict says why.")
+    p = _parser(prog, "doctor",
+        "What cuda_debug finds here: driver, GPUs, libcuda / CUPTI / cuBLAS and "
+        "where from, CUDA_LAUNCH_BLOCKING, whether CUPTI is free. Exit status 0 "
+        "when watch() and launch_blocking() work here; 1 when they do not (no "
+        "driver, no GPU, CUPTI missing or held): the verdict says why.")
     p.add_argument("--json", action="store_true",
                    help="print the facts as JSON (\"ok\": whether watch() and "
                         "launch_blocking() work here; \"problem\": why not)")

@@ -48,8 +48,25 @@ RESTART = ("The CUDA context is now unusable: restart the process "
            "(in a notebook, restart the kernel).")
 
 
+#: the error kinds by CUresult, filled by the classes' own statements (below)
+BY_CODE: Dict[int, "type[CudaError]"] = {}
+
+
 class CudaError(RuntimeError):
     """A CUDA error, translated. Base of every cuda_debug error."""
+
+    def __init_subclass__(cls, code: Optional[int] = None, what: Optional[str] = None,
+                          **kwargs: Any) -> None:
+        """One statement per error kind says it all: ``class
+        DeviceAssertError(StickyCudaError, code=710, what="device-side assert")``
+        is the class of CUresult 710 (BY_CODE, class_for), "device-side assert"
+        in its report, and ``cuda_debug.DeviceAssertError`` by name."""
+        super().__init_subclass__(**kwargs)
+        cls.__module__ = "cuda_debug"
+        if what is not None:
+            cls.what = what
+        if code is not None:
+            BY_CODE[code] = cls
 
     #: what happened, in a few words; subclasses refine it
     what: Optional[str] = None
@@ -185,60 +202,50 @@ class StickyCudaError(CudaError):
     what = "kernel fault"
 
 
-class DeviceAssertError(StickyCudaError):
-    what = "device-side assert"
+class DeviceAssertError(StickyCudaError, code=710, what="device-side assert"):
+    """A kernel's ``assert`` failed (CUDA_ERROR_ASSERT): PyTorch's index and label
+    checks, ``tl.device_assert``, your own."""
 
 
-class IllegalAddressError(StickyCudaError):
-    what = "illegal memory access"
+class IllegalAddressError(StickyCudaError, code=700, what="illegal memory access"):
+    """A load or store outside the memory the kernel may touch
+    (CUDA_ERROR_ILLEGAL_ADDRESS): ``cuda-debug replay`` names the thread and
+    the address."""
 
 
-class LaunchFailureError(StickyCudaError):
-    what = "kernel failure (trap or unspecified launch failure)"
+class LaunchFailureError(StickyCudaError, code=719,
+                         what="kernel failure (trap or unspecified launch failure)"):
+    """A trap, or the driver's unspecified launch failure (CUDA_ERROR_LAUNCH_FAILED)."""
 
 
-class MisalignedAddressError(StickyCudaError):
-    what = "misaligned address"
+class MisalignedAddressError(StickyCudaError, code=716, what="misaligned address"):
+    """An access not aligned to its size (CUDA_ERROR_MISALIGNED_ADDRESS)."""
 
 
-class IllegalInstructionError(StickyCudaError):
-    what = "illegal instruction"
+class IllegalInstructionError(StickyCudaError, code=715, what="illegal instruction"):
+    """The kernel ran an illegal instruction (CUDA_ERROR_ILLEGAL_INSTRUCTION)."""
 
 
-class InvalidAddressSpaceError(StickyCudaError):
-    what = "invalid address space"
+class InvalidAddressSpaceError(StickyCudaError, code=717, what="invalid address space"):
+    """An instruction used memory of the wrong address space
+    (CUDA_ERROR_INVALID_ADDRESS_SPACE)."""
 
 
-class InvalidPcError(StickyCudaError):
-    what = "invalid program counter"
+class InvalidPcError(StickyCudaError, code=718, what="invalid program counter"):
+    """The program counter left the kernel's code (CUDA_ERROR_INVALID_PC)."""
 
 
-class HardwareStackError(StickyCudaError):
-    what = "hardware stack error"
+class HardwareStackError(StickyCudaError, code=714, what="hardware stack error"):
+    """The device's call stack overflowed or was corrupted (CUDA_ERROR_HARDWARE_STACK_ERROR)."""
 
 
-class LaunchTimeoutError(StickyCudaError):
-    what = "kernel timed out"
+class LaunchTimeoutError(StickyCudaError, code=702, what="kernel timed out"):
+    """The kernel ran past the display watchdog's limit (CUDA_ERROR_LAUNCH_TIMEOUT)."""
 
-
-BY_CODE = {
-    700: IllegalAddressError,
-    702: LaunchTimeoutError,
-    710: DeviceAssertError,
-    714: HardwareStackError,
-    715: IllegalInstructionError,
-    716: MisalignedAddressError,
-    717: InvalidAddressSpaceError,
-    718: InvalidPcError,
-    719: LaunchFailureError,
-}
 
 __all__ = ["CudaError", "CudaUnavailableError", "ToolConflictError", "LaunchError",
            "StickyCudaError"] + sorted(c.__name__ for c in BY_CODE.values())
-
-for _cls in [CudaError, CudaUnavailableError, ToolConflictError, LaunchError,
-             StickyCudaError, *BY_CODE.values()]:
-    _cls.__module__ = "cuda_debug"
+CudaError.__module__ = "cuda_debug"
 
 
 def class_for(code: int, at_launch: bool = False) -> type:
