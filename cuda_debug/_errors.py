@@ -139,7 +139,7 @@ class CudaError(RuntimeError):
     replay: Optional[Dict[str, Any]]
 
     def __init__(self, message: Optional[str] = None, *, code: Optional[int] = None,
-                 **fields):
+                 **fields: Any):
         self.code = code
         self.name = _cuda_errors.name(code) if code is not None else None
         self.description = _cuda_errors.description(code) if code is not None else None
@@ -156,7 +156,7 @@ class CudaError(RuntimeError):
         return format_report(self)
 
     # -- pickling -------------------------------------------------------------
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         state = {f: getattr(self, f, None) for f in REPORT_FIELDS}
         if state["launch_stack"] is not None:
             state["launch_stack"] = [tuple(fs[:4]) if isinstance(fs, tuple) else
@@ -166,7 +166,8 @@ class CudaError(RuntimeError):
         return (_rebuild, (type(self), self.message, self.code, state))
 
 
-def _rebuild(cls, message, code, state):
+def _rebuild(cls: "type[CudaError]", message: Optional[str], code: Optional[int],
+             state: Dict[str, Any]) -> "CudaError":
     stack = state.get("launch_stack")
     if stack is not None:
         state["launch_stack"] = traceback.StackSummary.from_list(stack)
@@ -191,15 +192,13 @@ class ToolConflictError(CudaError):
         return self.extra.get("holder")
 
 
-class LaunchError(CudaError):
+class LaunchError(CudaError, what="launch refused"):
     """The launch was refused (bad configuration, too many resources); the
     context is still usable."""
-    what = "launch refused"
 
 
-class StickyCudaError(CudaError):
+class StickyCudaError(CudaError, what="kernel fault"):
     """A kernel fault that killed the CUDA context: the process must restart."""
-    what = "kernel fault"
 
 
 class DeviceAssertError(StickyCudaError, code=710, what="device-side assert"):
@@ -277,7 +276,7 @@ _ASSERT_LINE = re.compile(
     r"thread: \[(?P<thread>[^\]]*)\] (?P<text>Assertion .*)$")
 
 
-def parse_device_message(text: Optional[str]):
+def parse_device_message(text: Optional[str]) -> List[Dict[str, str]]:
     """The assert lines the driver printed, as dicts (file, line, func, block,
     thread, text); lines that are not asserts are left out."""
     out = []
@@ -288,7 +287,7 @@ def parse_device_message(text: Optional[str]):
     return out
 
 
-def _where(err) -> Optional[str]:
+def _where(err: "CudaError | GuardError") -> Optional[str]:
     if not err.filename:
         return None
     s = "at %s:%s" % (err.filename, err.lineno)
@@ -299,7 +298,7 @@ def _where(err) -> Optional[str]:
     return s
 
 
-def _device_line(err) -> Optional[str]:
+def _device_line(err: CudaError) -> Optional[str]:
     asserts = parse_device_message(err.device_message)
     if asserts:
         a = asserts[0]
@@ -317,7 +316,7 @@ def _device_line(err) -> Optional[str]:
     return None
 
 
-def _op_line(err) -> Optional[str]:
+def _op_line(err: CudaError) -> Optional[str]:
     """``op aten::embedding(weight: float32[10, 4], input: int64[2] on cuda:0) >
     aten::index_select``: the PyTorch op the launching call entered, its tensor
     inputs, then the ops it called down to the faulting kernel."""
@@ -342,7 +341,7 @@ def annotation_text(tag: Dict[str, Any]) -> str:
                     (["{%s}" % rest] if rest else []))
 
 
-def _candidate_lines(err, count: int, shown: int = 4) -> List[str]:
+def _candidate_lines(err: CudaError, count: int, shown: int = 4) -> List[str]:
     """The other candidates of an inexact watch culprit, one line each, and what
     would name the launch."""
     out = []
@@ -353,10 +352,11 @@ def _candidate_lines(err, count: int, shown: int = 4) -> List[str]:
         out.append("  or %s launched at %s" % (name, at))
     if count - 1 > shown:
         out.append("  ... and %d more" % (count - 1 - shown))
-    if (err.markers_every or 1) > 1:
+    every = err.markers_every or 1
+    if every > 1:
         out.append("  (the always-on watch() puts a completion marker behind every %dth launch "
                    "of a stream and names the launch when the device names the kernel; "
-                   "watch(exact=True) names every launch)" % err.markers_every)
+                   "watch(exact=True) names every launch)" % every)
     return out
 
 
@@ -515,12 +515,13 @@ class GuardError(Exception):
     def __str__(self) -> str:
         return self.message if self.message is not None else format_guard(self)
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (_rebuild_guard, (type(self), self.message,
                                  {f: getattr(self, f, None) for f in GUARD_FIELDS}))
 
 
-def _rebuild_guard(cls, message, fields):
+def _rebuild_guard(cls: "type[GuardError]", message: Optional[str],
+                   fields: Dict[str, Any]) -> "GuardError":
     return cls(message, **fields)
 
 
@@ -539,13 +540,13 @@ for _cls in (GuardError, GuardIndexError, GuardValueError):
 __all__ += ["GuardError", "GuardIndexError", "GuardValueError"]
 
 
-def _number(v) -> str:
+def _number(v: object) -> str:
     if isinstance(v, float):
         return "%.6g" % v
     return str(v)
 
 
-def _position(p) -> str:
+def _position(p: Tuple[int, ...]) -> str:
     return "[%s]" % ", ".join(str(i) for i in p)
 
 

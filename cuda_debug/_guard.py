@@ -134,7 +134,7 @@ class guard(_Region):
 
     if TYPE_CHECKING:             # as launch_blocking's: @cuda_debug.guard returns the function
         @overload
-        def __new__(cls, enabled: _F) -> _F: ...
+        def __new__(cls, enabled: _F) -> _F: ...  # type: ignore[misc]
         @overload
         def __new__(cls, enabled: bool = True, *, all_threads: bool = False) -> "guard": ...
         def __new__(cls, *args: Any, **kwargs: Any) -> Any: ...
@@ -162,7 +162,7 @@ class guard(_Region):
         self._exit_handle()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "cuda_debug.guard(%s%s)" % (self.enabled,
                                            ", all_threads=True" if self.all_threads else "")
 

@@ -21,7 +21,7 @@ import functools
 import sys
 import warnings
 from types import TracebackType
-from typing import (TYPE_CHECKING, Any, Callable, Literal, NoReturn, Optional, Type, TypeVar,
+from typing import (TYPE_CHECKING, Any, Callable, List, Literal, NoReturn, Optional, Type, TypeVar,
                     overload)
 
 from . import (_core, _cuda_errors, _dispatch_fallback, _hangs, _libraries, _locations, _options,
@@ -52,7 +52,7 @@ def _set_markers(exact_delta: int) -> None:
 # of ``torch.no_grad().__enter__()``) stays open until its __exit__ (the object
 # __enter__ returned) or the end of the process, instead of closing when the
 # object is freed, on the next line (issue 25 item 6).
-_entered = set()
+_entered: "set[_Region]" = set()
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 # `with` on a scope never swallows the exception: its __exit__ returns False or raises.
@@ -71,7 +71,7 @@ def _check_bool(name: str, value: object) -> bool:
     return bool(value)
 
 
-def watch_epoch():
+def watch_epoch() -> Optional[int]:
     """The watch-ring seq before the first watch() of the process, or None."""
     return _watch_epoch
 
@@ -140,8 +140,9 @@ class _Region(contextlib.ContextDecorator):
     functions refused, balanced enter/exit."""
 
     _what = "region"
+    _handles: List[Any]             # the open C scopes of this object (nested entries)
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # @cuda_debug.launch_blocking without parentheses: the argument is the function
         # (anything else callable is refused by __call__, saying what is accepted).
         if len(args) == 1 and not kwargs and callable(args[0]) and \
@@ -151,7 +152,7 @@ class _Region(contextlib.ContextDecorator):
 
     _takes = "True or False"
 
-    def _refuse(self, obj):
+    def _refuse(self, obj: object) -> TypeError:
         """TypeError for an object that is neither a function nor an argument."""
         import inspect          # (here, not at import: the first watch() is cheaper)
         if inspect.isclass(obj):
@@ -165,7 +166,10 @@ class _Region(contextlib.ContextDecorator):
         return TypeError("%s decorates functions and takes %s, not %s%s"
                          % (self._what, self._takes, what, hint))
 
-    def _recreate_cm(self):
+    def _copy(self) -> Any:
+        raise NotImplementedError           # (each region makes its own copy)
+
+    def _recreate_cm(self) -> Any:
         # Each decorated call gets its own object: one function may run in two
         # threads (or recursively) at once.
         return self._copy()
@@ -181,13 +185,13 @@ class _Region(contextlib.ContextDecorator):
                 % (self._what, getattr(func, "__qualname__", func), self._what))
         if inspect.iscoroutinefunction(func):
             @functools.wraps(func)
-            async def run_coroutine(*args, **kwargs):
+            async def run_coroutine(*args: Any, **kwargs: Any) -> Any:
                 with self._recreate_cm():
                     return await func(*args, **kwargs)
-            return run_coroutine
+            return run_coroutine  # type: ignore[return-value]  # (functools.wraps keeps _F)
         return super().__call__(func)
 
-    def _exit_handle(self):
+    def _exit_handle(self) -> Any:
         if not self._handles:
             raise RuntimeError("%s: __exit__ without a matching __enter__" % self._what)
         handle = self._handles.pop()
@@ -197,7 +201,7 @@ class _Region(contextlib.ContextDecorator):
         return handle
 
     @staticmethod
-    def _raise(err: BaseException, exc: Optional[BaseException]) -> NoReturn:
+    def _raise(err: CudaError, exc: Optional[BaseException]) -> NoReturn:
         if exc is None:
             raise err
         launch = _report.raised_at_launch(exc, err)
@@ -239,7 +243,7 @@ class launch_blocking(_Region):
         # returns the function, the call an instance. (A type checker prefers
         # __init__ to __new__ when a class has both: it sees no __init__.)
         @overload
-        def __new__(cls, enabled: _F) -> _F: ...
+        def __new__(cls, enabled: _F) -> _F: ...  # type: ignore[misc]
         @overload
         def __new__(cls, enabled: bool = True, *, all_threads: bool = False
                     ) -> "launch_blocking": ...
@@ -289,7 +293,7 @@ class launch_blocking(_Region):
             err.mechanism = "dispatch"
         self._raise(err, exc)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "cuda_debug.launch_blocking(%s%s)" % (
             self.enabled, ", all_threads=True" if self.all_threads else "")
 
@@ -366,10 +370,12 @@ class watch(_Region):
     ops: bool
     hang_after: Optional[float]
     exact: bool
+    _recorders: List[Any]
+    _hang: List[Optional[float]]
 
     if TYPE_CHECKING:             # as launch_blocking's: @cuda_debug.watch returns the function
         @overload
-        def __new__(cls, enabled: _F) -> _F: ...
+        def __new__(cls, enabled: _F) -> _F: ...  # type: ignore[misc]
         @overload
         def __new__(cls, enabled: bool = True, *, ops: Optional[bool] = None,
                     hang_after: Optional[float] = None, exact: Optional[bool] = None
@@ -490,15 +496,15 @@ def is_launch_blocking() -> bool:
     """Whether kernels launched by this thread, now, are synchronous."""
     s = _core.thread_state()
     if s:
-        return s > 0
+        return bool(s > 0)
     if _dispatch_fallback.thread_blocking():
         return True
-    return _core.stats()["all_threads"] > 0
+    return bool(_core.stats()["all_threads"] > 0)
 
 
 def is_watching() -> bool:
     """Whether a watch() is open in the process (launches are being recorded)."""
-    return _core.stats()["watching"] > 0
+    return bool(_core.stats()["watching"] > 0)
 
 
 _INT_MAX = 2 ** 31 - 1           # the C int a device ordinal is (CUdevice)
@@ -518,8 +524,10 @@ def check(device: Optional[int] = None) -> None:
     rc = _core.synchronize(-1 if device is None else device)
     if rc == 0:
         return
-    raise _report.error_for(None, code=rc, watch_mark=_watch_epoch, found_at="check",
+    err = _report.error_for(None, code=rc, watch_mark=_watch_epoch, found_at="check",
                             frame=_locations.current_frame(1))
+    assert err is not None          # (a failed synchronisation is always reported)
+    raise err
 
 
 def last_error() -> Optional[CudaError]:

@@ -33,8 +33,10 @@ def _launch(kind: str, device: int, stream: int, arg: int = 0) -> None:
     rc = _core.fault_launch(kind, device=device, stream=stream, arg=arg)
     if rc == 0:
         return
-    raise _report.error_for(None, mark=seq, code=rc, watch_mark=watch_epoch(),
+    err = _report.error_for(None, mark=seq, code=rc, watch_mark=watch_epoch(),
                             found_at="launch", frame=_locations.current_frame(2))
+    assert err is not None          # (a launch that failed is always reported)
+    raise err
 
 
 def device_assert(device: int = 0, stream: int = 0) -> None:

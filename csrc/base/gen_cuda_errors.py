@@ -273,13 +273,13 @@ def sticky_codes(errors, log=None):
 
 MODULE_CODE = '''
 
-def name(code):
+def name(code: int) -> str:
     """Enumerator name for a CUresult code, e.g. 710 -> "CUDA_ERROR_ASSERT"."""
     entry = ERRORS.get(code)
     return entry[0] if entry else f"CUDA_ERROR_{code}"
 
 
-def description(code):
+def description(code: int) -> str:
     """The cuda.h documentation for a CUresult code, as one paragraph."""
     entry = ERRORS.get(code)
     if entry:
@@ -288,7 +288,7 @@ def description(code):
     return f"unknown CUDA error {code} (not in the CUDA {version} headers)"
 
 
-def is_sticky(code):
+def is_sticky(code: int) -> bool:
     """True if the CUDA context is unusable after this error (restart needed)."""
     return code in STICKY
 
@@ -296,7 +296,7 @@ def is_sticky(code):
 _CODES = {entry[0]: code for code, entry in ERRORS.items()}
 
 
-def code_of(name):
+def code_of(name: str) -> int:
     """CUresult code for an enumerator name; KeyError if unknown."""
     return _CODES[name]
 '''
