@@ -41,9 +41,12 @@
     dtype, the line that allocated it), then the launch fails at its line.
     Exit status 3 when found; 4 when the run did not repeat itself (said why,
     with hints); 1 when the replay cannot run (no Sanitizer API: where it
-    looked, what to install); 2 on a usage error.
+    looked, what to install); 2 on a usage error. compute-sanitizer's
+    ``--kernel-name``, ``--launch-skip`` and ``--launch-count`` are read where
+    they map (docs/cli.md).
 
-``dump [--json] [--children] [--trace OUT.json] PID...``, ``dump --job [HOST:PORT]``
+``dump [--json] [--children] [--trace OUT.json] PID...`` (or ``--pid PID``, ``-p PID``,
+py-spy's spelling), ``dump --job [HOST:PORT]``
     print, here, the unfinished launches of running processes that watch
     (``run``, ``watch()``): each answers from a thread of cuda_debug's (no
     signal is sent; a process without cuda_debug is never reached). A torchrun

@@ -37,8 +37,10 @@ current context returns a sticky code. A framework's words alone never stop the
 session. The report is printed once: in the test's failure (its "cuda_debug"
 section or the error itself), or in the summary when the test did not fail.
 
-Cost when none of it is used: no CUDA call, no import of torch; per test one
-marker lookup and two reads of an integer in the C core. The report header
+Unused (no option, ini setting, CUDA_DEBUG_GUARD=1, marker or fixture of ours) it
+does nothing: no C extension loaded, no CUDA call, no import of torch, no import
+hook in sys.meta_path (cuda_debug/__init__.py waits for the first use under
+pytest); per test one marker lookup and a look in sys.modules for the C core. The report header
 reads /proc and constants only, unless every test runs in a scope (the process
 will initialise CUDA anyway) or with ``-v`` (libcuda is opened for its version,
 without cuInit: CUDA initialised in the pytest process would break tests that
