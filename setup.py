@@ -38,7 +38,31 @@ def missing_build_pieces():
     return missing
 
 
+def without_rpath(args):
+    """The link command less the run-time search paths the interpreter's own
+    LDSHARED/LDFLAGS carry (pyenv, a Python built with --enable-shared:
+    ``-Wl,-rpath,/root/.pyenv/versions/3.11.7/lib``): the extension links only
+    libc, and a RUNPATH would name the build machine's Python in every wheel."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("-rpath", "-R") or a == "-Wl,-rpath" or a == "-Wl,-R":
+            skip = True                          # the path is the next word
+        elif a.startswith(("-Wl,-rpath", "-Wl,-R", "-Wl,--enable-new-dtags")):
+            pass
+        else:
+            out.append(a)
+    return out
+
+
 class BuildExt(build_ext):
+    """Checks what the build needs first. A wheel's (and `pip install .`'s)
+    extension is built without debug info (-g0: it was three quarters of the
+    file); an editable or in-place build (`pip install -e .`, the sanitizer job)
+    keeps the interpreter's -g, for gdb and the sanitizers' stacks. No RUNPATH
+    either way (.ci/run checks the wheel's with readelf)."""
+
     def run(self):
         missing = missing_build_pieces()
         if missing:
@@ -47,9 +71,17 @@ class BuildExt(build_ext):
                 "headers and NumPy (no CUDA toolkit, no NVIDIA wheel). Missing:\n  - "
                 + "\n  - ".join(missing))
         import numpy
+        # (setuptools' build_ext.run builds with inplace reset to 0, then copies)
+        keep_debug = bool(self.inplace or getattr(self, "editable_mode", False))
         for ext in self.extensions:
             ext.include_dirs.append(numpy.get_include())
+            if not keep_debug and "-g0" not in ext.extra_compile_args:
+                ext.extra_compile_args.append("-g0")
         super().run()
+
+    def build_extensions(self):
+        self.compiler.linker_so = without_rpath(self.compiler.linker_so)
+        super().build_extensions()
 
 
 # csrc/README.md draws the layers: every C file of csrc/ is compiled, in a

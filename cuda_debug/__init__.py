@@ -11,6 +11,8 @@
 
 Errors: CudaError and its subclasses (DeviceAssertError, IllegalAddressError, ...)
 carry the kernel, the launching line and the device's assert text.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 from . import _options as _options      # reads and checks CUDA_DEBUG_* now (warns at import)
 
@@ -37,6 +39,10 @@ _SUBMODULES = ("bench", "testing")      # cuda_debug.bench brings NumPy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any, List, Optional, Sequence, Union
+
     from . import bench as bench, testing as testing
     from ._scope import (watch as watch, is_watching as is_watching,
                          launch_blocking as launch_blocking,
@@ -63,6 +69,8 @@ else:
     # name (a typo included) as Any.
     def __getattr__(name):
         import importlib
+        if _waiting and (name in _WHERE or name in _SUBMODULES or name == "_core"):
+            _arm()                     # the first use of cuda_debug under pytest
         if name in _WHERE:
             value = getattr(importlib.import_module(_WHERE[name], __name__), name)
         elif name in _SUBMODULES:
@@ -87,10 +95,21 @@ del TYPE_CHECKING
 
 _WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
 
-__all__ = [name for names in _PUBLIC.values() for name in names]
+# Written out (not computed from _PUBLIC): type checkers read `from cuda_debug import *`
+# from it; tests/test_import_and_types.py checks it is _PUBLIC's names.
+__all__ = [
+    "watch", "is_watching", "launch_blocking", "is_launch_blocking", "check", "last_error",
+    "guard", "is_guarding",
+    "GuardError", "GuardIndexError", "GuardValueError", "CudaError", "CudaUnavailableError",
+    "ToolConflictError", "LaunchError", "StickyCudaError", "DeviceAssertError",
+    "IllegalAddressError", "LaunchFailureError", "MisalignedAddressError",
+    "IllegalInstructionError", "InvalidAddressSpaceError", "InvalidPcError",
+    "HardwareStackError", "LaunchTimeoutError",
+    "in_flight", "InFlight",
+]
 
 
-def __dir__():
+def __dir__() -> "list[str]":
     return sorted(list(globals()) + __all__ + list(_SUBMODULES))
 
 
@@ -102,7 +121,8 @@ class _TorchGraphsFinder:
 
     busy = False
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: "Optional[Sequence[Union[bytes, str]]]" = None,
+                  target: "Optional[ModuleType]" = None) -> "Optional[ModuleSpec]":
         if name != "torch.cuda.graphs" or self.busy:
             return None
         import importlib.util
@@ -113,20 +133,22 @@ class _TorchGraphsFinder:
             self.busy = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _InstallAfter(spec.loader, self)
+        # (a loader in all but its base class: it forwards to the module's own)
+        spec.loader = _InstallAfter(spec.loader, self)  # type: ignore[assignment]
         return spec
 
 
 class _InstallAfter:
     """The module's own loader, and cuda_debug's wrapper installed once it ran."""
 
-    def __init__(self, loader, finder):
+    def __init__(self, loader: "Any", finder: _TorchGraphsFinder):
         self._loader, self._finder = loader, finder
 
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
+    def create_module(self, spec: "ModuleSpec") -> "Optional[ModuleType]":
+        module: "Optional[ModuleType]" = self._loader.create_module(spec)
+        return module
 
-    def exec_module(self, module):
+    def exec_module(self, module: "ModuleType") -> None:
         self._loader.exec_module(module)
         import sys
         if self._finder in sys.meta_path:
@@ -137,11 +159,11 @@ class _InstallAfter:
         except Exception:          # never break `import torch`
             pass
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> "Any":
         return getattr(self._loader, name)
 
 
-def _hook_torch_graphs():
+def _hook_torch_graphs() -> None:
     import sys
     if not _options.OPTIONS.graph_adopt:
         return
@@ -155,16 +177,37 @@ def _hook_torch_graphs():
         sys.meta_path.insert(0, _TorchGraphsFinder())
 
 
-_hook_torch_graphs()
+# Under pytest, `import cuda_debug` is first the plugin's (pytest11): it runs in every
+# pytest process of the environment, used or not. There the hook waits for the first use
+# of cuda_debug (a public name, the C core, or the plugin asked by an option, a marker or
+# a fixture: docs/pytest.md); elsewhere it is set at import, before torch captures.
+def _under_pytest() -> bool:
+    import sys
+    return "_pytest" in sys.modules
 
 
-def load_ipython_extension(ipython):
+_waiting = _under_pytest()
+
+
+def _arm() -> None:
+    """Set the hook now (once; a no-op where it was set at import)."""
+    global _waiting
+    _waiting = False
+    _hook_torch_graphs()
+
+
+if not _waiting:
+    _hook_torch_graphs()
+
+
+def load_ipython_extension(ipython: "object") -> None:
     """``%load_ext cuda_debug``: the %cuda_watch / %cuda_guard / %cuda_launch_blocking
     magics (line and cell; %launch_blocking is an old name) and short reports."""
     from . import _notebook
     _notebook.load(ipython)
 
 
-def unload_ipython_extension(ipython):
+def unload_ipython_extension(ipython: "object") -> None:
+    """``%unload_ext cuda_debug``: the magics and the short reports taken away."""
     from . import _notebook
     _notebook.unload(ipython)

@@ -41,9 +41,12 @@
     dtype, the line that allocated it), then the launch fails at its line.
     Exit status 3 when found; 4 when the run did not repeat itself (said why,
     with hints); 1 when the replay cannot run (no Sanitizer API: where it
-    looked, what to install); 2 on a usage error.
+    looked, what to install); 2 on a usage error. compute-sanitizer's
+    ``--kernel-name``, ``--launch-skip`` and ``--launch-count`` are read where
+    they map (docs/cli.md).
 
-``dump [--json] [--children] [--trace OUT.json] PID...``, ``dump --job [HOST:PORT]``
+``dump [--json] [--children] [--trace OUT.json] PID...`` (or ``--pid PID``, ``-p PID``,
+py-spy's spelling), ``dump --job [HOST:PORT]``
     print, here, the unfinished launches of running processes that watch
     (``run``, ``watch()``): each answers from a thread of cuda_debug's (no
     signal is sent; a process without cuda_debug is never reached). A torchrun
@@ -63,6 +66,8 @@
 
 Help and usage name the command as it was invoked: ``cuda-debug`` (the console
 script) or ``python -m cuda_debug``.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import argparse
 import contextlib
@@ -72,11 +77,13 @@ import os
 import runpy
 import sys
 import traceback
-from typing import List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _options
 
 EXIT_ERROR, EXIT_USAGE, EXIT_STICKY, EXIT_NOT_REPRODUCED = 1, 2, 3, 4
+#: the commands, as USAGE lists them
+COMMANDS = ("run", "replay", "dump", "doctor", "bench")
 MODULE_PROG = "python -m cuda_debug"
 
 USAGE = """\
@@ -150,6 +157,32 @@ def main(argv: Optional[List[str]] = None, prog: str = MODULE_PROG) -> int:
     return EXIT_USAGE
 
 
+def check_command_line(argv: List[str]) -> None:
+    """Parse `argv` (what follows ``cuda-debug``) as its command does, running
+    nothing: UsageError, or argparse's SystemExit (said on stderr), when the
+    command refuses it. A script's existence is not checked. For tests: a page
+    of docs/ cannot show a command or an option that does not exist."""
+    if not argv:
+        raise UsageError("a command is required")
+    cmd, rest = argv[0], argv[1:]
+    if cmd in ("-h", "--help", "help", "-V", "--version"):
+        if rest:
+            raise UsageError("%s takes no arguments, not %s" % (cmd, " ".join(rest)))
+    elif cmd == "run":
+        parse_run(rest)
+    elif cmd == "replay":
+        parse_replay(rest)
+    elif cmd == "dump":
+        parse_dump(rest)
+    elif cmd == "doctor":
+        _doctor_parser().parse_args(rest)
+    elif cmd == "bench":
+        from .bench import _cli as bench_cli
+        bench_cli.parser().parse_args(rest)
+    else:
+        raise UsageError("unknown command %r" % cmd)
+
+
 # -- bench: another module, imported only when asked for ------------------------------
 
 def bench_main(argv: List[str], prog: str = MODULE_PROG) -> int:
@@ -159,22 +192,28 @@ def bench_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         if e.name != "cuda_debug.bench._cli":
             raise
         sys.stderr.write("%s bench: the bench command is not available in this build "
-                         "(cuda_debug.bench._cli is missing)\n")
+                         "(cuda_debug.bench._cli is missing)\n" % prog)
         return EXIT_ERROR
     return int(mod.main(argv, prog=prog + " bench") or 0)
 
 
 # -- run ------------------------------------------------------------------------------
 
+def _parser(prog: str, command: str, description: str) -> argparse.ArgumentParser:
+    """A command's parser: named as typed (``cuda-debug run``), options in full
+    (no abbreviations: ``--size`` is not ``--sizes``)."""
+    return argparse.ArgumentParser(prog="%s %s" % (prog, command), allow_abbrev=False,
+                                   description=description)
+
+
 def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     # (for --help and the usage line: run_main parses by hand)
-    p = argparse.ArgumentParser(
-        prog=prog + " run", allow_abbrev=False,
-        description="Run a Python script (or module, or - for a script read from stdin) as "
-                    "__main__ inside cuda_debug.watch(); a CUDA fault is reported as "
-                    "cuda_debug's short report, naming the kernel and the launching line. "
-                    "Exit status: the script's own; 1 on an exception; 2 on a usage error; 3 "
-                    "on a sticky CUDA error.")
+    p = _parser(prog, "run",
+        "Run a Python script (or module, or - for a script read from stdin) as "
+        "__main__ inside cuda_debug.watch(); a CUDA fault is reported as "
+        "cuda_debug's short report, naming the kernel and the launching line. "
+        "Exit status: the script's own; 1 on an exception; 2 on a usage error; 3 "
+        "on a sticky CUDA error.")
     p.add_argument("--launch-blocking", action="store_true",
                    help="run the whole script inside cuda_debug.launch_blocking() instead: "
                         "synchronous launches (about 2x slower), the fault raised at its "
@@ -216,84 +255,150 @@ _RUN_FLAGS = {"--launch-blocking": "launch_blocking", "--no-watch": "no_watch",
               "--exact": "exact", "--replay": "replay"}
 
 
+class UsageError(Exception):
+    """A command line its command refuses: said as argparse says it (the usage,
+    then ``PROG CMD: error: message``), exit status 2."""
+
+
 def _is_module_name(name: str) -> bool:
     return bool(name) and all(part.isidentifier() for part in name.split("."))
 
 
 def _usage_error(parser: argparse.ArgumentParser, message: str) -> int:
-    """As argparse says it: the usage, then ``PROG run: error: message`` (the
+    """As argparse says it: the usage, then ``PROG CMD: error: message`` (the
     command as typed: ``cuda-debug`` or ``python -m cuda_debug``)."""
     parser.print_usage(sys.stderr)
     sys.stderr.write("%s: error: %s\n" % (parser.prog, message))
     return EXIT_USAGE
 
 
-def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
-    # Parsed by hand, like `python` does: our options come before the script (or
-    # -m module, or - for stdin); everything after it is the script's, --help
-    # included. Our options are spelled out in full (no abbreviations, no --opt=value).
-    parser = _run_parser(prog)
-    opts = dict.fromkeys(_RUN_FLAGS.values(), False)
-    target, module, args = None, False, []
-    hang_after = None
+#: a valued option of run or replay: (its key, convert(option, value or None))
+_Valued = Dict[str, Tuple[str, Callable[[str, Optional[str]], Any]]]
+
+
+class Program:
+    """A command line of run or replay, parsed: our options (`opts`), then the
+    program (`target`: a script, a module when `module`, or - for stdin) and its
+    own arguments (`args`). `help`: -h or --help came before the program."""
+
+    def __init__(self, opts: Dict[str, Any]):
+        self.opts = opts
+        self.target: Optional[str] = None
+        self.module = False
+        self.args: List[str] = []
+        self.help = False
+
+
+def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
+                   valued: _Valued) -> Program:
+    """Parsed by hand, like `python` does: our options come before the script (or
+    -m module, or - for stdin); everything after it is the script's, --help
+    included. Our options are spelled out in full (no abbreviations, no
+    --opt=value). UsageError for what is refused."""
+    p = Program(opts)
     i = 0
     while i < len(argv):
         a = argv[i]
         if a in ("-h", "--help"):
-            parser.print_help()
-            return 0
-        if a in _RUN_FLAGS:
-            opts[_RUN_FLAGS[a]] = True
-        elif a == "--hang-after":
-            hang_after = _options.parse_seconds(argv[i + 1]) if i + 1 < len(argv) else None
-            if hang_after is None:
-                return _usage_error(parser, "--hang-after takes a number of seconds > 0")
-            if _options.hang_after_too_short(hang_after):
-                return _usage_error(parser, "--hang-after %s: %s" % (
-                    argv[i + 1], _options.hang_after_too_short(hang_after)))
+            p.help = True
+            return p
+        if a in flags:
+            p.opts[flags[a]] = True
+        elif a in valued:
+            key, convert = valued[a]
+            p.opts[key] = convert(a, argv[i + 1] if i + 1 < len(argv) else None)
             i += 1
         elif a == "-m" or (a.startswith("-m") and len(a) > 2):
-            target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
-            module, args = True, argv[i + (1 if a[2:] else 2):]
+            p.target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
+            p.module, p.args = True, argv[i + (1 if a[2:] else 2):]
             break
         elif a in ("--", "-") or not a.startswith("-"):
             j = i + 1 if a == "--" else i
-            target, args = (argv[j], argv[j + 1:]) if j < len(argv) else (None, [])
+            p.target, p.args = (argv[j], argv[j + 1:]) if j < len(argv) else (None, [])
             break
         else:
-            return _usage_error(parser, "unknown option %s (options go before the script; the "
-                                        "script's own after it)" % a)
+            raise UsageError("unknown option %s (options go before the script; the script's "
+                             "own after it)" % a)
         i += 1
-    if not target:
-        return _usage_error(parser, "-m needs a module name" if module else
-                            "a script (or -m module) is required")
-    if opts["launch_blocking"] and opts["no_watch"]:
-        return _usage_error(parser, "--launch-blocking and --no-watch exclude each other")
-    if opts["all_threads"] and not opts["launch_blocking"]:
-        return _usage_error(parser, "--all-threads goes with --launch-blocking")
-    if opts["exact"] and (opts["launch_blocking"] or opts["no_watch"]):
-        return _usage_error(parser, "--exact goes with watching (not with %s)" % (
-            "--launch-blocking" if opts["launch_blocking"] else "--no-watch"))
-    if hang_after is not None and (opts["launch_blocking"] or opts["no_watch"]):
-        return _usage_error(parser, "--hang-after goes with watching (not with %s)" % (
-            "--launch-blocking" if opts["launch_blocking"] else "--no-watch"))
-    if module and not _is_module_name(target):
-        return _usage_error(parser, "-m %s: not a module name (dotted Python identifiers, like "
-                                    "python -m; for a file: run %s)" % (target, target))
-    if not module and target != "-":
-        if not os.path.exists(target):
-            return _usage_error(parser, "no such file: %s" % target)
-        if os.path.isdir(target) and not os.path.exists(os.path.join(target, "__main__.py")):
-            return _usage_error(parser, "%s is a folder without __main__.py" % target)
-    if opts["replay"] and target == "-":
-        return _usage_error(parser, "--replay re-runs the program: not one read from stdin")
-    mode = "block" if opts["launch_blocking"] else "none" if opts["no_watch"] else "watch"
-    status = _run(target, args, module=module, mode=mode, all_threads=opts["all_threads"],
-                  full_traceback=opts["traceback"], prog=prog,
-                  guard=opts["guard"] or _options.OPTIONS.guard, hang_after=hang_after,
-                  exact=opts["exact"] or None)
-    if opts["replay"] and status == EXIT_STICKY:
-        _replay_after(target, args, module, prog)
+    if not p.target:
+        raise UsageError("-m needs a module name" if p.module else
+                         "a script (or -m module) is required")
+    if p.module and not _is_module_name(p.target):
+        raise UsageError("-m %s: not a module name (dotted Python identifiers, as python -m "
+                         "takes; for a file, leave out -m)" % p.target)
+    return p
+
+
+def _check_program_file(p: Program) -> None:
+    """The script must be there (not checked when only parsing)."""
+    if p.module or p.target == "-" or p.target is None:
+        return
+    if not os.path.exists(p.target):
+        raise UsageError("no such file: %s" % p.target)
+    if os.path.isdir(p.target) and not os.path.exists(os.path.join(p.target, "__main__.py")):
+        raise UsageError("%s is a folder without __main__.py" % p.target)
+
+
+def _program(parse: Callable[[List[str]], Program], parser: argparse.ArgumentParser,
+             argv: List[str]) -> Tuple[Optional[Program], int]:
+    """(the program `parse` found in `argv`, its script there, 0), or (None, the
+    exit status) once --help is printed (0) or a usage error said (2)."""
+    try:
+        p = parse(argv)
+        if p.help:
+            parser.print_help()
+            return None, 0
+        _check_program_file(p)
+    except UsageError as e:
+        return None, _usage_error(parser, str(e))
+    return p, 0
+
+
+def _hang_after_value(option: str, raw: Optional[str]) -> float:
+    value = _options.parse_seconds(raw)
+    if value is None:
+        raise UsageError("%s takes a number of seconds > 0" % option)
+    too_short = _options.hang_after_too_short(value)
+    if too_short:
+        raise UsageError("%s %s: %s" % (option, raw, too_short))
+    return value
+
+
+def parse_run(argv: List[str]) -> Program:
+    """run's command line, checked (UsageError), the script's existence aside."""
+    p = _parse_program(argv, dict.fromkeys(_RUN_FLAGS.values(), False), _RUN_FLAGS,
+                       {"--hang-after": ("hang_after", _hang_after_value)})
+    if p.help:
+        return p
+    o = p.opts
+    blocking = "--launch-blocking" if o["launch_blocking"] else "--no-watch" \
+        if o["no_watch"] else None
+    if o["launch_blocking"] and o["no_watch"]:
+        raise UsageError("--launch-blocking and --no-watch exclude each other")
+    if o["all_threads"] and not o["launch_blocking"]:
+        raise UsageError("--all-threads goes with --launch-blocking")
+    if o["exact"] and blocking:
+        raise UsageError("--exact goes with watching (not with %s)" % blocking)
+    if o.get("hang_after") is not None and blocking:
+        raise UsageError("--hang-after goes with watching (not with %s)" % blocking)
+    if o["replay"] and p.target == "-":
+        raise UsageError("--replay re-runs the program: not one read from stdin")
+    return p
+
+
+def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
+    p, status = _program(parse_run, _run_parser(prog), argv)
+    if p is None:
+        return status
+    o = p.opts
+    assert p.target is not None
+    mode = "block" if o["launch_blocking"] else "none" if o["no_watch"] else "watch"
+    status = _run(p.target, p.args, module=p.module, mode=mode, all_threads=o["all_threads"],
+                  full_traceback=o["traceback"], prog=prog,
+                  guard=o["guard"] or _options.OPTIONS.guard, hang_after=o.get("hang_after"),
+                  exact=o["exact"] or None)
+    if o["replay"] and status == EXIT_STICKY:
+        _replay_after(p.target, p.args, p.module, prog)
     return status
 
 
@@ -305,7 +410,7 @@ def _replay_after(target: str, args: List[str], module: bool, prog: str) -> None
     from ._scope import last_error
     err = last_error()
     if err is None or not err.replay_command:
-        sys.stderr.write("cuda_debug run: --replay: nothing to replay (%s)\n" % (
+        sys.stderr.write("%s run: --replay: nothing to replay (%s)\n" % (prog, 
             "no cuda_debug report" if err is None else
             "a device-side assert names its own thread" if "Assertion" in (err.device_message
                                                                           or "")
@@ -319,8 +424,8 @@ def _replay_after(target: str, args: List[str], module: bool, prog: str) -> None
         return
     cmd = [sys.executable, "-m", "cuda_debug", "replay"] + opts + \
         (["-m", target] if module else [target]) + list(args)
-    sys.stderr.write("\ncuda_debug run: replaying it to find the thread, the address and the "
-                     "allocation: %s\n" % err.replay_command)
+    sys.stderr.write("\n%s run: replaying it to find the thread, the address and the "
+                     "allocation: %s\n" % (prog, err.replay_command))
     sys.stderr.flush()
     sys.stdout.flush()
     subprocess.run(cmd)
@@ -517,22 +622,27 @@ def _replay_max() -> int:
     return MAX_CANDIDATES
 
 
+def _launch_max() -> int:     # (the replay's numbers: imported when a replay is asked for)
+    from ._replay_command import LAUNCH_MAX
+    return LAUNCH_MAX
+
+
 def _replay_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     # (for --help and the usage line: replay_main parses by hand, like run)
     from ._replay import DEFAULT_MAX_LAUNCHES, DEFAULT_WINDOW
-    p = argparse.ArgumentParser(
-        prog=prog + " replay", allow_abbrev=False,
-        description="Re-run a program that died of an illegal (or misaligned) address, with "
-                    "NVIDIA's Sanitizer API, instrumenting only the culprit's launch: a bad access "
-                    "(where an overrun starts, or an underrun ends) is reported with its thread, block, address, read/write and "
-                    "size, and the allocation it missed (for PyTorch: the tensor, its shape and "
-                    "dtype, the line that allocated it). The report of the fault prints this "
-                    "command. Exit status: 3 found; 4 the run did not repeat itself; 1 the "
-                    "replay cannot run; 2 usage error.")
+    p = _parser(prog, "replay",
+        "Re-run a program that died of an illegal (or misaligned) address, with "
+        "NVIDIA's Sanitizer API, instrumenting only the culprit's launch: a bad "
+        "access (where an overrun starts, or an underrun ends) is reported with its "
+        "thread, block, address, read/write and size, and the allocation it missed "
+        "(for PyTorch: the tensor, its shape and dtype, the line that allocated "
+        "it). The report of the fault prints this command. Exit status: 3 found; 4 "
+        "the run did not repeat itself; 1 the replay cannot run; 2 usage error.")
     p.add_argument("--launch", metavar="N",
                    help="the culprit's launch number, as the report names it (watch() counts "
-                        "every launch of the program from its start); or the candidates "
-                        "watch() could not tell apart, N1,N2,...: each is instrumented")
+                        "every launch of the program from its start, from 1); or the candidates "
+                        "watch() could not tell apart, N1,N2,... (up to %d): each is "
+                        "instrumented" % _replay_max())
     p.add_argument("--kernel", metavar="NAME",
                    help="the culprit's kernel: its mangled name as the report gives it (a "
                         "prefix of the launch's), or a part of its name")
@@ -550,6 +660,16 @@ def _replay_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                         "PyTorch: addresses and threads only)")
     p.add_argument("--traceback", action="store_true",
                    help="print the full Python traceback too, not only the short report")
+    group = p.add_argument_group(
+        "compute-sanitizer's spellings", "each maps onto the options above (docs/cli.md)")
+    group.add_argument("--kernel-name", metavar="NAME",
+                       help="--kernel NAME (also kns=NAME: a part of the name)")
+    group.add_argument("--launch-skip", metavar="N", type=int,
+                       help="skip the first N launches: --launch N+1 (with --launch-count M: "
+                            "launches N+1 to N+M)")
+    group.add_argument("--launch-count", metavar="M", type=int,
+                       help="instrument M launches: with --kernel, --max-launches M; else the "
+                            "M launches from --launch-skip on")
     p.add_argument("-m", dest="module", metavar="module",
                    help="run a library module as a script (like python -m)")
     p.add_argument("script", nargs="?", help="the script to run (-: read it from stdin)")
@@ -557,96 +677,146 @@ def _replay_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     return p
 
 
+def _whole(least: int) -> Callable[[str, Optional[str]], int]:
+    """convert(option, value): a whole number >= `least` (1_000 and 1,000 too)."""
+    def convert(option: str, raw: Optional[str]) -> int:
+        if raw is None:
+            raise UsageError("%s needs a value" % option)
+        try:
+            v = int(raw.replace(",", "").replace("_", ""))
+        except ValueError:
+            v = least - 1
+        if not least <= v <= _launch_max():
+            raise UsageError("%s takes a whole number%s, not %r" % (
+                option, "" if least <= 0 else " > %d" % (least - 1), raw))
+        return v
+    return convert
+
+
+def _launch_value(option: str, raw: Optional[str]) -> Tuple[int, ...]:
+    """--launch N, or N1,N2,... (watch's candidates): each a launch number
+    (1 to _launch_max()), each once, at most _replay_max() of them."""
+    many = "up to %d of them separated by commas" % _replay_max()
+    if raw is None:
+        raise UsageError("%s needs a value" % option)
+    words = [w.strip() for w in raw.split(",")] if "," in raw else [raw.replace("_", "")]
+    try:
+        launches = tuple(int(w) for w in words if w)
+    except ValueError:
+        launches = ()
+    if not launches or min(launches) < 1:
+        raise UsageError("%s takes a whole number > 0, or %s, not %r" % (option, many, raw))
+    big = [n for n in launches if n > _launch_max()]
+    if big:
+        raise UsageError("%s %s: no launch has the number %d (watch() counts launches up to "
+                         "%d)" % (option, raw, big[0], _launch_max()))
+    if len(launches) > _replay_max():
+        raise UsageError("%s takes one launch number, or %s, not %d" % (option, many,
+                                                                        len(launches)))
+    twice = sorted({n for n in launches if launches.count(n) > 1})
+    if twice:
+        raise UsageError("%s %s names launch %s more than once: each candidate once"
+                         % (option, raw, " and ".join(str(n) for n in twice)))
+    return launches
+
+
+def _kernel_value(option: str, raw: Optional[str]) -> str:
+    if raw is None:
+        raise UsageError("%s needs a value" % option)
+    if option == "--kernel-name":
+        if raw.startswith(("kne=", "regex:", "regex=", "kernel=")):
+            raise UsageError("--kernel-name %s: replay matches a part of the name (as "
+                             "compute-sanitizer's kns=), not %s" % (raw, raw.split("=")[0]
+                                                                   .split(":")[0]))
+        raw = raw[4:] if raw.startswith("kns=") else raw
+    if not raw.strip():
+        raise UsageError("%s needs a name" % option)
+    return raw
+
+
+_REPLAY_FLAGS = {"--from-watch": "from_watch", "--no-torch": "no_torch",
+                 "--traceback": "traceback"}
+_REPLAY_VALUED: _Valued = {
+    "--launch": ("launches", _launch_value), "--kernel": ("kernel", _kernel_value),
+    "--kernel-name": ("kernel_name", _kernel_value), "--max-launches": ("max_launches", _whole(1)),
+    "--window": ("window", _whole(0)), "--launch-skip": ("launch_skip", _whole(0)),
+    "--launch-count": ("launch_count", _whole(1))}
+
+
+def _sanitizer_spellings(o: Dict[str, Any]) -> None:
+    """compute-sanitizer's --kernel-name, --launch-skip and --launch-count, as
+    replay's own options (docs/cli.md: how each maps)."""
+    if o.get("kernel_name") is not None:
+        if o.get("kernel") is not None:
+            raise UsageError("--kernel-name is --kernel: one of them")
+        o["kernel"] = o["kernel_name"]
+    skip, count = o.get("launch_skip"), o.get("launch_count")
+    if skip is None and count is None:
+        return
+    if o.get("launches"):
+        raise UsageError("--launch-skip and --launch-count count launches as compute-sanitizer "
+                         "does; --launch names them: one or the other")
+    if o.get("kernel") is not None:
+        if skip:
+            raise UsageError("--launch-skip with a kernel: replay counts every launch of the "
+                             "program, not one kernel's: give --launch N (the number the "
+                             "report names) with --kernel")
+        if count is not None:
+            if o.get("max_launches") is not None:
+                raise UsageError("--launch-count with --kernel is --max-launches: one of them")
+            o["max_launches"] = count
+        return
+    first, count = (skip or 0) + 1, count or 1
+    if count > _replay_max():
+        raise UsageError("--launch-count %d: at most %d launches are instrumented, each on its "
+                         "own (with --kernel, --max-launches)" % (count, _replay_max()))
+    if first + count - 1 > _launch_max():
+        raise UsageError("--launch-skip %d: no launch has the number %d" % (skip, first))
+    o["launches"] = tuple(range(first, first + count))
+
+
+def parse_replay(argv: List[str]) -> Program:
+    """replay's command line, checked (UsageError), the script's existence aside."""
+    opts: Dict[str, Any] = {"launches": (), "kernel": None, "max_launches": None,
+                            "window": None, "from_watch": False, "no_torch": False,
+                            "traceback": False}
+    p = _parse_program(argv, opts, _REPLAY_FLAGS, _REPLAY_VALUED)
+    if p.help:
+        return p
+    o = p.opts
+    _sanitizer_spellings(o)
+    launches = o["launches"]
+    o["launch"] = launches[0] if launches else None
+    if len(launches) == 1:
+        o["launches"] = ()              # one launch: as --launch N always meant
+    if not o["launch"] and not o["kernel"]:
+        raise UsageError("name the culprit: --launch N and/or --kernel NAME (the report that "
+                         "printed the replay command has them)")
+    if o["window"] is not None and not (o["launch"] and o["kernel"]):
+        raise UsageError("--window goes with --launch and --kernel")
+    if len(launches) > 1 and (o["kernel"] or o["window"] is not None or
+                              o["max_launches"] is not None):
+        raise UsageError("several launches are each instrumented, whatever their kernel: no "
+                         "--kernel, --window or --max-launches with them")
+    if o["max_launches"] is not None and not o["kernel"]:
+        raise UsageError("--max-launches goes with --kernel")
+    return p
+
 
 def replay_main(argv: List[str], prog: str = MODULE_PROG) -> int:
-    parser = _replay_parser(prog)
-    opts = {"launch": None, "kernel": None, "max_launches": None, "window": None,
-            "from_watch": False, "no_torch": False, "traceback": False}
-    valued = {"--launch": "launch", "--kernel": "kernel", "--max-launches": "max_launches",
-              "--window": "window"}
-    flags = {"--from-watch": "from_watch", "--no-torch": "no_torch", "--traceback": "traceback"}
-    target, module, args = None, False, []
-    i = 0
-
-    def fail(message):
-        parser.print_usage(sys.stderr)
-        sys.stderr.write("cuda_debug replay: %s\n" % message)
-        return EXIT_USAGE
-
-    launches = ()
-    while i < len(argv):
-        a = argv[i]
-        if a in ("-h", "--help"):
-            parser.print_help()
-            return 0
-        if a in flags:
-            opts[flags[a]] = True
-        elif a == "--launch" and i + 1 < len(argv) and "," in argv[i + 1]:
-            try:                       # several candidates: 1234,1240,1251
-                launches = tuple(int(w) for w in argv[i + 1].split(",") if w.strip())
-            except ValueError:
-                launches = ()
-            if not launches or min(launches) < 1 or len(launches) > _replay_max():
-                return fail("--launch takes a number > 0, or up to %d of them separated by "
-                            "commas, not %r" % (_replay_max(), argv[i + 1]))
-            opts["launch"] = launches[0]
-            i += 1
-        elif a in valued:
-            if i + 1 >= len(argv):
-                return fail("%s needs a value" % a)
-            v = argv[i + 1]
-            if a != "--kernel":
-                try:
-                    v = int(v.replace(",", "").replace("_", ""))
-                except ValueError:
-                    v = -1
-                if v < (0 if a == "--window" else 1):
-                    return fail("%s takes a whole number%s, not %r" % (
-                        a, "" if a == "--window" else " > 0", argv[i + 1]))
-            elif not v.strip():
-                return fail("--kernel needs a name")
-            opts[valued[a]] = v
-            i += 1
-        elif a == "-m" or (a.startswith("-m") and len(a) > 2):
-            target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
-            module, args = True, argv[i + (1 if a[2:] else 2):]
-            break
-        elif a in ("--", "-") or not a.startswith("-"):
-            j = i + 1 if a == "--" else i
-            target, args = (argv[j], argv[j + 1:]) if j < len(argv) else (None, [])
-            break
-        else:
-            return fail("unknown option %s (options go before the script; the script's own "
-                        "after it)" % a)
-        i += 1
-    if not target:
-        return fail("-m needs a module name" if module else "a script (or -m module) is required")
-    if not opts["launch"] and not opts["kernel"]:
-        return fail("name the culprit: --launch N and/or --kernel NAME (the report that printed "
-                    "the replay command has them)")
-    if opts["window"] is not None and not (opts["launch"] and opts["kernel"]):
-        return fail("--window goes with --launch and --kernel")
-    if len(launches) > 1 and (opts["kernel"] or opts["window"] is not None or
-                              opts["max_launches"] is not None):
-        return fail("several launches are each instrumented, whatever their kernel: no "
-                    "--kernel, --window or --max-launches with them")
-    if opts["max_launches"] is not None and not opts["kernel"]:
-        return fail("--max-launches goes with --kernel")
-    if module and not _is_module_name(target):
-        return fail("-m %s: not a module name" % target)
-    if not module and target != "-":
-        if not os.path.exists(target):
-            return fail("no such file: %s" % target)
-        if os.path.isdir(target) and not os.path.exists(os.path.join(target, "__main__.py")):
-            return fail("%s is a folder without __main__.py" % target)
+    p, status = _program(parse_replay, _replay_parser(prog), argv)
+    if p is None:
+        return status
     from . import _replay
+    o = p.opts
+    assert p.target is not None
     spec = _replay.Target(
-        launch=opts["launch"], kernel=opts["kernel"],
-        max_launches=opts["max_launches"] or _replay.DEFAULT_MAX_LAUNCHES,
-        window=opts["window"] if opts["window"] is not None else _replay.DEFAULT_WINDOW,
-        from_watch=opts["from_watch"], launches=launches)
-    return _replay_run(spec, target, args, module, prog, opts["traceback"],
-                       torch=not opts["no_torch"])
+        launch=o["launch"], kernel=o["kernel"],
+        max_launches=o["max_launches"] or _replay.DEFAULT_MAX_LAUNCHES,
+        window=o["window"] if o["window"] is not None else _replay.DEFAULT_WINDOW,
+        from_watch=o["from_watch"], launches=o["launches"])
+    return _replay_run(spec, p.target, p.args, p.module, prog, o["traceback"],
+                       torch=not o["no_torch"])
 
 
 def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
@@ -654,19 +824,19 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
     from . import _replay, _sticky
     found = _replay.find_library()
     if not found.path:
-        sys.stderr.write("cuda_debug replay: %s\n" % _replay.not_found_message(found))
+        sys.stderr.write("%s replay: %s\n" % (prog, _replay.not_found_message(found)))
         return EXIT_ERROR
     try:
         _replay.start(spec, found)
     except _replay.ReplayError as e:
-        sys.stderr.write("cuda_debug replay: %s. The original report stands.\n" % e)
+        sys.stderr.write("%s replay: %s. The original report stands.\n" % (prog, e))
         return EXIT_ERROR
     note = _replay.record_torch_history_at_import() if torch else None
-    sys.stderr.write("cuda_debug replay: re-running %s, instrumenting %s (NVIDIA's Sanitizer "
-                     "API: %s)%s\n" % (" ".join(([("-m " + target) if module else target]
-                                                + list(args))[:4]),
-                                       spec.describe(), found.path,
-                                       "" if note is None else "; " + note))
+    sys.stderr.write("%s replay: re-running %s, instrumenting %s (NVIDIA's Sanitizer API: "
+                     "%s)%s\n" % (prog, " ".join(([("-m " + target) if module else target]
+                                                  + list(args))[:4]),
+                                  spec.describe(), found.path,
+                                  "" if note is None else "; " + note))
     sys.stderr.flush()
     outcome = {}
 
@@ -679,14 +849,14 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
         if code is not None:           # a real fault, where nothing was instrumented
             if full_traceback:
                 _print_traceback(e)
-            sys.stderr.write("cuda-debug replay: the program faulted for real, in a launch that "
-                             "was not instrumented: %s (raised as %s)\n"
-                             % (_sticky.describe(code), _sticky.first_line(e)))
+            sys.stderr.write("%s replay: the program faulted for real, in a launch that was "
+                             "not instrumented: %s (raised as %s)\n"
+                             % (prog, _sticky.describe(code), _sticky.first_line(e)))
             finished = "faulted"
         else:                          # an ordinary exception: as run reports it
             _report(e, full_traceback, prog)
             finished = "raised %s" % type(e).__name__
-        sys.stderr.write(_replay.outcome_text(spec, finished) + "\n")
+        sys.stderr.write(_replay.outcome_text(spec, finished, prog) + "\n")
         return EXIT_NOT_REPRODUCED
 
     status = _run(target, args, module=module, mode="none", all_threads=False,
@@ -697,7 +867,7 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
     if inst is not None:                 # the program swallowed the failed launch
         return _replay_found(inst, None, full_traceback)
     sys.stderr.write(_replay.outcome_text(spec, "returned" if status == 0 else
-                                          "exited with status %d" % status) + "\n")
+                                          "exited with status %d" % status, prog) + "\n")
     return EXIT_NOT_REPRODUCED
 
 
@@ -721,19 +891,20 @@ def _replay_found(inst, exc: Optional[BaseException], full_traceback: bool) -> i
 # -- dump -----------------------------------------------------------------------------
 
 def _dump_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=prog + " dump", allow_abbrev=False,
-        description="Print, here, every stream's oldest unfinished launch of processes that "
-                    "watch (python -m cuda_debug run, cuda_debug.watch()): kernel or NCCL "
-                    "collective, launching line, age, launches queued behind it. The process "
-                    "answers from a thread of cuda_debug's, also while its Python threads are "
-                    "stuck in a CUDA call; no signal is sent, and its stderr gets nothing. "
-                    "A PID without cuda_debug whose child processes have it (a torchrun "
-                    "agent) is asked through them: each rank's report, then one verdict line. "
-                    "Exit status 0 when every process answered, 1 otherwise, 2 on a usage "
-                    "error.")
+    p = _parser(prog, "dump",
+        "Print, here, every stream's oldest unfinished launch of processes that "
+        "watch (%s run, cuda_debug.watch()): kernel or NCCL collective, launching "
+        "line, age, launches queued behind it. The process answers from a thread "
+        "of cuda_debug's, also while its Python threads are stuck in a CUDA call; "
+        "no signal is sent, and its stderr gets nothing. A PID without cuda_debug "
+        "whose child processes have it (a torchrun agent) is asked through them: "
+        "each rank's report, then one verdict line. Exit status 0 when every "
+        "process answered, 1 otherwise, 2 on a usage error." % prog)
     p.add_argument("pid", nargs="*", help="the process (several: each rank; a torchrun agent: "
                                           "its ranks)")
+    p.add_argument("-p", "--pid", dest="pid_option", metavar="PID", action="append",
+                   default=[], help="a process, as py-spy takes it (py-spy dump --pid PID): "
+                                    "the same as PID")
     p.add_argument("--json", action="store_true",
                    help="print JSON instead: pid, rank, time, and one object per stream with "
                         "the fields of cuda_debug.in_flight() (several processes: "
@@ -753,44 +924,58 @@ def _dump_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     return p
 
 
+def parse_dump(argv: List[str], parser: Optional[argparse.ArgumentParser] = None
+               ) -> argparse.Namespace:
+    """dump's command line, checked: argparse's own errors exit (SystemExit 2,
+    said on stderr), ours raise UsageError. ``ns.pid``: the PIDs as typed
+    (positional and --pid)."""
+    ns = (parser or _dump_parser()).parse_args(argv)
+    ns.pid = list(ns.pid) + list(ns.pid_option)
+    if ns.last is not None and not 1 <= ns.last <= 65536:
+        raise UsageError("--last takes 1 to 65536 launches")
+    if ns.timeout is not None and not 0 < ns.timeout <= 3600:
+        raise UsageError("--timeout takes seconds, more than 0 (at most 3600)")
+    if ns.job is not None and (ns.pid or ns.children):
+        raise UsageError("--job asks the ranks through the job's store: no PID, no --children")
+    if ns.job is None and not ns.pid:
+        raise UsageError("a PID is required (or --job)")
+    return ns
+
+
+def _say(where: str, message: str) -> None:
+    """One line on stderr headed by the command as typed (``cuda-debug dump: ...``)."""
+    sys.stderr.write("%s: %s\n" % (where, message))
+
+
 def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     p = _dump_parser(prog)
     try:
-        ns = p.parse_args(argv)
+        ns = parse_dump(argv, p)
     except SystemExit as e:
         return _exit_status(e.code)
+    except UsageError as e:
+        return _usage_error(p, str(e))
     from . import _dump
-    if ns.last is not None and not 1 <= ns.last <= 65536:
-        p.print_usage(sys.stderr)
-        sys.stderr.write("cuda_debug dump: --last takes 1 to 65536 launches\n")
-        return EXIT_USAGE
-    if ns.timeout is not None and not 0 < ns.timeout <= 3600:
-        p.print_usage(sys.stderr)
-        sys.stderr.write("cuda_debug dump: --timeout takes seconds, more than 0\n")
-        return EXIT_USAGE
+    where = p.prog
     if ns.job is not None:
-        if ns.pid or ns.children:
-            p.print_usage(sys.stderr)
-            sys.stderr.write("cuda_debug dump: --job asks the ranks through the job's store: "
-                             "no PID, no --children\n")
-            return EXIT_USAGE
-        return _dump_job(ns.job, as_json=ns.json, trace=ns.trace, last=ns.last,
+        from . import _job
+        try:
+            host, port = _job.address(ns.job)
+        except ValueError as e:
+            return _usage_error(p, str(e))
+        return _dump_job(host, port, where, as_json=ns.json, trace=ns.trace, last=ns.last,
                          timeout=ns.timeout)
-    if not ns.pid:
-        p.print_usage(sys.stderr)
-        sys.stderr.write("cuda_debug dump: a PID is required (or --job)\n")
-        return EXIT_USAGE
     try:
         pids = [_dump.parse_pid(t) for t in ns.pid]
     except _dump.DumpError as e:
-        sys.stderr.write("cuda_debug dump: %s\n" % e)
+        _say(where, str(e))
         return EXIT_ERROR
     status, targets, ranked = 0, [], bool(ns.children) or len(pids) > 1
     for pid in pids:
         try:
             found, agent = _dump_targets(pid, ns.children)
         except _dump.DumpError as e:
-            sys.stderr.write("cuda_debug dump: %s\n" % e)
+            _say(where, str(e))
             status = EXIT_ERROR
             continue
         ranked = ranked or agent
@@ -801,7 +986,7 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         try:
             docs.append(_dump.ask(pid, recent=recent, timeout=ns.timeout or _dump.TIMEOUT_S))
         except _dump.DumpError as e:
-            sys.stderr.write("cuda_debug dump: %s\n" % e)
+            _say(where, _run_not_watching(pid, prog) or str(e))
             status = EXIT_ERROR
     docs.sort(key=lambda d: (d.get("rank") is None, d.get("rank") or 0, d["pid"]))
     try:
@@ -811,28 +996,58 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return status
     if ns.trace and docs:
-        _write_dump_trace(ns.trace, docs)
+        _write_dump_trace(ns.trace, docs, where)
     return status
 
 
-def _dump_job(given: str, as_json: bool = False, trace: Optional[str] = None,
-             last: Optional[int] = None, timeout: Optional[float] = None) -> int:
-    from . import _dump, _job
+def _is_run(cmdline: List[str]) -> bool:
+    """Is this command line ``cuda-debug run ...`` or ``python -m cuda_debug run ...``?"""
+    for i, word in enumerate(cmdline[:-1]):
+        if cmdline[i + 1] == "run" and (os.path.basename(word) == "cuda-debug" or (
+                word == "cuda_debug" and i and cmdline[i - 1] == "-m")):
+            return True
+    return False
+
+
+def _run_not_watching(pid: int, prog: str) -> Optional[str]:
+    """For a process started by ``run`` that does not answer (its dump listener
+    is not there): why, since suggesting ``run`` would not help. Else None."""
+    from . import _core, _dump
     try:
-        host, port = _job.address(given)
-    except ValueError as e:
-        sys.stderr.write("cuda_debug dump: %s\n" % e)
-        return EXIT_USAGE
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmdline = f.read().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return None
+    if not _is_run(cmdline):
+        return None
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(b"\0" + _core.dump_listener(pid)[1])
+        return None                           # it listens: the error was another one
+    except OSError:
+        pass
+    finally:
+        s.close()
+    return ("process %d%s runs under `run`, and does not answer: `run` could not watch "
+            "(no usable GPU or CUPTI there: it said so on its stderr, then ran the script "
+            "unwatched), or its CUDA_DEBUG_DUMP is off; `%s doctor` says what this machine "
+            "lacks" % (pid, _dump.command_of(pid), prog))
+
+
+def _dump_job(host: str, port: int, where: str, as_json: bool = False,
+              trace: Optional[str] = None, last: Optional[int] = None,
+              timeout: Optional[float] = None) -> int:
+    from . import _dump, _job
     recent = (last or _dump.RECENT_DEFAULT) if trace else 1
     import time
     try:
         docs, missing = _job.ask_job(host, port, recent, timeout or _job.TIMEOUT_S)
     except (LookupError, OSError, ValueError) as e:
-        sys.stderr.write("cuda_debug dump: --job %s:%d: %s\n" % (host, port, e))
+        _say(where, "--job %s:%d: %s" % (host, port, e))
         return EXIT_ERROR
     for r, (why, hang) in sorted(missing.items()):
-        sys.stderr.write("cuda_debug dump: rank %d %s%s\n" % (
-            r, why, "; its last hang report follows" if hang else ""))
+        _say(where, "rank %d %s%s" % (r, why, "; its last hang report follows" if hang else ""))
     hangs = [hang for _, (_, hang) in sorted(missing.items()) if hang]
     if as_json:
         out = {"ranks": [_dump.as_json(d) for d in docs],
@@ -905,28 +1120,26 @@ def _print_dump(docs, ranked: bool, as_json: bool) -> None:
             print(line)
 
 
-def _write_dump_trace(path: str, docs) -> None:
+def _write_dump_trace(path: str, docs, where: str = MODULE_PROG + " dump") -> None:
     from . import _dump
     try:
         _dump.write_trace(path, docs)
     except OSError as e:
-        sys.stderr.write("cuda_debug dump: --trace %s: %s\n" % (path, e))
+        _say(where, "--trace %s: %s" % (path, e))
         return
     n = sum(len(d.get("recent") or ()) for d in docs)
-    sys.stderr.write("cuda_debug dump: %d launches of %d process%s written to %s (open it in "
-                     "ui.perfetto.dev or chrome://tracing)\n"
-                     % (n, len(docs), "" if len(docs) == 1 else "es", path))
+    _say(where, "%d launches of %d process%s written to %s (open it in ui.perfetto.dev or "
+                "chrome://tracing)" % (n, len(docs), "" if len(docs) == 1 else "es", path))
 
 
 # -- doctor ---------------------------------------------------------------------------
 
 def _doctor_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=prog + " doctor", allow_abbrev=False,
-        description="What cuda_debug finds here: driver, GPUs, libcuda / CUPTI / cuBLAS and "
-                    "where from, CUDA_LAUNCH_BLOCKING, whether CUPTI is free. Exit status 0 "
-                    "when watch() and launch_blocking() work here; 1 when they do not (no "
-                    "driver, no GPU, CUPTI missing or held): the verdict says why.")
+    p = _parser(prog, "doctor",
+        "What cuda_debug finds here: driver, GPUs, libcuda / CUPTI / cuBLAS and "
+        "where from, CUDA_LAUNCH_BLOCKING, whether CUPTI is free. Exit status 0 "
+        "when watch() and launch_blocking() work here; 1 when they do not (no "
+        "driver, no GPU, CUPTI missing or held): the verdict says why.")
     p.add_argument("--json", action="store_true",
                    help="print the facts as JSON (\"ok\": whether watch() and "
                         "launch_blocking() work here; \"problem\": why not)")

@@ -9,6 +9,8 @@ Looked at, in order (the first folder set that holds every wanted header wins):
 ``targets/*/include``), ``/usr/local/cuda``, then NVIDIA's pip wheels in every
 site-packages (``nvidia/cu13/include``; the CUDA 12 layout
 ``nvidia/{cuda_runtime,cuda_cupti,cublas,cuda_nvcc}/include``).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import glob
 import os

@@ -10,6 +10,8 @@ Three depths, so that asking costs only what the caller can afford:
   needs no ``cuInit``): still fork-safe.
 - ``full()``: ``cuInit``, every device, CUPTI and cuBLAS located, and whether
   CUPTI can be subscribed now (``doctor``).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import glob
 import os
@@ -231,23 +233,29 @@ def has_gpu(d: dict) -> bool:
     return bool(d.get("devices"))
 
 
-def header_line(blocking: str, depth: str = "cheap") -> str:
+def header_line(blocking: str, depth: str = "cheap", unusable: Optional[str] = None) -> str:
     """One line for the pytest report header.
 
     `blocking` says what the plugin will do ("on (every test)", "off"...);
     `depth` is "cheap" (files only), "driver" (libcuda opened, no cuInit) or
-    "full" (cuInit: only when every test runs in a scope anyway)."""
+    "full" (cuInit: only when every test runs in a scope anyway). `unusable`:
+    said instead of `blocking` when "full" finds no usable GPU (what was asked
+    for cannot be had: the tests run without it)."""
     from . import __version__
     d = driver() if depth in ("driver", "full") else cheap()
     parts = []
     gpus = d["gpus"]
+    usable = depth != "full"
     if depth == "full" and d.get("libcuda", {}).get("found"):
         rc, devs = devices()
         names = [x.get("name", "?") for x in devs]
+        usable = bool(names)
         if names:
             gpus = names
         elif rc:
             parts.append("no usable GPU (cuInit: %s)" % _cuda_name(rc))
+    if not usable and unusable:
+        blocking = unusable
     if gpus:
         parts.append("GPU %s" % _summarise_models(gpus))
     elif not parts:

@@ -20,6 +20,8 @@
 Every error carries the report fields (``kernel``, ``grid``, ``block``, ``filename``,
 ``lineno``, ``device_message`` ...), None where unknown. ``str(exc)`` is the short
 report; errors pickle (pytest-xdist, multiprocessing).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import re
 import traceback
@@ -50,8 +52,25 @@ RESTART = ("The CUDA context is now unusable: restart the process "
            "(in a notebook, restart the kernel).")
 
 
+#: the error kinds by CUresult, filled by the classes' own statements (below)
+BY_CODE: Dict[int, "type[CudaError]"] = {}
+
+
 class CudaError(RuntimeError):
     """A CUDA error, translated. Base of every cuda_debug error."""
+
+    def __init_subclass__(cls, code: Optional[int] = None, what: Optional[str] = None,
+                          **kwargs: Any) -> None:
+        """One statement per error kind says it all: ``class
+        DeviceAssertError(StickyCudaError, code=710, what="device-side assert")``
+        is the class of CUresult 710 (BY_CODE, class_for), "device-side assert"
+        in its report, and ``cuda_debug.DeviceAssertError`` by name."""
+        super().__init_subclass__(**kwargs)
+        cls.__module__ = "cuda_debug"
+        if what is not None:
+            cls.what = what
+        if code is not None:
+            BY_CODE[code] = cls
 
     #: what happened, in a few words; subclasses refine it
     what: Optional[str] = None
@@ -129,7 +148,7 @@ class CudaError(RuntimeError):
     replay: Optional[Dict[str, Any]]
 
     def __init__(self, message: Optional[str] = None, *, code: Optional[int] = None,
-                 **fields):
+                 **fields: Any):
         self.code = code
         self.name = _cuda_errors.name(code) if code is not None else None
         self.description = _cuda_errors.description(code) if code is not None else None
@@ -146,7 +165,7 @@ class CudaError(RuntimeError):
         return format_report(self)
 
     # -- pickling -------------------------------------------------------------
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         state = {f: getattr(self, f, None) for f in REPORT_FIELDS}
         if state["launch_stack"] is not None:
             state["launch_stack"] = [tuple(fs[:4]) if isinstance(fs, tuple) else
@@ -156,7 +175,8 @@ class CudaError(RuntimeError):
         return (_rebuild, (type(self), self.message, self.code, state))
 
 
-def _rebuild(cls, message, code, state):
+def _rebuild(cls: "type[CudaError]", message: Optional[str], code: Optional[int],
+             state: Dict[str, Any]) -> "CudaError":
     stack = state.get("launch_stack")
     if stack is not None:
         state["launch_stack"] = traceback.StackSummary.from_list(stack)
@@ -181,71 +201,59 @@ class ToolConflictError(CudaError):
         return self.extra.get("holder")
 
 
-class LaunchError(CudaError):
+class LaunchError(CudaError, what="launch refused"):
     """The launch was refused (bad configuration, too many resources); the
     context is still usable."""
-    what = "launch refused"
 
 
-class StickyCudaError(CudaError):
+class StickyCudaError(CudaError, what="kernel fault"):
     """A kernel fault that killed the CUDA context: the process must restart."""
-    what = "kernel fault"
 
 
-class DeviceAssertError(StickyCudaError):
-    what = "device-side assert"
+class DeviceAssertError(StickyCudaError, code=710, what="device-side assert"):
+    """A kernel's ``assert`` failed (CUDA_ERROR_ASSERT): PyTorch's index and label
+    checks, ``tl.device_assert``, your own."""
 
 
-class IllegalAddressError(StickyCudaError):
-    what = "illegal memory access"
+class IllegalAddressError(StickyCudaError, code=700, what="illegal memory access"):
+    """A load or store outside the memory the kernel may touch
+    (CUDA_ERROR_ILLEGAL_ADDRESS): ``cuda-debug replay`` names the thread and
+    the address."""
 
 
-class LaunchFailureError(StickyCudaError):
-    what = "kernel failure (trap or unspecified launch failure)"
+class LaunchFailureError(StickyCudaError, code=719,
+                         what="kernel failure (trap or unspecified launch failure)"):
+    """A trap, or the driver's unspecified launch failure (CUDA_ERROR_LAUNCH_FAILED)."""
 
 
-class MisalignedAddressError(StickyCudaError):
-    what = "misaligned address"
+class MisalignedAddressError(StickyCudaError, code=716, what="misaligned address"):
+    """An access not aligned to its size (CUDA_ERROR_MISALIGNED_ADDRESS)."""
 
 
-class IllegalInstructionError(StickyCudaError):
-    what = "illegal instruction"
+class IllegalInstructionError(StickyCudaError, code=715, what="illegal instruction"):
+    """The kernel ran an illegal instruction (CUDA_ERROR_ILLEGAL_INSTRUCTION)."""
 
 
-class InvalidAddressSpaceError(StickyCudaError):
-    what = "invalid address space"
+class InvalidAddressSpaceError(StickyCudaError, code=717, what="invalid address space"):
+    """An instruction used memory of the wrong address space
+    (CUDA_ERROR_INVALID_ADDRESS_SPACE)."""
 
 
-class InvalidPcError(StickyCudaError):
-    what = "invalid program counter"
+class InvalidPcError(StickyCudaError, code=718, what="invalid program counter"):
+    """The program counter left the kernel's code (CUDA_ERROR_INVALID_PC)."""
 
 
-class HardwareStackError(StickyCudaError):
-    what = "hardware stack error"
+class HardwareStackError(StickyCudaError, code=714, what="hardware stack error"):
+    """The device's call stack overflowed or was corrupted (CUDA_ERROR_HARDWARE_STACK_ERROR)."""
 
 
-class LaunchTimeoutError(StickyCudaError):
-    what = "kernel timed out"
+class LaunchTimeoutError(StickyCudaError, code=702, what="kernel timed out"):
+    """The kernel ran past the display watchdog's limit (CUDA_ERROR_LAUNCH_TIMEOUT)."""
 
-
-BY_CODE = {
-    700: IllegalAddressError,
-    702: LaunchTimeoutError,
-    710: DeviceAssertError,
-    714: HardwareStackError,
-    715: IllegalInstructionError,
-    716: MisalignedAddressError,
-    717: InvalidAddressSpaceError,
-    718: InvalidPcError,
-    719: LaunchFailureError,
-}
 
 __all__ = ["CudaError", "CudaUnavailableError", "ToolConflictError", "LaunchError",
            "StickyCudaError"] + sorted(c.__name__ for c in BY_CODE.values())
-
-for _cls in [CudaError, CudaUnavailableError, ToolConflictError, LaunchError,
-             StickyCudaError, *BY_CODE.values()]:
-    _cls.__module__ = "cuda_debug"
+CudaError.__module__ = "cuda_debug"
 
 
 def class_for(code: int, at_launch: bool = False) -> type:
@@ -277,7 +285,7 @@ _ASSERT_LINE = re.compile(
     r"thread: \[(?P<thread>[^\]]*)\] (?P<text>Assertion .*)$")
 
 
-def parse_device_message(text: Optional[str]):
+def parse_device_message(text: Optional[str]) -> List[Dict[str, str]]:
     """The assert lines the driver printed, as dicts (file, line, func, block,
     thread, text); lines that are not asserts are left out."""
     out = []
@@ -288,7 +296,7 @@ def parse_device_message(text: Optional[str]):
     return out
 
 
-def _where(err) -> Optional[str]:
+def _where(err: "CudaError | GuardError") -> Optional[str]:
     if not err.filename:
         return None
     s = "at %s:%s" % (err.filename, err.lineno)
@@ -299,7 +307,7 @@ def _where(err) -> Optional[str]:
     return s
 
 
-def _device_line(err) -> Optional[str]:
+def _device_line(err: CudaError) -> Optional[str]:
     asserts = parse_device_message(err.device_message)
     if asserts:
         a = asserts[0]
@@ -317,7 +325,7 @@ def _device_line(err) -> Optional[str]:
     return None
 
 
-def _op_line(err) -> Optional[str]:
+def _op_line(err: CudaError) -> Optional[str]:
     """``op aten::embedding(weight: float32[10, 4], input: int64[2] on cuda:0) >
     aten::index_select``: the PyTorch op the launching call entered, its tensor
     inputs, then the ops it called down to the faulting kernel."""
@@ -342,7 +350,7 @@ def annotation_text(tag: Dict[str, Any]) -> str:
                     (["{%s}" % rest] if rest else []))
 
 
-def _candidate_lines(err, count: int, shown: int = 4) -> List[str]:
+def _candidate_lines(err: CudaError, count: int, shown: int = 4) -> List[str]:
     """The other candidates of an inexact watch culprit, one line each, and what
     would name the launch."""
     out = []
@@ -353,10 +361,11 @@ def _candidate_lines(err, count: int, shown: int = 4) -> List[str]:
         out.append("  or %s launched at %s" % (name, at))
     if count - 1 > shown:
         out.append("  ... and %d more" % (count - 1 - shown))
-    if (err.markers_every or 1) > 1:
+    every = err.markers_every or 1
+    if every > 1:
         out.append("  (the always-on watch() puts a completion marker behind every %dth launch "
                    "of a stream and names the launch when the device names the kernel; "
-                   "watch(exact=True) names every launch)" % err.markers_every)
+                   "watch(exact=True) names every launch)" % every)
     return out
 
 
@@ -536,12 +545,13 @@ class GuardError(Exception):
     def __str__(self) -> str:
         return self.message if self.message is not None else format_guard(self)
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (_rebuild_guard, (type(self), self.message,
                                  {f: getattr(self, f, None) for f in GUARD_FIELDS}))
 
 
-def _rebuild_guard(cls, message, fields):
+def _rebuild_guard(cls: "type[GuardError]", message: Optional[str],
+                   fields: Dict[str, Any]) -> "GuardError":
     return cls(message, **fields)
 
 
@@ -560,13 +570,13 @@ for _cls in (GuardError, GuardIndexError, GuardValueError):
 __all__ += ["GuardError", "GuardIndexError", "GuardValueError"]
 
 
-def _number(v) -> str:
+def _number(v: object) -> str:
     if isinstance(v, float):
         return "%.6g" % v
     return str(v)
 
 
-def _position(p) -> str:
+def _position(p: Tuple[int, ...]) -> str:
     return "[%s]" % ", ".join(str(i) for i in p)
 
 

@@ -24,6 +24,8 @@ its CUDA kernel would assert), so the guard follows the PyTorch it runs with.
 Only CUDA tensors are checked (CPU ops raise by themselves); nothing is checked
 while torch.compile traces or a CUDA graph is being captured (a host read would
 break the capture).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import functools
 import os
@@ -126,12 +128,13 @@ class guard(_Region):
     """
 
     _what = "guard()"
+    _takes = "enabled=True|False and all_threads=True|False"
     enabled: bool
     all_threads: bool
 
     if TYPE_CHECKING:             # as launch_blocking's: @cuda_debug.guard returns the function
         @overload
-        def __new__(cls, enabled: _F) -> _F: ...
+        def __new__(cls, enabled: _F) -> _F: ...  # type: ignore[misc]
         @overload
         def __new__(cls, enabled: bool = True, *, all_threads: bool = False) -> "guard": ...
         def __new__(cls, *args: Any, **kwargs: Any) -> Any: ...
@@ -159,7 +162,7 @@ class guard(_Region):
         self._exit_handle()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "cuda_debug.guard(%s%s)" % (self.enabled,
                                            ", all_threads=True" if self.all_threads else "")
 

@@ -23,6 +23,8 @@ The C loader (csrc/base/loader.c) opens what this module tells it to:
 
 Nothing is linked at build time, so ``import cuda_debug`` works on a machine
 with no driver; what is missing is said when it is needed.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import threading

@@ -23,10 +23,14 @@ exception always agree. The rule:
   caller's. C classifies code objects too (``_core.code_kind``).
 
 Python hands the folders to C once (:func:`configure`).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import sys
 import traceback
+import types
+from typing import Optional
 
 from . import _core
 
@@ -133,7 +137,8 @@ def holds_line(tb, filename, lineno):
                for f, n in traceback.walk_tb(tb))
 
 
-def traceback_through(outer, inner):
+def traceback_through(outer: Optional[types.TracebackType],
+                      inner: Optional[types.TracebackType]) -> Optional[types.TracebackType]:
     """The traceback `inner` (of an exception caught in some frame) with the
     entries of `outer` (a later exception that passed through that frame)
     above that frame: the path from the user's outermost frame down to where
@@ -226,6 +231,6 @@ def merged_ids(frames, inner=()):
     return tuple(inner) + tuple(i for i in frames if i not in inner) if inner else tuple(frames)
 
 
-def current_frame(depth=1):
+def current_frame(depth: int = 1) -> "types.FrameType":
     """The caller's frame, `depth` levels above the function calling this."""
     return sys._getframe(depth + 1)

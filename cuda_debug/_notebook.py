@@ -1,7 +1,8 @@
 """IPython / Jupyter extension: ``%load_ext cuda_debug``.
 
 One magic per mode, each a line magic (``on`` / ``off``: every cell from here on;
-alone: says which) and a cell magic (``%%...``: this cell only):
+alone: switches it, as ``%pdb`` does; each prints its state the same way, ``cuda_watch:
+on``) and a cell magic (``%%...``: this cell only):
 
 - ``%cuda_watch on|off`` / ``%%cuda_watch``: ``cuda_debug.watch()``: kernels stay
   asynchronous, and a fault that surfaces later names its launching cell and line.
@@ -27,6 +28,8 @@ alone: says which) and a cell magic (``%%...``: this cell only):
 
 The full traceback stays available: ``import traceback;
 traceback.print_exception(sys.last_value)``.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import ast
 import contextlib
@@ -220,11 +223,29 @@ WATCH = ("cuda_watch", ())
 GUARD = ("cuda_guard", ())
 
 
+_ON, _OFF = ("on", "1", "true"), ("off", "0", "false")
+
+
+def _switch(words: List[str], name: str, now: bool, more: str = "") -> bool:
+    """The state a line magic's words ask for: on, off, or alone the other one
+    (as %pdb toggles). UsageError for anything else."""
+    from IPython.core.error import UsageError
+    if not words:
+        return not now
+    if len(words) == 1 and words[0].lower() in _ON + _OFF:
+        return words[0].lower() in _ON
+    raise UsageError("usage: %%%s [on|off]%s (alone: switches it)" % (name, more))
+
+
+def state_line(name: str, on: bool, detail: Optional[str] = None) -> str:
+    """What every line magic prints once it ran, in one form: ``cuda_watch: on``
+    (the magic as typed; `detail` in parentheses after "on")."""
+    return "%s: %s" % (name, ("on (%s)" % detail if detail else "on") if on else "off")
+
+
 def _status(name: str = LAUNCH_BLOCKING[0]) -> str:
-    if _state is not None and _state.every_cell:
-        return "launch blocking: on, every cell%s" % (
-            " (all threads)" if _state.all_threads else "")
-    return "launch blocking: off (%%%%%s runs one cell in a scope)" % name
+    on = _state is not None and _state.every_cell
+    return state_line(name, on, "all threads" if on and _state.all_threads else None)
 
 
 def _running_cell_number(shell) -> int:
@@ -300,7 +321,7 @@ def _run_cell_body(shell, cell: str, all_threads: bool, scope=None, magic="%%lau
 def _launch_blocking_magic(line: str, cell: Optional[str] = None,
                            name: str = LAUNCH_BLOCKING[0]):
     """%cuda_launch_blocking on|off (every cell) / %%cuda_launch_blocking
-    [--all-threads] (one cell) / %cuda_launch_blocking (which). Old name:
+    [--all-threads] (one cell) / %cuda_launch_blocking (switches it). Old name:
     %launch_blocking."""
     from IPython.core.error import UsageError
     shell = _state.shell
@@ -311,12 +332,9 @@ def _launch_blocking_magic(line: str, cell: Optional[str] = None,
         if words:
             raise UsageError("%%%%%s takes only --all-threads, not %s" % (name, " ".join(words)))
         return _run_cell_body(shell, cell, all_threads, magic="%%" + name)
-    if not words:
-        print(_status(name))
-        return None
-    if len(words) != 1 or words[0].lower() not in ("on", "off", "1", "0", "true", "false"):
-        raise UsageError("usage: %%%s [on|off] [--all-threads]" % name)
-    on = words[0].lower() in ("on", "1", "true")
+    # alone it switches (with --all-threads alone: on, for every thread)
+    on = True if all_threads and not words else \
+        _switch(words, name, _state.every_cell, " [--all-threads]")
     if on:
         if _state.every_cell and _state.all_threads != all_threads:
             _exit_cell_scope()
@@ -377,7 +395,7 @@ def _cuda_watch_magic(line: str, cell: Optional[str] = None, name: str = WATCH[0
     """%cuda_watch on|off: keep cuda_debug.watch() open across cells (kernels
     stay asynchronous; a fault that surfaces in any later cell names its
     launching cell and line). %%cuda_watch watches one cell. %cuda_watch alone
-    says whether it is on."""
+    switches it, as %pdb does."""
     from IPython.core.error import UsageError
     words = line.split()
     if cell is not None:
@@ -385,22 +403,17 @@ def _cuda_watch_magic(line: str, cell: Optional[str] = None, name: str = WATCH[0
             raise UsageError("%%%%%s takes no arguments, not %s" % (name, " ".join(words)))
         from ._scope import watch
         return _run_cell_body(_state.shell, cell, False, scope=watch(), magic="%%" + name)
-    if not words:
-        print("cuda_watch: %s" % ("on" if _state.watch is not None else "off"))
-        return None
-    if len(words) != 1 or words[0].lower() not in ("on", "off"):
-        raise UsageError("usage: %cuda_watch [on|off]")
-    if words[0].lower() == "on":
+    if _switch(words, name, _state.watch is not None):
         if _state.watch is None:
             from ._scope import watch
             scope = watch()
-            if _entered(scope, "%cuda_watch on"):
+            if _entered(scope, "%%%s on" % name):
                 _state.watch = scope
     else:
         scope, _state.watch = _state.watch, None
         if scope is not None:
             scope.__exit__(None, None, None)
-    print("cuda_watch: %s" % ("on" if _state.watch is not None else "off"))
+    print(state_line(name, _state.watch is not None))
     return None
 
 
@@ -410,8 +423,8 @@ _guard_region = None            # the guard() of %cuda_guard on
 def _cuda_guard_magic(line: str, cell: Optional[str] = None, name: str = GUARD[0]):
     """%cuda_guard on|off: keep cuda_debug.guard() open across cells (the
     listed ops check their inputs; a bad one raises GuardError in its cell and
-    nothing is launched). %%cuda_guard guards one cell. %cuda_guard alone says
-    whether it is on."""
+    nothing is launched). %%cuda_guard guards one cell. %cuda_guard alone
+    switches it, as %pdb does."""
     global _guard_region
     from IPython.core.error import UsageError
     from ._guard import guard
@@ -420,15 +433,14 @@ def _cuda_guard_magic(line: str, cell: Optional[str] = None, name: str = GUARD[0
         if words:
             raise UsageError("%%%%%s takes no arguments, not %s" % (name, " ".join(words)))
         return _run_cell_body(_state.shell, cell, False, scope=guard(), magic="%%" + name)
-    if words and (len(words) != 1 or words[0].lower() not in ("on", "off")):
-        raise UsageError("usage: %cuda_guard [on|off]")
-    if words and words[0].lower() == "on" and _guard_region is None:
+    on = _switch(words, name, _guard_region is not None)
+    if on and _guard_region is None:
         _guard_region = guard()
         _guard_region.__enter__()
-    elif words and words[0].lower() == "off" and _guard_region is not None:
+    elif not on and _guard_region is not None:
         region, _guard_region = _guard_region, None
         region.__exit__(None, None, None)
-    print("cuda_guard: %s" % ("on" if _guard_region is not None else "off"))
+    print(state_line(name, _guard_region is not None))
     return None
 
 

@@ -71,6 +71,8 @@ the default is used. The warning points at the line that imported cuda_debug.
 
 This module is imported by ``import cuda_debug``: it imports nothing that a bare
 interpreter has not loaded already (``os``); ``warnings`` only to warn.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import sys
@@ -100,10 +102,23 @@ _CHOICES = {
 }
 _FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER", "CUDA_DEBUG_TRACE",
          "CUDA_DEBUG_SANITIZER")
+#: checked by read() itself: seconds, a signal, numbers of launches
+_SPECIAL = ("CUDA_DEBUG_HANG_AFTER", "CUDA_DEBUG_DUMP_SIGNAL", "CUDA_DEBUG_WATCH_EVERY",
+            "CUDA_DEBUG_GRAPH_MARKER_EVERY")
 #: CUDA_DEBUG_GRAPH_MARKER_EVERY's default: a marker behind every 8th launch of a stream
 #: of a capture (docs/graphs.md: what 1, 4 and 8 cost a replay on the H200)
 DEFAULT_MARKER_EVERY = 8
 _OFF = ("", "0", "off", "no", "false")
+#: settings a user may guess from PYTHONFAULTHANDLER's habit, and what does it
+#: (docs/settings.md: a switch read at import cannot watch a program that never
+#: imports cuda_debug, and would make every pytest run of the environment watch)
+_GUESSES = {
+    "CUDA_DEBUG_WATCH": ": to watch a whole program, run it with `cuda-debug run script.py` "
+                        "(watching is its default; in code: `with cuda_debug.watch():`)",
+    "CUDA_DEBUG_LAUNCH_BLOCKING": ": for synchronous launches in a whole program, run it with "
+                                  "`cuda-debug run --launch-blocking script.py` (in code: `with "
+                                  "cuda_debug.launch_blocking():`)",
+}
 #: CUDA_DEBUG_DUMP_SIGNAL's values: name -> number, 0 off
 DUMP_SIGNALS = {"sigusr1": _signal.SIGUSR1, "usr1": _signal.SIGUSR1,
                 "sigusr2": _signal.SIGUSR2, "usr2": _signal.SIGUSR2, "off": 0}
@@ -218,12 +233,11 @@ def read(environ=os.environ) -> Options:
             _warn("cuda_debug: CUDA_DEBUG_GRAPH_MARKER_EVERY=%r is not a whole number from 1 "
                   "to 1024; using the default (%d)" % (raw, DEFAULT_MARKER_EVERY))
             every = DEFAULT_MARKER_EVERY
-    known = set(_CHOICES) | set(_FREE) | {"CUDA_DEBUG_HANG_AFTER", "CUDA_DEBUG_DUMP_SIGNAL",
-                                          "CUDA_DEBUG_WATCH_EVERY",
-                                          "CUDA_DEBUG_GRAPH_MARKER_EVERY"}
+    known = set(_CHOICES) | set(_FREE) | set(_SPECIAL)
     for name in environ:
         if name.startswith("CUDA_DEBUG_") and name not in known:
-            _warn("cuda_debug: unknown setting %s (known: %s)" % (name, ", ".join(sorted(known))))
+            _warn("cuda_debug: unknown setting %s%s (known: %s)" % (
+                name, _GUESSES.get(name, ""), ", ".join(sorted(known))))
     return Options(report=values["CUDA_DEBUG_REPORT"], capture=values["CUDA_DEBUG_CAPTURE"],
                    wait=values["CUDA_DEBUG_WAIT"], profile=values["CUDA_DEBUG_PROFILE"],
                    capture_check=values["CUDA_DEBUG_CAPTURE_CHECK"],

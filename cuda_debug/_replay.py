@@ -16,6 +16,8 @@ subscription's alone.
 The policy is here: where the library is looked for, which launches to
 instrument, what to say when the program ran differently. C returns raw
 records (csrc/replay/replay.h); _replay_memory turns addresses into words.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import struct
@@ -129,7 +131,7 @@ def find_library() -> Found:
 
 
 def not_found_message(found: Found) -> str:
-    return ("cuda-debug replay needs NVIDIA's Sanitizer API (%s), and it was not found. Install "
+    return ("NVIDIA's Sanitizer API (%s) was not found, and replay needs it. Install "
             "it with `pip install '%s'` (the nvidia-cuda-sanitizer-api wheel; "
             "nvidia-cuda-sanitizer-api-cu12 for CUDA 12), or with the CUDA toolkit (then set "
             "CUDA_HOME), or point %s at the file. Looked in: %s"
@@ -197,12 +199,30 @@ def active() -> bool:
     return _target is not None
 
 
+def check_launches(target: Target) -> None:
+    """The launch numbers of `target` are what C can take: each 1 to LAUNCH_MAX
+    (a larger one would wrap), the candidates each once, at most MAX_CANDIDATES
+    (ReplayError). The command line says the same, as usage errors."""
+    from ._replay_command import LAUNCH_MAX, MAX_CANDIDATES
+    numbers = ([target.launch] if target.launch is not None else []) + list(target.launches)
+    bad = [n for n in numbers if isinstance(n, bool) or not isinstance(n, int) or
+           not 1 <= n <= LAUNCH_MAX]
+    if bad:
+        raise ReplayError("launch %r: a launch number is a whole number from 1 to %d"
+                          % (bad[0], LAUNCH_MAX))
+    if len(set(target.launches)) != len(target.launches) or \
+            len(target.launches) > MAX_CANDIDATES:
+        raise ReplayError("the candidate launches %s: each once, at most %d of them"
+                          % (",".join(map(str, target.launches)), MAX_CANDIDATES))
+
+
 def start(target: Target, found: Found) -> None:
     """Open the library and subscribe, before CUDA starts in this process."""
     global _target, _library
     if not target.launch and not target.kernel:
         raise ReplayError("name the culprit: --launch N and/or --kernel NAME, as the report "
                           "that printed the replay command has them")
+    check_launches(target)
     ok, error = _core.replay_load(found.path)
     if not ok:
         raise ReplayError("cannot open NVIDIA's Sanitizer API at %s (found: %s): %s"
@@ -571,16 +591,18 @@ def found() -> Optional[Instrumented]:
     return None
 
 
-def outcome_text(target: Target, finished: str) -> str:
+def outcome_text(target: Target, finished: str, prog: str = "cuda-debug") -> str:
     """What to say when the replay found no bad access. `finished`: how the
-    program ended ("returned", "raised X", "faulted: ...")."""
+    program ended ("returned", "raised X", "faulted: ..."); `prog`: the command
+    as typed (``cuda-debug``, ``python -m cuda_debug``)."""
+    said = "%s replay: " % prog
     st = status()
     insts = results()
     at = _core.replay_at()
     lines = []
     refused = [i for i in insts if i.failed_step]
     for i in refused:
-        lines.append("cuda-debug replay: NVIDIA's Sanitizer API could not instrument launch "
+        lines.append(said + "NVIDIA's Sanitizer API could not instrument launch "
                      "#{:,} ({}): {} failed: {}.".format(
                          i.launch, _short(i.kernel), _core.REPLAY_STEPS.get(i.failed_step, "?"),
                          _result_text(i.rc)))
@@ -588,26 +610,26 @@ def outcome_text(target: Target, finished: str) -> str:
     what = target.describe()
     several = len(target.launches) > 1
     if several and not clean and not refused:
-        lines.append("cuda-debug replay: the program %s after {:,} launches: none of the "
+        lines.append(said + "the program %s after {:,} launches: none of the "
                      "candidates {} came, so the original run did not repeat itself (it is not "
                      "deterministic, or its inputs or arguments differ).".format(
                          st.launches, _numbers(target.launches)) % finished)
     elif several and clean:
-        lines.append("cuda-debug replay: the candidates {} ran instrumented ({} of {}) and made "
+        lines.append(said + "the candidates {} ran instrumented ({} of {}) and made "
                      "no bad access: their inputs differ from the original run's (the program "
                      "is not deterministic), or the fault was not an access the check sees "
                      "(shared or local memory, a device-side malloc, texture or tensor-map "
                      "loads).".format(_numbers(i.launch for i in clean), st.n_results,
                                       len(target.launches)))
     elif target.launch and st.launches < target.launch and not clean:
-        lines.append("cuda-debug replay: the program %s after {:,} launches: launch #{:,} was "
+        lines.append(said + "the program %s after {:,} launches: launch #{:,} was "
                      "never reached, so the original run did not repeat itself (it is not "
                      "deterministic, or its inputs or arguments differ).".format(
                          st.launches, target.launch) % finished)
     elif target.launch and at is not None and target.kernel and not clean and \
             not any(i.launch == target.launch for i in refused):
         got = _text(at[1])
-        lines.append("cuda-debug replay: launch #{:,} was {} (grid {} block {}), not {}, and no "
+        lines.append(said + "launch #{:,} was {} (grid {} block {}), not {}, and no "
                      "later launch of {} came: the launches came in another order than in the "
                      "original run (not deterministic).".format(
                          target.launch, _short(got), list(at[2]), list(at[3]),
@@ -615,7 +637,7 @@ def outcome_text(target: Target, finished: str) -> str:
     elif clean:
         i = clean[0]
         n = st.n_results - len(refused)
-        lines.append("cuda-debug replay: {} ran instrumented ({} launch{}, from #{:,}, grid {} "
+        lines.append(said + "{} ran instrumented ({} launch{}, from #{:,}, grid {} "
                      "block {}) and made no bad access: its inputs differ from the original "
                      "run's (the program is not deterministic), or the fault was not an access "
                      "the check sees (shared or local memory, a device-side malloc, texture "
@@ -623,12 +645,12 @@ def outcome_text(target: Target, finished: str) -> str:
                          _short(i.kernel), n, "" if n == 1 else "es",
                          st.first_instrumented or i.launch, list(i.grid), list(i.block)))
     elif target.kernel and not refused:
-        lines.append("cuda-debug replay: no launch of %s came (%s launches made, the program %s): "
+        lines.append(said + "no launch of %s came (%s launches made, the program %s): "
                      "the kernel name does not match what this run launched, or the run took "
                      "another path." % (_short(target.kernel), "{:,}".format(st.launches),
                                         finished))
     if not lines:
-        lines.append("cuda-debug replay: %s was not instrumented (the program %s)." % (what,
+        lines.append(said + "%s was not instrumented (the program %s)." % (what,
                                                                                       finished))
     if refused:
         lines.append("The original report stands.")

@@ -6,15 +6,19 @@ was; the replay finds those. The command re-runs the same program with the
 same arguments, instrumenting that launch (its number, as watch() counted it,
 and its kernel). Imported by the report (_report) and the command line
 (_cli); it imports nothing of the package's.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import shlex
-import shutil
 import sys
 from typing import List, Optional
 
 #: Candidate launches a replay instruments at most (csrc/replay: CD_REPLAY_LAUNCHES).
 MAX_CANDIDATES = 64
+#: The largest launch number: watch() counts a process's launches in 64 bits (the
+#: C core reads a number with the "K" format, which would wrap a larger one).
+LAUNCH_MAX = 2 ** 64 - 1
 #: The faults a replay can explain: an access the check sees as outside every
 #: allocation, or not aligned to its size.
 REPLAYABLE = {700: "an illegal address", 716: "a misaligned address"}
@@ -40,6 +44,7 @@ def wanted(code: Optional[int], device_message: Optional[str]) -> bool:
 def _prog() -> str:
     if prog:
         return prog
+    import shutil               # (here: shutil brings bz2 and lzma, a report needs neither)
     if shutil.which("cuda-debug"):
         return "cuda-debug"
     return "%s -m cuda_debug" % (os.path.basename(sys.executable) or "python")

@@ -15,6 +15,8 @@ so that they are tested on CPU from recorded samples:
 - :func:`locate` names, for an address, the allocation it is in or the one it
   missed (past whose end, before whose start, in which free block);
 - :func:`describe` writes the one line of the report.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import bisect
 import gc

@@ -13,14 +13,15 @@ open scope are one C call (csrc/hooks/scopes.c): a KeyboardInterrupt cannot leav
 CUPTI held. Per thread, the C core keeps a small stack of open scopes; a scope
 closes by its own token, so asyncio tasks interleaving scopes on one thread
 never unblock each other early.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import contextlib
 import functools
-import inspect
 import sys
 import warnings
 from types import TracebackType
-from typing import (TYPE_CHECKING, Any, Callable, Literal, NoReturn, Optional, Type, TypeVar,
+from typing import (TYPE_CHECKING, Any, Callable, List, Literal, NoReturn, Optional, Type, TypeVar,
                     overload)
 
 from . import (_core, _cuda_errors, _dispatch_fallback, _hangs, _libraries, _locations, _options,
@@ -51,20 +52,26 @@ def _set_markers(exact_delta: int) -> None:
 # of ``torch.no_grad().__enter__()``) stays open until its __exit__ (the object
 # __enter__ returned) or the end of the process, instead of closing when the
 # object is freed, on the next line (issue 25 item 6).
-_entered = set()
+_entered: "set[_Region]" = set()
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 # `with` on a scope never swallows the exception: its __exit__ returns False or raises.
 _ExcType = Optional[Type[BaseException]]
 
 
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, bool) and type(value).__name__ != "bool_":
+def _is_bool(value: object) -> bool:
+    """True or False (NumPy's too: numpy.bool_, numpy.bool in NumPy 2)."""
+    return isinstance(value, bool) or (type(value).__name__ in ("bool_", "bool") and
+                                       type(value).__module__ == "numpy")
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not _is_bool(value):
         raise TypeError("%s must be True or False, not %r" % (name, value))
     return bool(value)
 
 
-def watch_epoch():
+def watch_epoch() -> Optional[int]:
     """The watch-ring seq before the first watch() of the process, or None."""
     return _watch_epoch
 
@@ -138,8 +145,9 @@ class _Region(contextlib.ContextDecorator):
     functions refused, balanced enter/exit."""
 
     _what = "region"
+    _handles: List[Any]             # the open C scopes of this object (nested entries)
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # @cuda_debug.launch_blocking without parentheses: the argument is the function
         # (anything else callable is refused by __call__, saying what is accepted).
         if len(args) == 1 and not kwargs and callable(args[0]) and \
@@ -149,8 +157,9 @@ class _Region(contextlib.ContextDecorator):
 
     _takes = "True or False"
 
-    def _refuse(self, obj):
+    def _refuse(self, obj: object) -> TypeError:
         """TypeError for an object that is neither a function nor an argument."""
+        import inspect          # (here, not at import: the first watch() is cheaper)
         if inspect.isclass(obj):
             what = "the class %s" % obj.__qualname__
             hint = ": decorate its methods, or put `with cuda_debug.%s:` around the code" \
@@ -162,12 +171,16 @@ class _Region(contextlib.ContextDecorator):
         return TypeError("%s decorates functions and takes %s, not %s%s"
                          % (self._what, self._takes, what, hint))
 
-    def _recreate_cm(self):
+    def _copy(self) -> Any:
+        raise NotImplementedError           # (each region makes its own copy)
+
+    def _recreate_cm(self) -> Any:
         # Each decorated call gets its own object: one function may run in two
         # threads (or recursively) at once.
         return self._copy()
 
     def __call__(self, func: _F) -> _F:
+        import inspect
         if not (inspect.isroutine(func) or isinstance(func, functools.partial)):
             raise self._refuse(func)
         if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
@@ -177,13 +190,13 @@ class _Region(contextlib.ContextDecorator):
                 % (self._what, getattr(func, "__qualname__", func), self._what))
         if inspect.iscoroutinefunction(func):
             @functools.wraps(func)
-            async def run_coroutine(*args, **kwargs):
+            async def run_coroutine(*args: Any, **kwargs: Any) -> Any:
                 with self._recreate_cm():
                     return await func(*args, **kwargs)
-            return run_coroutine
+            return run_coroutine  # type: ignore[return-value]  # (functools.wraps keeps _F)
         return super().__call__(func)
 
-    def _exit_handle(self):
+    def _exit_handle(self) -> Any:
         if not self._handles:
             raise RuntimeError("%s: __exit__ without a matching __enter__" % self._what)
         handle = self._handles.pop()
@@ -193,7 +206,7 @@ class _Region(contextlib.ContextDecorator):
         return handle
 
     @staticmethod
-    def _raise(err: BaseException, exc: Optional[BaseException]) -> NoReturn:
+    def _raise(err: CudaError, exc: Optional[BaseException]) -> NoReturn:
         if exc is None:
             raise err
         launch = _report.raised_at_launch(exc, err)
@@ -235,7 +248,7 @@ class launch_blocking(_Region):
         # returns the function, the call an instance. (A type checker prefers
         # __init__ to __new__ when a class has both: it sees no __init__.)
         @overload
-        def __new__(cls, enabled: _F) -> _F: ...
+        def __new__(cls, enabled: _F) -> _F: ...  # type: ignore[misc]
         @overload
         def __new__(cls, enabled: bool = True, *, all_threads: bool = False
                     ) -> "launch_blocking": ...
@@ -285,7 +298,7 @@ class launch_blocking(_Region):
             err.mechanism = "dispatch"
         self._raise(err, exc)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "cuda_debug.launch_blocking(%s%s)" % (
             self.enabled, ", all_threads=True" if self.all_threads else "")
 
@@ -340,6 +353,11 @@ class watch(_Region):
     its input shapes (``op``, ``inputs``): a Python call per op, so it costs
     more than watch() alone (benchmarks/RESULTS.md); without it ``op`` is None.
 
+    ``watch(False)`` is no watch (as ``guard(False)`` and ``launch_blocking(False)``
+    are off): its block opens nothing, and a watch() open around it goes on
+    watching (watch is process-wide). ``ops``, ``hang_after`` and ``exact`` are
+    keywords.
+
     ``hang_after=s`` (or ``CUDA_DEBUG_HANG_AFTER=s``; 0 turns it off): when a
     launch has stayed unfinished for s seconds while later launches queue
     behind it on its stream, or while the program launches nothing (it waits),
@@ -352,30 +370,58 @@ class watch(_Region):
     """
 
     _what = "watch()"
-    _takes = "ops=True|False, hang_after=seconds and exact=True|False"
+    _takes = "enabled=True|False and the keywords ops=, hang_after= and exact="
+    enabled: bool
     ops: bool
+    hang_after: Optional[float]
     exact: bool
+    _recorders: List[Any]
+    _hang: List[Optional[float]]
 
     if TYPE_CHECKING:             # as launch_blocking's: @cuda_debug.watch returns the function
         @overload
-        def __new__(cls, ops: _F) -> _F: ...
+        def __new__(cls, enabled: _F) -> _F: ...  # type: ignore[misc]
         @overload
-        def __new__(cls, ops: Optional[bool] = None, *, hang_after: Optional[float] = None,
-                    exact: Optional[bool] = None) -> "watch": ...
+        def __new__(cls, enabled: bool = True, *, ops: Optional[bool] = None,
+                    hang_after: Optional[float] = None, exact: Optional[bool] = None
+                    ) -> "watch": ...
         def __new__(cls, *args: Any, **kwargs: Any) -> Any: ...
     else:
-        def __init__(self, ops: Optional[bool] = None, *, hang_after=None, exact=None):
+        def __new__(cls, *args, **kwargs):
+            # watch(False) is no watch: an object whose block opens nothing
+            # (_WatchOff), checked by the same __init__.
+            enabled = args[0] if args else kwargs.get("enabled", True)
+            if cls is watch and _is_bool(enabled) and not enabled:
+                return _Region.__new__(_WatchOff)
+            return _Region.__new__(cls, *args, **kwargs)
+
+        def __init__(self, enabled: bool = True, *, ops: Optional[bool] = None,
+                     hang_after=None, exact=None):
+            self.enabled = _check_bool("watch(enabled)", enabled)
             self.ops = _options.OPTIONS.watch_ops if ops is None else \
                 _check_bool("watch(ops)", ops)
             self.hang_after = _hangs.check_hang_after(hang_after)
             self.exact = _options.OPTIONS.watch_exact if exact is None else \
                 _check_bool("watch(exact)", exact)
+            if not self.enabled:
+                given = [a for a, on in (("ops=True", ops), ("hang_after=%s" % hang_after,
+                                                             hang_after), ("exact=True", exact))
+                         if on]
+                if given:
+                    raise ValueError(
+                        "watch(False, %s): %s configure%s a watch, and watch(False) is none "
+                        "(a watch() open around it goes on: watch is process-wide): pass one "
+                        "or the other" % (", ".join(given), " and ".join(given),
+                                          "" if len(given) > 1 else "s"))
+                self.ops = self.exact = False
+                self.hang_after = None
             self._handles = []
             self._recorders = []
             self._hang = []
 
     def _copy(self) -> "watch":
-        return watch(self.ops, hang_after=self.hang_after or 0, exact=self.exact)
+        return watch(self.enabled, ops=self.ops, hang_after=self.hang_after or 0,
+                     exact=self.exact)
 
     def __enter__(self) -> "watch":
         global _watch_epoch
@@ -431,26 +477,42 @@ class watch(_Region):
             return False
         self._raise(err, exc)
 
-    def __repr__(self):
-        args = (["ops=True"] if self.ops else []) + \
+    def __repr__(self) -> str:
+        args = (["False"] if not self.enabled else []) + (["ops=True"] if self.ops else []) + \
             (["hang_after=%g" % self.hang_after] if self.hang_after else []) + \
             (["exact=True"] if self.exact else [])
         return "cuda_debug.watch(%s)" % ", ".join(args)
+
+
+class _WatchOff(watch):
+    """``watch(False)``: no watch. Its block opens nothing and closes nothing; a
+    watch() open around it (watch is process-wide) goes on watching, so
+    ``is_watching()`` is what it was outside."""
+
+    def __enter__(self) -> "watch":
+        return self
+
+    def __exit__(self, exc_type: _ExcType, exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
+        return False
 
 
 def is_launch_blocking() -> bool:
     """Whether kernels launched by this thread, now, are synchronous."""
     s = _core.thread_state()
     if s:
-        return s > 0
+        return bool(s > 0)
     if _dispatch_fallback.thread_blocking():
         return True
-    return _core.stats()["all_threads"] > 0
+    return bool(_core.stats()["all_threads"] > 0)
 
 
 def is_watching() -> bool:
     """Whether a watch() is open in the process (launches are being recorded)."""
-    return _core.stats()["watching"] > 0
+    return bool(_core.stats()["watching"] > 0)
+
+
+_INT_MAX = 2 ** 31 - 1           # the C int a device ordinal is (CUdevice)
 
 
 def check(device: Optional[int] = None) -> None:
@@ -460,14 +522,17 @@ def check(device: Optional[int] = None) -> None:
     the kernel."""
     if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
         raise TypeError("check(device) takes a device ordinal (int), not %r" % (device,))
-    if device is not None and device < 0:
-        raise ValueError("check(device=%d): a device ordinal is >= 0" % device)
+    if device is not None and not 0 <= device <= _INT_MAX:
+        raise ValueError("check(device=%d): a device ordinal is %s" % (
+            device, ">= 0" if device < 0 else "a GPU's number, 0 to the GPUs there are - 1"))
     _libraries.ensure(_libraries.CUDA)
     rc = _core.synchronize(-1 if device is None else device)
     if rc == 0:
         return
-    raise _report.error_for(None, code=rc, watch_mark=_watch_epoch, found_at="check",
+    err = _report.error_for(None, code=rc, watch_mark=_watch_epoch, found_at="check",
                             frame=_locations.current_frame(1))
+    assert err is not None          # (a failed synchronisation is always reported)
+    raise err
 
 
 def last_error() -> Optional[CudaError]:

@@ -11,6 +11,8 @@ encountered``, JAX ``XlaRuntimeError: ... CUDA_ERROR_ILLEGAL_ADDRESS``, Numba
 
 Used by the pytest plugin, the notebook extension and ``python -m cuda_debug
 run``; pure Python, no CUDA call.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 from typing import Optional
 

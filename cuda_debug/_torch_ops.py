@@ -14,8 +14,9 @@ Two sources, both read only after a fault:
 * the dispatch fallback (mechanism "dispatch", when another tool holds
   CUPTI): the TorchDispatchMode that synchronises after every op hands the op
   and its arguments over directly (_dispatch_fallback.py).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
-import ast
 import linecache
 import sys
 import threading
@@ -88,6 +89,7 @@ _MISSING = object()
 def _lookup(node, frame):
     """The value of a plain name or attribute chain in `frame`, without running
     code (no properties, no __getattr__ except nn.Module's own tables)."""
+    import ast              # (ast is a report's: imported here, not with the module)
     if isinstance(node, ast.Name):
         for space in (frame.f_locals, frame.f_globals):
             if node.id in space:
@@ -112,6 +114,7 @@ def _lookup(node, frame):
 
 def _operands(expr):
     """(source text, node) of the operands of a call, subscript or operator."""
+    import ast
     if isinstance(expr, ast.Call):
         nodes = []
         if isinstance(expr.func, ast.Attribute):
@@ -155,6 +158,7 @@ def _segment(code, lasti: int) -> Optional[str]:
 
 
 def _parse(segment: str):
+    import ast
     try:
         return ast.parse("(%s\n)" % segment, mode="eval").body
     except SyntaxError:
@@ -172,6 +176,7 @@ def _parse(segment: str):
 def call_inputs(tb) -> Optional[List[dict]]:
     """The tensor arguments of the call that raised, in the innermost frame of
     the traceback `tb` (the Python call into PyTorch's C++)."""
+    import ast
     if tb is None:
         return None
     while tb.tb_next is not None:

@@ -37,20 +37,34 @@ current context returns a sticky code. A framework's words alone never stop the
 session. The report is printed once: in the test's failure (its "cuda_debug"
 section or the error itself), or in the summary when the test did not fail.
 
-Cost when none of it is used: no CUDA call, no import of torch; per test one
-marker lookup and two reads of an integer in the C core. The report header
+Unused (no option, ini setting, CUDA_DEBUG_GUARD=1, marker or fixture of ours) it
+does nothing: no C extension loaded, no CUDA call, no import of torch, no import
+hook in sys.meta_path (cuda_debug/__init__.py waits for the first use under
+pytest); per test one marker lookup and a look in sys.modules for the C core. The report header
 reads /proc and constants only, unless every test runs in a scope (the process
 will initialise CUDA anyway) or with ``-v`` (libcuda is opened for its version,
 without cuInit: CUDA initialised in the pytest process would break tests that
 fork).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
+from __future__ import annotations     # (pytest's types, for type checkers only)
+
 import os
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, Any, Generator, List, Optional, Tuple
 
 import pytest
 
-from . import _core, _cuda_errors, _sticky
+if TYPE_CHECKING:
+    from pluggy import Result as _Outcome
+
+    from ._errors import CudaError
+    from ._guard import guard as _GuardRegion
+
+#: a hookwrapper of the old style (every pluggy): what it yields, gets back, returns
+_Wrapper = Generator[None, "_Outcome[Any]", None]
+
 
 OPTION = "--cuda-launch-blocking"
 INI = "cuda_launch_blocking"
@@ -86,7 +100,7 @@ class _Culprit:
         # node id of the earlier test whose launch watch() named
         self.blame = blame
 
-    def blamed(self) -> str:
+    def blamed(self) -> Optional[str]:
         """Why this test is named, for the summary's line."""
         if self.blame == SURFACED:
             return "the CUDA context died in it (the fault surfaced here; an earlier test may " \
@@ -107,7 +121,8 @@ _PLUGIN = pytest.StashKey["CudaDebugPlugin"]()
 
 # -- configuration ----------------------------------------------------------------
 
-def pytest_addoption(parser):
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The option group, its ini settings."""
     group = parser.getgroup("cuda_debug", "cuda_debug: translated CUDA errors, fail fast "
                                           "on a dead CUDA context")
     group.addoption(
@@ -135,7 +150,8 @@ def pytest_addoption(parser):
                   help="like --cuda-guard: every test inside cuda_debug.guard()")
 
 
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
+    """The markers, and the session's part of the plugin (state in config.stash)."""
     config.addinivalue_line(
         "markers",
         "cuda_launch_blocking(enabled=True, *, all_threads=False): run this test inside "
@@ -150,14 +166,15 @@ def pytest_configure(config):
     config.pluginmanager.register(plugin, "cuda_debug-session")
 
 
-def pytest_unconfigure(config):
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's part taken away."""
     plugin = config.stash.get(_PLUGIN, None)
     if plugin is not None:
         config.pluginmanager.unregister(plugin)
 
 
 @pytest.fixture(name=FIXTURE)
-def _cuda_launch_blocking_fixture(request):
+def _cuda_launch_blocking_fixture(request: pytest.FixtureRequest) -> Generator[None, None, None]:
     """Run this test inside ``cuda_debug.launch_blocking()``: its kernels launch
     synchronously and a faulting kernel raises at the launching line, translated
     (DeviceAssertError, IllegalAddressError...). Requesting it is enough."""
@@ -166,7 +183,7 @@ def _cuda_launch_blocking_fixture(request):
 
 
 @pytest.fixture(name=WATCH_FIXTURE)
-def _cuda_watch_fixture(request):
+def _cuda_watch_fixture(request: pytest.FixtureRequest) -> Generator[None, None, None]:
     """Run this test inside ``cuda_debug.watch()``: a kernel fault that surfaces
     later is reported with the faulting kernel and its launching line."""
     request.node.stash[_WANT_WATCH] = True
@@ -179,7 +196,7 @@ def _indent(text: str, pad: str = "  ") -> str:
     return "\n".join(pad + line for line in text.splitlines())
 
 
-def _force_exception(outcome, exc: BaseException) -> None:
+def _force_exception(outcome: Any, exc: BaseException) -> None:
     """Replace a hookwrapper's outcome by `exc` (pluggy >= 1.1, and before)."""
     force = getattr(outcome, "force_exception", None)
     if force is not None:
@@ -188,18 +205,18 @@ def _force_exception(outcome, exc: BaseException) -> None:
         outcome._excinfo = (type(exc), exc, exc.__traceback__)
 
 
-def _at_test_frames(translated, exc):
+def _at_test_frames(translated: BaseException, exc: BaseException) -> Any:
     """The traceback of `translated` (a scope's translation of `exc`) from the
     frame where `exc`'s begins (the test's own), without this hook and the
     scope's __exit__; `exc`'s own when it does not pass there."""
-    start = exc.__traceback__.tb_frame
+    start = exc.__traceback__.tb_frame if exc.__traceback__ is not None else None
     tb = translated.__traceback__
     while tb is not None and tb.tb_frame is not start:
         tb = tb.tb_next
     return tb or exc.__traceback__
 
 
-def _outcome(report) -> str:
+def _outcome(report: pytest.TestReport) -> str:
     return "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
 
 
@@ -207,43 +224,64 @@ def _plural(n: int, word: str = "test") -> str:
     return "%d %s%s" % (n, word, "" if n == 1 else "s")
 
 
-def _new_report(item, exc):
+def _fault_seq() -> int:
+    """The C core's count of recorded faults; 0 while the core is not loaded
+    (nothing of cuda_debug's ran, so nothing was recorded): unused, the plugin
+    loads neither the C extension nor anything else of cuda_debug's."""
+    core = sys.modules.get("cuda_debug._core")
+    return core.fault_seq() if core is not None else 0
+
+
+def _arm() -> None:
+    """Asked (an option, a marker, a fixture): cuda_debug as `import cuda_debug`
+    makes it outside pytest (the torch graph-capture hook: cuda_debug/__init__.py)."""
+    import cuda_debug
+    cuda_debug._arm()
+
+
+def _new_report(item: pytest.Item, exc: Optional[BaseException]) -> Optional[CudaError]:
     """The cuda_debug report for what happened during this test: a sticky fault
     cuda_debug recorded (in a scope), or named by the watch ring; else None."""
     seq0 = item.stash.get(_SEQ, None)
-    if seq0 is None:
-        return None
+    if seq0 is None or "cuda_debug._core" not in sys.modules:
+        return None                     # (no core: nothing of cuda_debug's recorded a fault)
     from . import _report
     from ._scope import watch_epoch
-    if exc is None and _core.fault_seq() <= seq0:
+    if exc is None and _fault_seq() <= seq0:
         return None
     err = _report.error_for(exc, mark=seq0, watch_mark=watch_epoch(), found_at="test",
                             include_claimed=True)
     return err if err is not None and err.sticky else None
 
 
-def _probe_context(exc) -> Optional[int]:
+def _probe_context(exc: BaseException) -> Optional[int]:
     """After a failure that speaks of CUDA, in a process that already loaded
     libcuda: is the current (or an active primary) context dead? (the sticky
     code cuCtxSynchronize returns, else None)"""
     from . import _environment, _libraries
     if not _environment.libcuda_mapped():
         return None
+    from . import _core
     if not _libraries.load(_libraries.CUDA).loaded or _core.driver_init() != 0:
         return None
+    from . import _cuda_errors
     rc = _core.synchronize(-1)
     return rc if _cuda_errors.is_sticky(rc) else None
 
 
-def _cudaish(exc) -> bool:
+def _cudaish(exc: Optional[BaseException]) -> bool:
+    from . import _sticky
     return exc is not None and _sticky.is_gpu_exception(exc) and _sticky.speaks_of_cuda(exc)
 
 
-def _report_text(item, exc, tb, may_probe: bool):
+def _report_text(item: pytest.Item, exc: Optional[BaseException], tb: Any, may_probe: bool
+                 ) -> Tuple[Optional[str], bool, Optional[CudaError]]:
     """(short report, located, the cuda_debug error) when the CUDA context died
     in this test, else (None, False, None). `located`: cuda_debug saw the fault
     (kernel and line known), rather than a framework saying so later."""
-    from ._errors import CudaError
+    from . import _sticky
+    errors = sys.modules.get("cuda_debug._errors")     # (not loaded: exc is none of ours)
+    CudaError = errors.CudaError if errors is not None else ()
     if isinstance(exc, CudaError) and exc.sticky:
         return "%s: %s" % (type(exc).__name__, exc), True, exc
     err = _new_report(item, exc)
@@ -275,7 +313,8 @@ def _report_text(item, exc, tb, may_probe: bool):
     ]), False, None
 
 
-def _launching_test(session, item, err) -> Optional[str]:
+def _launching_test(session: Optional[pytest.Session], item: pytest.Item,
+                    err: Optional[CudaError]) -> Optional[str]:
     """With watch(): the node id of the earlier test whose function is on the
     recorded stack of the faulting launch (the fault launched there surfaced in
     `item`), or None (this test's own launch, or not known)."""
@@ -284,7 +323,7 @@ def _launching_test(session, item, err) -> Optional[str]:
         return None
     frames = {(os.path.realpath(f.filename), f.name) for f in stack}
 
-    def runs(it):
+    def runs(it: pytest.Item) -> bool:
         code = getattr(getattr(it, "obj", None), "__code__", None)
         return code is not None and (os.path.realpath(code.co_filename), code.co_name) in frames
 
@@ -295,15 +334,32 @@ def _launching_test(session, item, err) -> Optional[str]:
     return next((it.nodeid for it in reversed(earlier) if runs(it)), None)
 
 
+def _marked(item: pytest.Item) -> bool:
+    """Does the test use a marker or a fixture of cuda_debug's?"""
+    return any(item.get_closest_marker(m) is not None
+               for m in (MARKER, WATCH_MARKER, GUARD_MARKER)) or \
+        FIXTURE in getattr(item, "fixturenames", ()) or \
+        WATCH_FIXTURE in getattr(item, "fixturenames", ())
+
+
 class CudaDebugPlugin:
     """The per-session part: scopes around tests, fail fast, header and summary."""
 
-    def __init__(self, config):
+    every_test: bool
+    watch_session: bool
+    worker: Optional[str]
+    session: Optional[pytest.Session]
+    warned_conflict: bool
+    not_run: int
+    guard: "_Guard"
+
+    def __init__(self, config: pytest.Config):
         self.config = config
         self.every_test = bool(config.getoption("cuda_launch_blocking")) or bool(config.getini(INI))
         self.watch_session = bool(config.getoption("cuda_watch")) or bool(config.getini(WATCH_INI))
-        self.session_watch = None                 # the session's watch(), once entered
-        self.worker = config.workerinput.get("workerid") if hasattr(config, "workerinput") else None
+        self.session_watch: Any = None            # the session's watch(), once entered
+        self.worker = config.workerinput.get("workerid") if hasattr(config, "workerinput") \
+            else None
         self.session = None
         self.unavailable: Optional[str] = None   # why launch_blocking() cannot be had here
         self.warned_conflict = False
@@ -315,51 +371,69 @@ class CudaDebugPlugin:
         self.exit_after: Optional[str] = None     # xdist worker: exit after this test
         self.previous: Optional[str] = None       # the test that ran before this one
         self.guard = _Guard(config)
+        if self.asked():
+            _arm()
+
+    def asked(self) -> bool:
+        """An option, an ini setting or CUDA_DEBUG_GUARD=1 asks for every test."""
+        return self.every_test or self.watch_session or self.guard.every_test
 
     # -- session --------------------------------------------------------------------
 
-    def pytest_sessionstart(self, session):
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """The session, for its items (fail fast counts the tests not run)."""
         self.session = session
 
-    def pytest_report_header(self, config):
+    def pytest_report_header(self, config: pytest.Config) -> Optional[str]:
+        """One line when an option, ini setting or CUDA_DEBUG_GUARD=1 asks."""
         # Quiet unless asked (as pytest-timeout): a project that uses no option, ini
         # setting or CUDA_DEBUG_* switch of cuda_debug gets no line here; one whose
         # tests use its markers or fixtures gets it after collection (below).
-        if not (self.every_test or self.watch_session or self.guard.every_test):
+        if not self.asked():
             return None
         return self._header_line(config)
 
-    def pytest_report_collectionfinish(self, config, items):
-        if self.every_test or self.watch_session or self.guard.every_test:
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """A marker or a fixture of cuda_debug's asks."""
+        if any(_marked(item) for item in session.items):
+            _arm()                          # asked by a marker or a fixture
+
+    def pytest_report_collectionfinish(self, config: pytest.Config,
+                                       items: List[pytest.Item]) -> Optional[str]:
+        """The header's line after collection, when only markers or fixtures ask."""
+        if self.asked():
             return None                     # said in the header already
         if (config.option.verbose or 0) < 0 or config.getoption("no_header", False):
             return None                     # as the header: not under -q or --no-header
-        uses = (MARKER, WATCH_MARKER, GUARD_MARKER)
-        if not any(any(item.get_closest_marker(m) is not None for m in uses) or
-                   FIXTURE in getattr(item, "fixturenames", ()) or
-                   WATCH_FIXTURE in getattr(item, "fixturenames", ()) for item in items):
+        if not any(_marked(item) for item in items):
             return None
         return self._header_line(config)
 
-    def _header_line(self, config):
+    def _header_line(self, config: pytest.Config) -> str:
+        unusable = None             # said instead where the header finds no usable GPU
         if self.every_test:
             how = OPTION if config.getoption("cuda_launch_blocking") else "ini %s" % INI
             blocking, depth = "on, every test (%s)" % how, "full"
+            unusable = "off (%s asks for it, and it cannot work here: the tests run " \
+                       "without it)" % how
         elif self.watch_session:
+            how = WATCH_OPTION if config.getoption("cuda_watch") else "ini %s" % WATCH_INI
             blocking, depth = "off; watch() on for the session", "full"
+            unusable = "off; watch(): %s asks for it, and it cannot work here (the tests run " \
+                       "without it)" % how
         else:
             blocking = "off (marked tests only)"
             depth = "driver" if (config.getoption("verbose") or 0) > 0 else "cheap"
         try:
             from . import _environment
-            return _environment.header_line(blocking, depth)
+            return _environment.header_line(blocking, depth, unusable)
         except Exception as e:  # a header must never break a run
             return "cuda_debug: environment unknown (%s: %s), launch blocking: %s" % (
                 type(e).__name__, e, blocking)
 
     # -- scopes -----------------------------------------------------------------------
 
-    def _wanted(self, item):
+    def _wanted(self, item: pytest.Item) -> Optional[Tuple[str, bool]]:
         """("block", all_threads) or ("watch", False) when this test runs in a
         scope of its own, else None."""
         m = item.get_closest_marker(MARKER)
@@ -375,12 +449,13 @@ class CudaDebugPlugin:
             return ("watch", False)
         return None
 
-    def _enter(self, item, kind: str, all_threads: bool):
+    def _enter(self, item: pytest.Item, kind: str, all_threads: bool) -> Any:
         """An entered scope, or None where it cannot be had (said once, as a
         warning; the test then runs as it would without the plugin: the rule of
         every cuda_debug entry point), or after a test poisoned the context."""
         if self.unavailable is not None or self.poisoner is not None:
             return None
+        _arm()                          # (a fixture may be asked for at run time)
         from . import _scope
         from ._errors import CudaUnavailableError, ToolConflictError
         scope = _scope.watch() if kind == "watch" else \
@@ -401,13 +476,13 @@ class CudaDebugPlugin:
         return scope
 
     @staticmethod
-    def _say(item, text: str) -> None:
+    def _say(item: pytest.Item, text: str) -> None:
         """Say `text` once, in the terminal summary (not as a warning inside a
         test: `filterwarnings = error` would fail it). It travels with the
         test's reports (user_properties), so an xdist controller says it too."""
         item.user_properties.append((PROPERTY_NOTE, text))
 
-    def _phase(self, item):
+    def _phase(self, item: pytest.Item) -> _Wrapper:
         """Run one phase (setup, call, teardown) of `item` in a scope if wanted.
 
         An old-style hookwrapper (every pluggy): the phase's exception reaches
@@ -434,7 +509,8 @@ class CudaDebugPlugin:
                 translated = translated.with_traceback(_at_test_frames(translated, exc))
             _force_exception(outcome, translated)
 
-    def pytest_sessionfinish(self, session):
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """The session's watch() left."""
         scope, self.session_watch = self.session_watch, None
         if scope is not None:
             try:
@@ -443,8 +519,9 @@ class CudaDebugPlugin:
                 pass
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_setup(self, item):
-        item.stash[_SEQ] = _core.fault_seq()
+    def pytest_runtest_setup(self, item: pytest.Item) -> _Wrapper:
+        """The session's watch() entered at the first test; this phase in a scope."""
+        item.stash[_SEQ] = _fault_seq()
         if self.watch_session and self.session_watch is None and self.unavailable is None:
             # Entered at the first test, in the process that runs it (an xdist
             # controller runs none and never initialises CUDA).
@@ -452,17 +529,22 @@ class CudaDebugPlugin:
         yield from self._phase(item)
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_call(self, item):
+    def pytest_runtest_call(self, item: pytest.Item) -> _Wrapper:
+        """The test's call in a scope, where one is wanted."""
         yield from self._phase(item)
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_teardown(self, item, nextitem):
+    def pytest_runtest_teardown(self, item: pytest.Item,
+                                nextitem: Optional[pytest.Item]) -> _Wrapper:
+        """The teardown in a scope, where one is wanted."""
         yield from self._phase(item)
 
     # -- fail fast ----------------------------------------------------------------------
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
+    def pytest_runtest_makereport(self, item: pytest.Item,
+                                  call: pytest.CallInfo[None]) -> _Wrapper:
+        """Fail fast: did the CUDA context die in this phase?"""
         outcome = yield
         rep = outcome.get_result()
         try:
@@ -471,11 +553,12 @@ class CudaDebugPlugin:
             rep.sections.append((SECTION, "cuda_debug could not check this test for a sticky "
                                           "CUDA error: %s: %s" % (type(e).__name__, e)))
 
-    def _check(self, item, call, rep):
+    def _check(self, item: pytest.Item, call: pytest.CallInfo[None],
+               rep: pytest.TestReport) -> None:
         exc = call.excinfo.value if call.excinfo is not None else None
         if item.stash.get(_SEEN, False):
             return
-        if exc is None and _core.fault_seq() <= item.stash.get(_SEQ, 1 << 62):
+        if exc is None and _fault_seq() <= item.stash.get(_SEQ, 1 << 62):
             return                          # the common case: nothing happened
         tb = call.excinfo.tb if call.excinfo is not None else None
         may_probe = (rep.failed or hasattr(rep, "wasxfail")) and self.poisoner is None
@@ -488,6 +571,7 @@ class CudaDebugPlugin:
         item.stash[_SEEN] = True
         culprit = self.poisoner
         if culprit is None:
+            assert text is not None         # (no report is only a consequence of a culprit)
             blame = _launching_test(self.session, item, err) if located else SURFACED
             culprit = self.poisoner = _Culprit(item.nodeid, text, _outcome(rep), self.worker,
                                                blame=blame)
@@ -495,10 +579,12 @@ class CudaDebugPlugin:
             if blame:
                 rep.user_properties.append((PROPERTY_BLAME, blame))
         else:
+            from . import _sticky
             rep.user_properties.append((PROPERTY_DEAD, "%s\n  (the CUDA context was already "
                                         "dead: %s poisoned it)" % (
                                             _sticky.first_line(exc) if exc is not None
-                                            else text.splitlines()[0], culprit.nodeid)))
+                                            else (text or "?").splitlines()[0],
+                                            culprit.nodeid)))
         if self.worker is not None:
             self.exit_after = item.nodeid   # see pytest_runtest_logfinish
         if not rep.failed:
@@ -552,7 +638,9 @@ class CudaDebugPlugin:
         rep.sections.append((SECTION, "\n".join(lines)))
 
     @pytest.hookimpl(trylast=True)
-    def pytest_runtest_logfinish(self, nodeid, location):
+    def pytest_runtest_logfinish(self, nodeid: str, location: Tuple[str, Optional[int], str]
+                                 ) -> None:
+        """An xdist worker whose test poisoned its context exits here."""
         self.previous = nodeid
         if self.exit_after == nodeid:
             # xdist worker after a poisoning test: its reports are sent (execnet
@@ -564,7 +652,8 @@ class CudaDebugPlugin:
 
     # -- reports: the controller side (and the single process) ----------------------------
 
-    def pytest_runtest_logreport(self, report):
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """The culprits and notes a report carries (also from xdist's workers)."""
         props = getattr(report, "user_properties", None) or ()
         blame = next((v for k, v in props if k == PROPERTY_BLAME), None)
         for key, value in props:
@@ -579,7 +668,8 @@ class CudaDebugPlugin:
                                               blame=blame if key == PROPERTY else None))
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_handlecrashitem(self, crashitem, report, sched):
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport,
+                               sched: Any) -> None:
         """xdist controller: a worker that we made exit 'crashed' while running
         its poisoning test, which has its own report already: don't count it twice."""
         if any(c.nodeid == crashitem and c.worker for c in self.culprits):
@@ -587,7 +677,9 @@ class CudaDebugPlugin:
             report.when = "teardown"
             report.longrepr = None
 
-    def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter,
+                                exitstatus: int, config: pytest.Config) -> None:
+        """The notes, the culprits and why the session stopped."""
         tr = terminalreporter
         for note in self.notes:
             tr.write_line(note, yellow=True)
@@ -626,7 +718,10 @@ class _Guard:
     phase of a test inside cuda_debug.guard(). A GuardError is an ordinary
     failure of that test (nothing was launched): no fail fast."""
 
-    def __init__(self, config):
+    every_test: bool
+    how: str
+
+    def __init__(self, config: pytest.Config):
         from . import _options
         option, ini = bool(config.getoption("cuda_guard")), bool(config.getini(GUARD_INI))
         self.every_test = option or ini or _options.OPTIONS.guard
@@ -635,7 +730,7 @@ class _Guard:
     def header(self) -> Optional[str]:
         return "cuda_debug guard: on, every test (%s)" % self.how if self.every_test else None
 
-    def enter(self, item):
+    def enter(self, item: pytest.Item) -> Optional[_GuardRegion]:
         """The entered guard() for this phase of `item`, or None."""
         m = item.get_closest_marker(GUARD_MARKER)
         on = (m.args[0] if m.args else m.kwargs.get("enabled", True)) if m is not None \
@@ -648,6 +743,7 @@ class _Guard:
         return region
 
 
-def pytest_report_header(config):
+def pytest_report_header(config: pytest.Config) -> Optional[str]:
+    """guard()'s line of the report header, when it is on for every test."""
     plugin = config.stash.get(_PLUGIN, None)
     return plugin.guard.header() if plugin is not None else None

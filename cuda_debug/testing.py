@@ -17,6 +17,8 @@ fault is found::
 
 A sticky fault kills the CUDA context of the whole process: run these in a
 child process unless you mean to end this one.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 from . import _core, _libraries, _locations, _report
 
@@ -31,8 +33,10 @@ def _launch(kind: str, device: int, stream: int, arg: int = 0) -> None:
     rc = _core.fault_launch(kind, device=device, stream=stream, arg=arg)
     if rc == 0:
         return
-    raise _report.error_for(None, mark=seq, code=rc, watch_mark=watch_epoch(),
+    err = _report.error_for(None, mark=seq, code=rc, watch_mark=watch_epoch(),
                             found_at="launch", frame=_locations.current_frame(2))
+    assert err is not None          # (a launch that failed is always reported)
+    raise err
 
 
 def device_assert(device: int = 0, stream: int = 0) -> None:

@@ -121,7 +121,8 @@ class _Model:
 
 @pytest.mark.parametrize("make,message", [
     (lambda: cuda_debug.watch(_Model()),
-     r"^watch\(\) decorates functions and takes ops=True\|False, hang_after=seconds and exact=True\|False, not a _Model object: to cover "
+     r"^watch\(\) decorates functions and takes enabled=True\|False and the keywords ops=, "
+     r"hang_after= and exact=, not a _Model object: to cover "
      r"a model or another callable object, call it inside `with cuda_debug.watch\(\):`$"),
     (lambda: cuda_debug.launch_blocking(_Model()),
      r"^launch_blocking\(\) decorates functions and takes enabled=True\|False and "

@@ -170,6 +170,75 @@ def test_python_examples_parse_and_use_real_names():
     assert bad == []
 
 
+# -- one set of cost figures ------------------------------------------------------------------
+
+#: a measured ratio (1.043x); a target (<= 1.05x) is no measurement
+_RATIO = re.compile(r"(?<!<= )(?<!<=)\b\d+\.\d+x\b")
+#: pages whose own subject is a measurement that is no mode's cost: GEMMs under
+#: CUDA_LAUNCH_BLOCKING=1 (bench.md)
+_OWN_FIGURES = {"docs/bench.md"}
+
+
+def test_cost_figures_live_in_costs_md_only():
+    """What a mode costs is written once, in docs/costs.md; every other page links
+    there (issue 37 item 4: watch() on a tiny op was 1.04x in the README, 1.14 in
+    costs.md, 1.043x and 1.009x in watch.md), so one edit updates them all."""
+    bad = []
+    for name, text in _pages().items():
+        if name == "docs/costs.md" or name in _OWN_FIGURES:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            if _RATIO.search(line) or re.search(r"\bhalve", line):
+                bad.append("%s:%d: %s" % (name, n, line.strip()))
+    assert bad == []
+
+
+def test_costs_md_cites_the_results_it_takes_its_figures_from():
+    """Every figure of the table names its source, a section of
+    benchmarks/RESULTS.md that exists (the numbers are measured, not written)."""
+    root = _root()
+    costs = _pages()["docs/costs.md"]
+    results = open(os.path.join(root, "benchmarks", "RESULTS.md"), encoding="utf-8").read()
+    headings = re.findall(r"^## (.+)$", results, re.M)
+    table = costs.split("## The table", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) >= 6, rows
+    used = set()
+    for row in rows:
+        for cell in row.split("|")[2:-1]:
+            if cell.strip():
+                m = re.fullmatch(r"\s*\d+\.\d+ \(([a-z])\)\s*", cell)
+                assert m, (row, cell)           # a number and its source, nothing else
+                used.add(m.group(1))
+    notes = dict(re.findall(r'^- \(([a-z])\) "([^"]+)"', table, re.M))
+    assert sorted(used - set(notes)) == []
+    for letter, section in notes.items():
+        assert any(h.startswith(section) for h in headings), (letter, section, headings)
+
+
+def test_the_readmes_gemm_rows_are_measured_ones():
+    """The README's `bench gemm` rows are rows of benchmarks/RESULTS.md, under the
+    same dtype (issue 37 item 11: real measured rows, never written by hand), and
+    it shows the picture."""
+    root = _root()
+    readme = _pages()["README.md"]
+    section = readme.split("cuda-debug bench gemm`", 1)[1].split("\n## ", 1)[0]
+    results = open(os.path.join(root, "benchmarks", "RESULTS.md"), encoding="utf-8").read()
+    seed = results[results.index("### Every dtype, flag and mode"):]
+    rows = 0
+    for part in section.split("**")[1::2]:              # **fp32**, **bf16**
+        dtype = part.split()[0]
+        table = section.split("**%s**" % part, 1)[1].split("**", 1)[0]
+        block = seed[seed.index("**%s" % dtype):]
+        block = block[:block.index("\n**", 1)] if "\n**" in block[1:] else block
+        for line in table.splitlines():
+            if re.match(r"\| \d", line):
+                assert line in block, (dtype, line)
+                rows += 1
+    assert rows >= 4
+    assert "](benchmarks/seed_question.png)" in section
+
+
 # -- command lines ---------------------------------------------------------------------------
 
 def command_lines():
@@ -219,28 +288,148 @@ def test_documented_run_and_doctor_commands_run(tmp_path):
     assert ran >= 10
 
 
-def test_documented_bench_and_dump_commands_parse():
-    from cuda_debug.bench import _cli as bench_cli
-    parser = bench_cli.parser()
-    help_dump = subprocess.run([sys.executable, "-m", "cuda_debug", "dump", "--help"],
-                               capture_output=True, text=True, timeout=60, cwd=PKG_PARENT)
-    assert help_dump.returncode == 0, help_dump.stderr
-    checked = 0
-    for name, argv in command_lines():
-        if argv[0] == "bench":
-            try:
-                parser.parse_args(argv[1:])
-            except SystemExit as e:
-                pytest.fail("%s: `cuda-debug %s` does not parse (exit %s)" % (name, " ".join(argv), e))
-            checked += 1
-        elif argv[0] == "dump":
-            options = [a for a in argv[1:] if a.startswith("-")]
-            assert all(o in help_dump.stdout for o in options), (name, argv)
-            assert all(a.isdigit() for a in argv[1:] if not a.startswith("-")), (name, argv)
-            checked += 1
-        else:
-            assert argv[0] in ("run", "doctor"), (name, argv)
-    assert checked >= 3
+#: a command of cuda_debug's, where a line or a span of a page names one; in the
+#: prose also without the prefix when an option follows (`run --replay`)
+_COMMAND = re.compile(r"(?:^|(?<=[\s(]))(?:cuda-debug|-m cuda_debug)\s+(\S.*)$")
+_BARE = re.compile(r"^()((?:run|replay|dump|doctor|bench) --.*)$")
+#: the pages' placeholders, as a value that the parsers take
+_PLACEHOLDERS = {"PID": "4242", "TORCHRUN_PID": "4242", "N": "12", "N[,N2,...]": "12",
+                 "N1,N2,...": "12,15", "M": "3", "W": "2", "NAME": "gather_rows", "S": "60",
+                 "HOST:PORT": "node0:29500", "module": "mypkg.train"}
+
+
+def _commands_in(code, prose=False):
+    """(argv after the command) of each command in one line of code (or a
+    span), unless it is an example of output (``cuda-debug run: error: ...``),
+    a list (``run / dump``) or elided (``dump ...``)."""
+    spans = re.findall(r"`([^`]+)`", code) or [code]
+    out = []
+    for text in spans:
+        text = text.split("  #", 1)[0].split(" # ", 1)[0].strip()
+        m = _COMMAND.search(text) or (_BARE.match(text) if prose else None)
+        if not m:
+            continue
+        words = m.group(m.lastindex).split()
+        if words[0].endswith(":") or "/" in words[:2] or "..." in words:
+            continue
+        argv = []
+        for w in words:
+            if w == "<":                                 # run - < train.py
+                break
+            if w.startswith("[") and w.endswith("]") and not w.startswith("[-") and \
+                    w not in _PLACEHOLDERS:
+                continue                                 # an optional positional: left out
+            w = w if w in _PLACEHOLDERS else w.strip("[]")
+            if w in _PLACEHOLDERS:
+                argv.append(_PLACEHOLDERS[w])
+            elif not w.endswith("..."):                  # args...: the program's own
+                argv.append(w)
+        out.append(argv)
+    return out
+
+
+def documented_commands():
+    """(page, text, argv) of every cuda-debug / python -m cuda_debug command line
+    of the README and docs/: in code blocks of any kind (commands, and the ones
+    reports print), a shell prompt's (``$ ``), lines continued with ``\\``, and
+    inline code in the prose."""
+    out = []
+    for name, text in _pages().items():
+        for info, body in blocks(text):
+            body = body.replace("\\\n", " ")
+            for line in body.splitlines():
+                line = line[2:] if line.startswith("$ ") else line
+                out += [(name, line.strip(), argv, False) for argv in _commands_in(line)]
+        prose = FENCE.sub("", text)
+        for span in re.findall(r"`([^`]+)`", prose.replace("\n", " ")):
+            out += [(name, span, argv, True) for argv in _commands_in("`%s`" % span, True)]
+    return out
+
+
+def _check_command(argv, prose):
+    """Parse `argv` as the command line does. In the prose a mention of a
+    command (`cuda-debug dump`) or of its option (`run --replay`) may leave out
+    the program or the PID: one is put in."""
+    from cuda_debug import _cli
+    if prose and len(argv) == 1:
+        argv = argv + ["--help"]
+    try:
+        _cli.check_command_line(argv)
+    except _cli.UsageError as e:
+        if not (prose and "is required" in str(e)):
+            raise
+        _cli.check_command_line(argv + (["4242"] if argv[0] == "dump" else ["train.py"]))
+
+
+def test_every_documented_command_line_parses(capsys):
+    """Every command line a page shows is parsed by the command's own parser
+    (nothing runs): a page cannot show a command or an option that does not
+    exist (a `dump --signal` the command refuses), nor one it refuses."""
+    from cuda_debug import _cli
+    found = documented_commands()
+    bad = []
+    for name, text, argv, prose in found:
+        try:
+            _check_command(argv, prose)
+        except _cli.UsageError as e:
+            bad.append("%s: `%s`: %s" % (name, text, e))
+        except SystemExit as e:
+            if e.code:
+                bad.append("%s: `%s`: %s" % (name, text, capsys.readouterr().err.strip()))
+    assert bad == []
+    commands = {argv[0] for _, _, argv, _ in found}
+    assert commands >= {"run", "replay", "dump", "doctor", "bench"}, commands
+    assert len(found) >= 40, len(found)
+
+
+@pytest.mark.parametrize("line, refused", [
+    ("cuda-debug dump --signal SIGUSR2 4242", "unrecognized arguments: --signal"),
+    ("python -m cuda_debug run --launch-blocking --no-watch train.py", "exclude each other"),
+    ("cuda-debug replay --launch 2,2 train.py", "more than once"),
+    ("cuda-debug frobnicate", "unknown command"),
+    ("`dump --signal SIGUSR2`", "unrecognized arguments: --signal"),       # in the prose
+])
+def test_a_command_line_the_cli_refuses_fails_the_docs_test(line, refused, capsys):
+    """The check above finds what it must: a line the command refuses."""
+    from cuda_debug import _cli
+    prose = line.startswith("`")
+    (argv,) = _commands_in(line, prose)
+    with pytest.raises((_cli.UsageError, SystemExit)) as e:
+        _check_command(argv, prose)
+    assert refused in str(e.value) + capsys.readouterr().err
+
+
+def test_the_hang_report_of_hangs_md_is_the_one_watch_writes(fake_child):
+    """hangs.md's sample report, as the fake driver makes it write: the same
+    lines, but for the numbers, the script and the pids."""
+    page = _pages()["docs/hangs.md"]
+    (sample,) = [b for info, b in blocks(page) if "possible hang" in b]
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        fake.fake_set_async(1)
+        with cuda_debug.watch(hang_after=0.3):
+            t.spin(1.2)
+            t.empty()
+            t.empty()
+            cuda_debug.check()
+    ''', env={"CUDA_DEBUG_WATCH_EXACT": "1"})
+    assert c.returncode == 0, c
+    written = c.stderr[c.stderr.index("cuda_debug (watch): possible hang"):].splitlines()[:5]
+
+    def shape(lines):
+        return [re.sub(r"\d+(\.\d+)?", "N", re.sub(r"at \S+\.py:", "at FILE:", line))
+                for line in lines]
+
+    assert shape(sample.strip().splitlines()) == shape(written)
+
+
+def test_the_index_names_every_command_of_cli_md():
+    """docs/index.md's line for cli.md names each command (it left replay out)."""
+    from cuda_debug import _cli
+    (row,) = [line for line in _pages()["docs/index.md"].splitlines()
+              if line.startswith("| [cli.md]")]
+    assert [c for c in _cli.COMMANDS if "`%s`" % c not in row] == []
+    assert [c for c in _cli.COMMANDS if "\n  %s " % c not in _cli.USAGE] == []
 
 
 def test_documented_pytest_options_exist():

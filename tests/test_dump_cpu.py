@@ -46,6 +46,9 @@ def test_dump_prints_the_report_here_while_the_target_is_stuck_in_a_cuda_call(fa
         time.sleep(0.3)
         p = cli("dump", str(live.pid), timeout=30)
         assert p.returncode == 0, p
+        for flag in ("--pid", "-p"):                # py-spy's habit: the same report
+            q = cli("dump", flag, str(live.pid), timeout=30)
+            assert (q.returncode, q.stdout.splitlines()[:2]) == (0, p.stdout.splitlines()[:2]), q
         lines = p.stdout.splitlines()
         assert lines[0] == HEAD % live.pid, p.stdout
         assert lines[1] == "  oldest unfinished launch per stream, oldest first:", p.stdout
@@ -124,7 +127,7 @@ def test_a_pid_that_names_no_single_process_is_refused_and_nothing_is_sent(text,
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        start_new_session=True, env=_env())
     assert p.returncode == 1, p
-    assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("cuda_debug dump: "), p
+    assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("python -m cuda_debug dump: "), p
     assert message in p.stderr, p.stderr
     assert "Traceback" not in p.stderr, p.stderr
     assert "BYSTANDER None" in p.stdout, p          # alive: nothing was signalled
@@ -183,11 +186,48 @@ def test_a_process_with_cuda_debug_that_never_watched_does_not_answer(fake_live)
             squatter.close()
 
 
+def test_a_process_run_without_a_gpu_is_not_told_to_use_run(tmp_path):
+    """`cuda-debug run` without a GPU runs the script unwatched: dump says so,
+    not "open watch() (python -m cuda_debug run, ...)" (issue 37 item 12)."""
+    from test_cli import NO_GPU, cli_env
+    if not NO_GPU:
+        pytest.skip("a GPU is usable here: run watches, and dump gets its answer")
+    sleeper = tmp_path / "train.py"
+    sleeper.write_text("import time\nprint('READY', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "cuda_debug", "run", str(sleeper)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env({"CUDA_DEBUG_DUMP": "on"}))
+    try:
+        assert proc.stdout.readline() == "READY\n"
+        p = cli("dump", str(proc.pid))
+        assert p.returncode == 1 and len(p.stderr.splitlines()) == 1, p
+        assert p.stderr.startswith("python -m cuda_debug dump: process %d (" % proc.pid), p
+        assert "runs under `run`, and does not answer: `run` could not watch (no usable GPU or " \
+               "CUPTI there" in p.stderr, p
+        assert "python -m cuda_debug doctor" in p.stderr and "watch() (" not in p.stderr, p
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.mark.parametrize("args, says", [
+    ((), "a PID is required (or --job)"),
+    (("--last", "0", "12"), "--last takes 1 to 65536 launches"),
+    (("--job", "h:1", "--pid", "12"), "--job asks the ranks through the job's store: no PID"),
+])
+def test_dump_usage_errors_say_the_command_as_typed_in_argparses_form(args, says):
+    p = cli("dump", *args)
+    assert (p.returncode, p.stdout) == (2, ""), p
+    usage, error = p.stderr.splitlines()[0], p.stderr.splitlines()[-1]
+    assert usage.startswith("usage: python -m cuda_debug dump "), p.stderr
+    assert error.startswith("python -m cuda_debug dump: error: " + says), p.stderr
+
+
 def test_no_such_process_and_a_zombie_are_refused():
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     p = cli("dump", str(dead.pid))
-    assert p.returncode == 1 and p.stderr == "cuda_debug dump: no process %d\n" % dead.pid, p
+    assert p.returncode == 1 and p.stderr == "python -m cuda_debug dump: no process %d\n" % dead.pid, p
     # a zombie: a parent that does not collect its exited child
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent('''
         import os, time
@@ -652,9 +692,9 @@ def test_dump_job_shows_the_last_hang_report_of_a_rank_that_cannot_answer(fake_c
         assert store.check(["cuda_debug/dump/hang/1"]), "rank 1 published no hang report"
         p = cli("dump", "--job", "127.0.0.1:%d" % store.port, "--timeout", "2", timeout=60)
         assert p.returncode == 1, p
-        assert "cuda_debug dump: rank 1 did not answer within 4 s (pid " in p.stderr, p
+        assert "python -m cuda_debug dump: rank 1 did not answer within 4 s (pid " in p.stderr, p
         assert "; its last hang report follows" in p.stderr, p
-        assert "cuda_debug dump: rank 2" in p.stderr and "not registered" in p.stderr, p
+        assert "python -m cuda_debug dump: rank 2" in p.stderr and "not registered" in p.stderr, p
         out = p.stdout.splitlines()
         assert out[0].startswith("[rank 0] cuda_debug (watch): unfinished launches of pid "), out
         i = out.index([l for l in out if l.startswith("[rank 1] (its last hang report, ")][0])

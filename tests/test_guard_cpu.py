@@ -475,7 +475,7 @@ def test_notebook_cuda_guard(tmp_path, monkeypatch):
         "emb = torch.nn.Embedding(10, 4)\ntokens = torch.tensor([[1, 12]])\n"
         "out = emb(tokens)",                                                  # 3: bad
         "tokens[0, 1] = 9\nout = emb(tokens)\nout.shape",                     # 4: fixed
-        "%cuda_guard",                                                        # 5
+        "%cuda_guard",                                                        # 5: switches
         "%cuda_guard off",                                                    # 6
         "emb(torch.tensor([10]))",                                            # 7: PyTorch's own
         "%%cuda_guard\nx = torch.zeros(3)\nx[torch.tensor([5])]",             # 8
@@ -493,7 +493,7 @@ def test_notebook_cuda_guard(tmp_path, monkeypatch):
     assert "at Cell In[3], line 3:  out = emb(tokens)" in c[2].tb_text, c[2]
     assert len(c[2].traceback) == 4, c[2]                  # the short report, not 60 lines
     assert c[3].ename is None and c[3].result == "torch.Size([1, 2, 4])", c[3]
-    assert c[4].stdout.strip() == "cuda_guard: on"
+    assert c[4].stdout.strip() == "cuda_guard: off"       # alone: switched off, as %pdb
     assert c[5].stdout.strip() == "cuda_guard: off"
     assert c[6].ename == "IndexError", c[6]
     assert c[7].ename == "GuardIndexError" and "Cell In[8], line 3" in c[7].tb_text, c[7]

@@ -66,10 +66,34 @@ report(dict(on=shell.user_ns["on"], errors=[str(r.error_in_exec) for r in rs if 
     assert r is not None, c
     assert r["on"] is True
     out = c.stdout
-    assert "launch blocking: on, every cell" in out, out
-    assert "launch blocking: off (%%cuda_launch_blocking runs one cell in a scope)" in out, out
-    assert "launch blocking: off (%%launch_blocking runs one cell in a scope)" in out, out
+    # one form for every magic's state, the magic as typed; alone it switches (as %pdb)
+    assert out.splitlines()[:3] == ["cuda_launch_blocking: on", "cuda_launch_blocking: off",
+                                    "launch_blocking: on"], out
     usage = out + c.stderr + " ".join(r["errors"])
     assert "usage: %cuda_launch_blocking [on|off] [--all-threads]" in usage, usage
     assert "usage: %launch_blocking [on|off] [--all-threads]" in usage, usage
     assert "%%cuda_watch takes no arguments, not now" in usage, usage
+
+
+def test_a_bare_line_magic_switches_its_mode_as_pdb_does(fake_child):
+    """`%cuda_watch` alone turns watching on, then off (IPython's %pdb habit),
+    and every magic prints its state in one form (issue 37 item 7)."""
+    needs("IPython")
+    c = fake_child(SHELL + '''
+seen = []
+for source in ["%cuda_watch", "%cuda_watch", "%cuda_guard", "%cuda_guard",
+               "%cuda_launch_blocking", "%cuda_launch_blocking", "%cuda_launch_blocking on",
+               "%cuda_launch_blocking --all-threads", "%cuda_launch_blocking off"]:
+    r = cell(source)
+    seen.append([r.success, cuda_debug.is_watching(), cuda_debug.is_guarding()])
+report(dict(seen=seen))
+''')
+    r = c.result
+    assert r is not None, c
+    assert [s[0] for s in r["seen"]] == [True] * 9, r
+    assert [s[1] for s in r["seen"][:2]] == [True, False], r
+    assert [s[2] for s in r["seen"][2:4]] == [True, False], r
+    assert c.stdout.splitlines()[:9] == [
+        "cuda_watch: on", "cuda_watch: off", "cuda_guard: on", "cuda_guard: off",
+        "cuda_launch_blocking: on", "cuda_launch_blocking: off", "cuda_launch_blocking: on",
+        "cuda_launch_blocking: on (all threads)", "cuda_launch_blocking: off"], c.stdout

@@ -83,5 +83,5 @@ except cuda_debug.CudaUnavailableError:
              "cuda_debug: %%launch_blocking runs without launch_blocking(): no CUDA driver",
              "cuda_debug: %cuda_watch on runs without watch(): no CUDA driver"]
     assert len(said) == 3 and all(l.startswith(h) for l, h in zip(said, heads)), c.stderr
-    assert c.stdout.count("launch blocking: off") == 2, c.stdout     # on (refused), status
+    assert c.stdout.count("launch_blocking: off") == 2, c.stdout     # on, alone: both refused
     assert c.stdout.count("cuda_watch: off") == 2, c.stdout

@@ -269,6 +269,30 @@ def test_a_missing_build_piece_is_named_with_where_it_was_looked_for(tmp_path, b
     assert not list(src.glob("cuda_debug/_core*.so"))
 
 
+def _setup_function(name):
+    """A function of setup.py, without running setup()."""
+    import ast
+    root = need_source_tree("setup.py")
+    path = os.path.join(root, "setup.py")
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    (node,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    scope = {}
+    exec(compile(ast.Module([node], type_ignores=[]), path, "exec"), scope)
+    return scope[name]
+
+
+def test_the_link_drops_the_interpreters_rpath():
+    """pyenv's LDSHARED (and a Python built with --enable-shared) carries
+    -Wl,-rpath,<its lib>: it became the wheel's RUNPATH, naming the build
+    machine's Python (issue 37 item 10; .ci/run checks the built wheel)."""
+    drop = _setup_function("without_rpath")
+    ld = ["gcc", "-shared", "-L/root/.pyenv/versions/3.11.7/lib",
+          "-Wl,-rpath,/root/.pyenv/versions/3.11.7/lib", "-Wl,-rpath=/opt/py/lib",
+          "-Wl,-R,/x", "-Wl,--enable-new-dtags", "-Wl,-rpath", "-Wl,/y", "-Wl,-O1", "-lm"]
+    assert drop(ld) == ["gcc", "-shared", "-L/root/.pyenv/versions/3.11.7/lib", "-Wl,-O1",
+                        "-lm"]
+
+
 def test_every_subpackage_is_packaged():
     """A subpackage missing from [tool.setuptools] packages is left out of the
     wheel (an installed cuda_debug then lacks cuda_debug.bench)."""

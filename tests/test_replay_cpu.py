@@ -312,7 +312,31 @@ def _cli(*argv, env=None, timeout=60, cwd=ROOT):
 @pytest.mark.parametrize("argv, says", [
     (["replay", "x.py"], "name the culprit: --launch N and/or --kernel NAME"),
     (["replay", "--launch", "0", "x.py"], "--launch takes a whole number > 0"),
-    (["replay", "--launch", "ten", "x.py"], "--launch takes a whole number > 0, not 'ten'"),
+    (["replay", "--launch", "ten", "x.py"], "--launch takes a whole number > 0, or up to 64 "
+                                            "of them separated by commas, not 'ten'"),
+    # issue 36 item 11: what C's "K" would wrap, or take too large, or list twice
+    (["replay", "--launch", "18446744073709551618", "x.py"],
+     "--launch 18446744073709551618: no launch has the number 18446744073709551618 (watch() "
+     "counts launches up to 18446744073709551615)"),
+    (["replay", "--launch", str(10 ** 30), "x.py"], "no launch has the number %d" % 10 ** 30),
+    (["replay", "--launch", "1,%d" % 2 ** 64, "x.py"], "no launch has the number %d" % 2 ** 64),
+    (["replay", "--launch", "2,2,2", "x.py"], "--launch 2,2,2 names launch 2 more than once: "
+                                              "each candidate once"),
+    (["replay", "--launch", ",".join(map(str, range(1, 66))), "x.py"],
+     "--launch takes one launch number, or up to 64 of them separated by commas, not 65"),
+    (["replay", "--launch", "-3", "x.py"], "--launch takes a whole number > 0"),
+    # compute-sanitizer's spellings, where they do not map
+    (["replay", "--launch-skip", "3", "--kernel-name", "k", "x.py"],
+     "--launch-skip with a kernel: replay counts every launch of the program"),
+    (["replay", "--launch", "3", "--launch-count", "2", "x.py"],
+     "--launch-skip and --launch-count count launches as compute-sanitizer does; --launch "
+     "names them: one or the other"),
+    (["replay", "--kernel-name", "regex:gather.*", "x.py"],
+     "--kernel-name regex:gather.*: replay matches a part of the name (as compute-sanitizer's "
+     "kns=), not regex"),
+    (["replay", "--kernel", "a", "--kernel-name", "b", "x.py"], "--kernel-name is --kernel"),
+    (["replay", "--launch-count", "65", "x.py"], "--launch-count 65: at most 64 launches"),
+    (["replay", "--launch-skip", "-1", "x.py"], "--launch-skip takes a whole number, not '-1'"),
     (["replay", "--launch", "3"], "a script (or -m module) is required"),
     (["replay", "--kernel", "k", "--window", "4", "x.py"], "--window goes with --launch and "
                                                            "--kernel"),
@@ -326,7 +350,43 @@ def _cli(*argv, env=None, timeout=60, cwd=ROOT):
 def test_usage_errors(argv, says):
     p = _cli(*argv)
     assert p.returncode == 2, p.stderr
-    assert says in p.stderr
+    # as run says it, and argparse: the usage, then the command as typed, "error:", once
+    assert p.stderr.startswith("usage: python -m cuda_debug %s " % argv[0]), p.stderr
+    errors = [line for line in p.stderr.splitlines()
+              if line.startswith("python -m cuda_debug %s: error: " % argv[0])]
+    assert len(errors) == 1 and says in errors[0], p.stderr
+    assert "cuda-debug" not in p.stderr, p.stderr          # the command as typed, only it
+
+
+@pytest.mark.parametrize("argv, launch, launches, kernel, max_launches", [
+    # compute-sanitizer's spellings, as replay's own options (docs/cli.md)
+    (["--launch-skip", "9"], 10, (), None, None),
+    (["--launch-skip", "9", "--launch-count", "3"], 10, (10, 11, 12), None, None),
+    (["--launch-count", "2"], 1, (1, 2), None, None),
+    (["--kernel-name", "gather_rows"], None, (), "gather_rows", None),
+    (["--kernel-name", "kns=gather_rows", "--launch-count", "5"], None, (), "gather_rows", 5),
+    (["--launch", "12", "--kernel-name", "k"], 12, (), "k", None),
+    (["--launch", "1_234"], 1234, (), None, None),
+    (["--launch", "3,9"], 3, (3, 9), None, None),
+])
+def test_compute_sanitizer_spellings_map_onto_replays_options(argv, launch, launches, kernel,
+                                                              max_launches):
+    from cuda_debug import _cli as cli_module
+    p = cli_module.parse_replay(argv + ["train.py", "--lr", "1"])
+    o = p.opts
+    assert (o["launch"], o["launches"], o["kernel"], o["max_launches"]) == \
+        (launch, launches, kernel, max_launches)
+    assert (p.target, p.args) == ("train.py", ["--lr", "1"])
+
+
+def test_the_api_refuses_launch_numbers_c_would_wrap():
+    """The same rule where a Target reaches C (_replay.start), not only on the command line."""
+    for target in (_replay.Target(launch=2 ** 64 + 2, kernel=None),
+                   _replay.Target(launch=2, kernel=None, launches=(2, 2, 3)),
+                   _replay.Target(launch=0, kernel="k")):
+        with pytest.raises(_replay.ReplayError, match="launch"):
+            _replay.check_launches(target)
+    _replay.check_launches(_replay.Target(launch=2 ** 64 - 1, kernel=None, launches=(1, 2)))
 
 
 def test_help_and_main_usage():
@@ -572,7 +632,8 @@ def test_no_library_found(tmp_path):
     p = _cli("replay", "--launch", "2", str(_script(tmp_path, OOB)),
              env={_replay.ENV: str(tmp_path / "missing.so")}, cwd=str(tmp_path))
     assert p.returncode == 1
-    assert "needs NVIDIA's Sanitizer API (libsanitizer-public.so)" in p.stderr
+    assert "python -m cuda_debug replay: NVIDIA's Sanitizer API (libsanitizer-public.so) was " \
+           "not found, and replay needs it." in p.stderr                  # once, as typed
     assert "pip install 'cuda_debug[replay]'" in p.stderr
     assert "missing.so (no such file)" in p.stderr
 

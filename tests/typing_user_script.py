@@ -29,6 +29,11 @@ with cuda_debug.watch(hang_after=60):
 with cuda_debug.watch(ops=True) as w:
     assert_type(w, cuda_debug.watch)
     assert_type(w.ops, bool)
+    assert_type(w.enabled, bool)
+with cuda_debug.watch(False):          # no watch, as guard(False) and launch_blocking(False)
+    train(10)
+with cuda_debug.watch(enabled=True, exact=True, hang_after=None):
+    train(10)
 
 
 @cuda_debug.watch

@@ -28,6 +28,8 @@ The parts:
 The timing loops are C (``csrc/bench/gemm_loops.c``, ``csrc/bench/launch_latency.c``,
 ``csrc/bench/bench_buffers.c``) calling cuBLAS, loaded at run time like the rest of
 cuda_debug; they return raw per-repeat samples. Nothing here imports PyTorch.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 from ._config import (APIS, BASE_MODES, DTYPES, FLAG_NAMES, MODES, TOLERANCE,
                       TORCH_DEFAULT_FLAGS, WORKSPACE_BYTES, Config, effective_dtype,

@@ -7,7 +7,9 @@ writes tagged lines on its stdout: ``progress`` events (relayed to the
 parent's progress line, so it works in notebooks too) and one ``result``. Its
 stderr is the parent's. This module is the parent's side; the child runs
 ``_child_main.py``. (json and subprocess are imported when a child runs: not
-at ``import cuda_debug.bench``.)"""
+at ``import cuda_debug.bench``.)
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 import os
 import sys
 from typing import Callable, Optional

@@ -1,5 +1,7 @@
 """The child of the ``launch_blocking`` mode (``_child.py`` starts it): a JSON
-spec on stdin, tagged lines on stdout."""
+spec on stdin, tagged lines on stdout.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 import json
 import os
 import sys

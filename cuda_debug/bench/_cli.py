@@ -14,6 +14,8 @@ not overwritten without ``--force``; ``--plot`` needs matplotlib.
 Exit status: 0 done, 1 CUDA unavailable or failed, 2 bad arguments.
 Defaults are those of :func:`cuda_debug.bench.gemm` and
 :func:`cuda_debug.bench.launch_latency` (read from their signatures).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import argparse
 import importlib.util

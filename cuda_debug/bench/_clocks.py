@@ -1,5 +1,7 @@
 """SM clocks and the driver version through NVML (libnvidia-ml), when present:
-what a GEMM rate must be read next to."""
+what a GEMM rate must be read next to.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 import math
 import threading
 from typing import List, Optional

@@ -4,7 +4,9 @@ problem fits in memory; peak rates and tolerances.
 
 Each rule is written here once. Element sizes come from the C core's one table
 (``_core.gemm_types()``); everything else (defaults, validation, units) is
-Python's."""
+Python's.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 import math
 import sys
 import warnings
@@ -120,7 +122,7 @@ def check_seed(seed) -> None:
 
 # --------------------------------------------------------------------- sizes --
 
-def parse_size(size) -> Tuple[int, int, int]:
+def parse_size(size: Size) -> Tuple[int, int, int]:
     """``1024`` / ``"1024"`` -> (1024, 1024, 1024); ``"4096x1024x512"`` or a
     3-sequence -> (m, n, k). Raises ValueError for anything else."""
     if isinstance(size, str):
@@ -258,7 +260,7 @@ def _unique_dicts(items):
     return out
 
 
-def resolve_flags(flags=None) -> List[Dict[str, bool]]:
+def resolve_flags(flags: FlagsArg = None) -> List[Dict[str, bool]]:
     """The flag sets to run: ``None`` or ``"torch"`` -> [the current torch
     settings (defaults when torch is not imported)]; ``"default"`` -> [PyTorch's
     defaults]; ``"sweep"`` -> every combination; a dict (missing keys from the
@@ -283,7 +285,7 @@ def resolve_flags(flags=None) -> List[Dict[str, bool]]:
 
 # ------------------------------------------------- the rules, written once --
 
-def effective_dtype(dtype: str, flags: dict) -> str:
+def effective_dtype(dtype: str, flags: Dict[str, bool]) -> str:
     """The TF32 rule: what the tensor cores compute in. ``tf32``, and ``fp32``
     with ``allow_tf32``, are tf32; every other dtype is itself."""
     if dtype == "tf32" or (dtype == "fp32" and flags.get("allow_tf32")):
@@ -359,7 +361,8 @@ def size_label(m, n, k) -> str:
     return str(m) if m == n == k else "%dx%dx%d" % (m, n, k)
 
 
-def plan(sizes, dtypes, flags=None, apis=("gemmex",)) -> List[Config]:
+def plan(sizes: SizesArg, dtypes: NamesArg, flags: FlagsArg = None,
+         apis: NamesArg = ("gemmex",)) -> List[Config]:
     """Validated configurations, in run order (dtype, flags, api, size);
     flag sets that do not change a dtype's GEMM are run once."""
     shapes = parse_sizes(sizes)

@@ -1,4 +1,6 @@
-"""``cuda_debug.bench.gemm``: cuBLAS GEMMs timed in each launch mode."""
+"""``cuda_debug.bench.gemm``: cuBLAS GEMMs timed in each launch mode.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 import math
 import os
 from typing import Dict, List, Optional, Tuple

@@ -1,4 +1,6 @@
-"""``cuda_debug.bench.launch_latency``: the cost of one launch in each mode."""
+"""``cuda_debug.bench.launch_latency``: the cost of one launch in each mode.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 from .. import _core, _libraries
 from . import _child, _native
 from ._clocks import Nvml

@@ -1,5 +1,7 @@
 """The boundary with the C core: the calls into ``_core``, the names of its raw
-tuples (given once, here), and failure tuples turned into exceptions."""
+tuples (given once, here), and failure tuples turned into exceptions.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np

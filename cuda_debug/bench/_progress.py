@@ -1,7 +1,9 @@
 """The progress line: one line on stderr, rewritten in place, with the
 configuration being measured and an ETA. On by default where a person is
 watching (stderr is a terminal, or a notebook); off when stderr is piped;
-``progress=True/False`` forces it, a callable receives (done, total, text)."""
+``progress=True/False`` forces it, a callable receives (done, total, text).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 import math
 import sys
 import time

@@ -39,6 +39,8 @@ Columns of :attr:`GemmResult.array`
     ``max|C - A@B| / max(|A|@|B|)`` against a float64 product, NaN when not checked.
 ``sm_mhz``
     median SM clock seen through NVML while the row ran, NaN without NVML.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import math
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
@@ -87,7 +89,7 @@ def records(kind: str, rows: Sequence[dict]) -> np.ndarray:
 
 # ------------------------------------------------------------------ numbers --
 
-def summarize(samples) -> Tuple[float, float, float]:
+def summarize(samples: Sequence[float]) -> Tuple[float, float, float]:
     """(median, 10th percentile, 90th percentile), linear interpolation
     (NumPy's default); NaNs for no samples."""
     a = np.asarray(samples, dtype=np.float64)
@@ -273,10 +275,11 @@ class _Result:
         self.meta = meta
         self.samples = samples or []
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.array)
 
-    def rows(self) -> List[dict]:
+    def rows(self) -> List[Dict[str, Any]]:
+        """The array's rows, each a dict of column name to value."""
         names = self.array.dtype.names
         return [dict(zip(names, r)) for r in self.array.tolist()]
 
@@ -287,7 +290,7 @@ class GemmResult(_Result):
     ``meta`` (GPU, driver, CUDA, cuBLAS, peaks, clocks seen) and ``samples``
     (the raw per-sample arrays of each row, same order)."""
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<GemmResult %d rows on %s>" % (len(self.array), self.meta.get("gpu", "?"))
 
     def header(self) -> str:
@@ -403,7 +406,7 @@ class LatencyResult(_Result):
     us, p10_us, p90_us, call_us, call_p10_us, call_p90_us, extra_us, slowdown,
     samples, loops, loop_n), ``meta`` and the raw ``samples``."""
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<LatencyResult %d modes on %s>" % (len(self.array), self.meta.get("gpu", "?"))
 
     def table(self, legend: bool = True) -> str:
