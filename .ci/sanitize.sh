@@ -90,6 +90,7 @@ echo "--- AddressSanitizer + UndefinedBehaviorSanitizer"
         tests/test_context_reset.py \
         tests/test_signal_reports_cpu.py tests/test_frame_readers.py tests/test_fork_cpu.py \
         tests/test_launch_hooks_cpu.py tests/test_launch_hooks_safety_cpu.py tests/test_watch_always_on.py \
+        tests/test_always_right_cpu.py \
         tests/test_core_cpu.py --deselect tests/test_core_cpu.py::test_fault_kernels_header_is_up_to_date \
         --deselect tests/test_fork_cpu.py::test_a_fork_while_another_thread_holds_every_lock \
         tests/test_architecture.py::test_user_frame_rule_is_one_rule \
@@ -100,5 +101,6 @@ echo "--- ThreadSanitizer"
     env PYTHONPATH="$WORK/tsan" LD_PRELOAD="$TSAN" CD_TEST_SANITIZER=tsan \
         TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
         "$PY" -m pytest -q -p no:cacheprovider -p no:xdist \
-        "tests/test_fake_driver_stress.py::test_threads_launch_while_scopes_open_and_close_then_a_fault")
+        "tests/test_fake_driver_stress.py::test_threads_launch_while_scopes_open_and_close_then_a_fault" \
+        tests/test_launch_hooks_cpu.py)
 echo "sanitizers: no report"

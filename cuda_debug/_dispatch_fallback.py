@@ -26,6 +26,8 @@ own launches through the launch hooks (they need no CUPTI), and a report of a
 fault says what was not covered and since which line; open launch_blocking()
 scopes stop synchronising until CUPTI is back. A watch() opened while a
 profiler holds CUPTI opens the same way (watch_without_cupti).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import sys

@@ -22,6 +22,8 @@ verdict line (:func:`verdict`).
 Also: ``--json`` (:func:`as_json`), ``--trace`` (Chrome/Perfetto trace events,
 :func:`trace_events`), ``--job`` (cuda_debug/_job.py: every rank of a job,
 through its c10d TCPStore).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import json
 import os

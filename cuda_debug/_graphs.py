@@ -29,6 +29,8 @@ It also ties a graph's executable to its CUDAGraph object: when the object goes
 dropped (cd_graph_release_exec), even when that happens while nothing is
 subscribed to CUPTI (whose destruction callbacks would have said so while
 watching).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import sys
 import weakref

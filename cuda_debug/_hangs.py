@@ -17,6 +17,8 @@ are stuck. Three ways to ask:
 - the dump signal (``SIGUSR1``; ``CUDA_DEBUG_DUMP_SIGNAL=SIGUSR2|off``), sent by
   hand: the same report on the process's own stderr, from the signal handler;
 - :func:`in_flight`: the report's fields as records, for tools that print their own.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import threading

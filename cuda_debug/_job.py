@@ -25,6 +25,8 @@ the rank's threads wait inside a torch.distributed collective on the CPU
 (:func:`cpu_waits`: a gloo collective, or an NCCL one before its kernel is
 launched), so that the verdict of a dump can name a rank that has no GPU
 launch in flight but waits in a collective (cuda_debug/_dump.py).
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import json
 import os

@@ -9,6 +9,8 @@ innermost frame of *user* code, the driver-log lines, the watch culprit.
 Callers (scope and watch exit, ``check()``, ``last_error()``, ``cuda_debug.testing``,
 ``run``, the pytest plugin, the notebook) call :func:`error_for` and never
 re-parse formatted text.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import re

@@ -12,6 +12,8 @@ ADD answers an int64, CHECK one byte (0 ready), GET a uint64 length and bytes.
 Keys get the prefix torch's own client puts before each ("/"), so that
 ``TCPStore.get("cuda_debug/...")`` reads what this client set, and back.
 tests/test_dump_cpu.py checks it against torch's own server.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import socket
 import struct

@@ -4,6 +4,8 @@ it is used (:func:`document_problem`), and text made safe for a terminal
 (:func:`printable`, the rule the C report's writer, csrc/report/fd_writer.c,
 applies). Used by cuda_debug/_dump.py (``dump PID``) and cuda_debug/_job.py
 (``dump --job``); imports nothing of the package.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 from typing import Optional
 

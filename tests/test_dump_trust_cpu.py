@@ -385,7 +385,7 @@ def test_dump_job_on_a_registration_that_is_nonsense_says_so_in_one_line(planted
         assert p.returncode == 1, p
         lines = p.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith(
-            "cuda_debug dump: --job 127.0.0.1:%d: %s" % (store.port, message)), p.stderr
+            "python -m cuda_debug dump: --job 127.0.0.1:%d: %s" % (store.port, message)), p.stderr
         assert p.stdout == "", p
 
 
@@ -424,7 +424,7 @@ def test_dump_job_on_an_answer_that_is_nonsense_names_the_rank_and_why(answer, w
         t.join(5)
         assert p.returncode == 1, p
         lines = p.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("cuda_debug dump: rank 0 %s" % why), lines
+        assert len(lines) == 1 and lines[0].startswith("python -m cuda_debug dump: rank 0 %s" % why), lines
         assert lines[0].endswith("(pid 4242 on node?[2J0)"), lines   # sanitised
         assert "Traceback" not in p.stderr and p.stdout == "", p
 
