@@ -257,25 +257,12 @@ _warned_held = False
 
 def take_back() -> int:
     """The profiler stopped: CUPTI back for the open scopes and watches.
-    1 taken back, 0 nothing to take, < 0 still held (-CUptiResult).
-    Kineto keeps CUPTI after it stops unless TEARDOWN_CUPTI=1, and then gives
-    it up from a thread of its own, a moment later (up to its 10 s teardown
-    timeout): with that setting a refusal is tried again, every 0.25 s, for 15 s."""
-    where = _where_bytes(_caller_where() or "?")
-    status, _holder = _core.cupti_take_back(where)
-    if status < 0 and os.environ.get("TEARDOWN_CUPTI") == "1":
-        threading.Thread(target=_take_back_later, args=(where,), name="cuda_debug-take-back",
-                         daemon=True).start()
+    1 taken back, 0 nothing to take, < 0 still held (-CUptiResult). PyTorch
+    2.11's Kineto keeps CUPTI after it stops (measured on the H200, with
+    TEARDOWN_CUPTI=1 too): then the watch goes on with the launch hooks alone,
+    and a later watch() entry takes CUPTI if it is free by then."""
+    status, _holder = _core.cupti_take_back(_where_bytes(_caller_where() or "?"))
     return status
-
-
-def _take_back_later(where: bytes) -> None:
-    import time
-    for _ in range(60):
-        time.sleep(0.25)
-        status, _holder = _core.cupti_take_back(where)
-        if status >= 0:
-            return
 
 
 def watch_without_cupti(where: str) -> None:

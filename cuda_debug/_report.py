@@ -374,7 +374,7 @@ class CoverageGap(NamedTuple):
         span = "%s (launch #%d) to %s (launch #%d)" % (
             who, self.from_seq, self.to_where or "the end of the watch", self.to_seq) \
             if self.closed else "%s (launch #%d) on, still (torch.profiler keeps CUPTI after it " \
-            "stops unless TEARDOWN_CUPTI=1)" % (who, self.from_seq)
+            "stops)" % (who, self.from_seq)
         return span + (": launches outside PyTorch's runtime (Triton, cuBLAS/cuDNN, CuPy, the "
                        "driver's callers) were not recorded then" if self.hooks_recording
                        else ": no launch was recorded then")

@@ -51,15 +51,13 @@ def _named_exactly(r, c, marker="# CULPRIT"):
     assert "index" in r["kernel"].lower(), r
 
 
-@pytest.mark.parametrize("how, teardown", [("with", "0"), ("start_stop", "0"),
-                                          ("with", "1")])
+@pytest.mark.parametrize("how, teardown", [("with", "0"), ("start_stop", "0")])
 def test_a_profiler_window_is_a_gap_and_a_later_fault_is_named(child, how, teardown):
     """Ten profiled steps inside one watch(), then an out-of-range index: named
     at its line, and the profiler's trace has its GPU events, as without
     cuda_debug. Kineto keeps CUPTI after it stops (measured on the H200,
-    PyTorch 2.11): PyTorch's launches stay recorded by the launch hooks (their
-    record mode). With TEARDOWN_CUPTI=1 Kineto gives CUPTI back at its stop and
-    the watch takes it (the hooks route past CUPTI again)."""
+    PyTorch 2.11, with TEARDOWN_CUPTI=1 too, for 15 s after the stop):
+    PyTorch's launches stay recorded by the launch hooks (their record mode)."""
     needs("torch")
     window = ("with profile(activities=A) as p:\n            for _ in range(10): step()\n"
               "            torch.cuda.synchronize()" if how == "with" else
@@ -258,7 +256,7 @@ extern "C" __global__ void slow_spin(long long cycles) {
         call, name = "slow((1,), (1,), (cupy.int64(10**10),))", "slow_spin"
     else:
         pre, call, name = "", "torch.cuda._sleep(int(10**10))", "spin_kernel"
-    c = child(pre + HANG % call, timeout=120)
+    c = child(pre + HANG % call, timeout=300)   # the spin is 5 s alone; longer beside other work
     r = c.result
     assert r is not None, c
     assert r["short"] == name, r

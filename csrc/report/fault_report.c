@@ -495,8 +495,7 @@ static int put_gaps(cd_out *o, uint64_t since, const char *lead)
             cd_out_u(o, g[i].to_seq);
             cd_out_puts(o, ")");
         } else {
-            cd_out_puts(o, ") on, still (torch.profiler keeps CUPTI after it stops unless "
-                           "TEARDOWN_CUPTI=1)");
+            cd_out_puts(o, ") on, still (torch.profiler keeps CUPTI after it stops)");
         }
         cd_out_puts(o, g[i].hooks_recording
                            ? ": launches outside PyTorch's runtime (Triton, cuBLAS/cuDNN, CuPy, "
