@@ -19,7 +19,8 @@ GPU events, and never again in this process; the wrapper around
 torch.autograd.profiler's _prepare_profiler/_enable_profiler (installed while
 torch is imported and a scope is open) hands CUPTI over first
 (csrc/hooks/scopes.c: cd_scopes_hand_over), and the wrapper around its
-_disable_profiler takes it back when the profiler stops (cd_scopes_take_back):
+_disable_profiler asks for it back when the profiler stops (cd_scopes_take_back;
+PyTorch 2.11's Kineto keeps it, so the launch hooks go on recording PyTorch's launches):
 a torch.profiler window, with or without a schedule, is a gap in the watch's
 coverage, not its end. Meanwhile an open watch() keeps recording PyTorch's
 own launches through the launch hooks (they need no CUPTI), and a report of a
@@ -245,7 +246,8 @@ def hand_over() -> bool:
         warnings.warn(
             "cuda_debug: torch.profiler started at %s while launch_blocking()/watch() held "
             "CUPTI (one client per process). CUPTI was handed to the profiler, so it records "
-            "GPU events; cuda_debug takes it back when the profiler stops. Until then %s, and "
+            "GPU events; cuda_debug asks for it back when the profiler stops (PyTorch's profiler "
+            "keeps it for the rest of the process). Until then %s, and "
             "open launch_blocking() scopes do not synchronise. A fault meanwhile is reported "
             "with what was not covered." % (_hand_over_where, kept),
             RuntimeWarning, stacklevel=3)
@@ -279,6 +281,6 @@ def watch_without_cupti(where: str) -> None:
                                                                        "launch hooks are off"))
     warnings.warn(
         "cuda_debug: watch() opened at %s while another tool (a profiler) holds CUPTI, "
-        "which serves one client: %s until it is free; cuda_debug takes it when a "
+        "which serves one client: %s until it is free; cuda_debug asks for it when a "
         "torch.profiler stops, or at the next watch() entry. A fault meanwhile is reported "
         "with what was not covered." % (where or "?", kept), RuntimeWarning, stacklevel=4)
