@@ -291,10 +291,12 @@ report(dict(same=bool(torch.equal(outs[0], outs[1])), eager=bool(torch.equal(out
     assert r["marked"] >= 4 and r["clear_rc"] == 0, r
 
 
-def test_fault_after_a_context_reset_is_named_and_nothing_crashes(child):
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "default"])
+def test_fault_after_a_context_reset_is_named_and_nothing_crashes(child, exact):
     """cuDevicePrimaryCtxReset (what cudaDeviceReset does) between two watch()
     blocks, then a real fault in the new context: the slots of the old one are
-    never read (this segfaulted), and the fault is the cause, named."""
+    never read (this segfaulted), and the fault is the cause, named -- exactly
+    in the default mode too (a kernel's first launches get a marker each)."""
     c = child(CATCH + """
 import ctypes
 import cuda_debug.testing as t
@@ -315,7 +317,7 @@ before = primary()
 out["reset"] = cuda.cuDevicePrimaryCtxReset_v2(0)
 out["same_pointer"] = primary() == before
 try:
-    with cuda_debug.watch(exact=True):                    # an illegal address: named by markers
+    with cuda_debug.watch(exact=EXACT):                   # an illegal address: named by markers
         t.empty()
         out["incomplete"] = len(_core.watch_streams(0))      # read the slots: no SIGSEGV
         t.illegal_address()  # CULPRIT
@@ -326,7 +328,7 @@ except cuda_debug.CudaError as e:
 out["contexts_after"] = _core.graph_stats()["contexts"]
 out["write_rc"] = _core.stats()["watch_write_rc"]
 report(out)
-""")
+""".replace("EXACT", repr(exact)))
     assert c.returncode == 0, c
     r = c.result
     assert r is not None, c

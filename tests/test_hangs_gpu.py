@@ -43,19 +43,22 @@ def test_a_spinning_kernel_is_reported_within_10_s_and_the_process_lives():
         assert "    launched at %s:%d in <module>" % (live.script, live.line_of("# SPIN")) in err
 
 
-def test_dump_pid_names_the_kernel_a_process_waits_for_in_synchronize():
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "default"])
+def test_dump_pid_names_the_kernel_a_process_waits_for_in_synchronize(exact):
+    """Exactly, in the default mode too: the spin is the newest unfinished
+    launch, and a kernel's first launches get a marker each."""
     needs("torch")
     with Live('''
         import torch, cuda_debug, cuda_debug.testing as t
         torch.zeros(1, device="cuda")         # torch's primary context: cuda_debug's kernels share it
-        with cuda_debug.watch(exact=True):    # a marker behind each launch: the spin, named
+        with cuda_debug.watch(exact=EXACT):   # exact: a marker behind each launch
             for _ in range(100):
                 t.empty()
             t.spin(8)                                           # SPIN
             print("READY", flush=True)
             torch.cuda.synchronize()                            # WAIT
         print("ALIVE", flush=True)
-    ''') as live:
+    '''.replace("EXACT", repr(exact))) as live:
         live.wait_for("READY", name="stdout", timeout=90)
         time.sleep(1.0)                                         # inside synchronize() now
         p = cli("dump", str(live.pid), timeout=60)
