@@ -322,6 +322,23 @@ typedef struct {
 CUstream cd_launch_stream(CUpti_CallbackId cbid, const void *params, cd_launch_dims *d);
 int cd_is_graph_launch(CUpti_CallbackId cbid);
 
+/* One kernel launch (or graph launch), as every step of the launch pipeline
+ * (hooks/launch_callback.c: record, mark, check) reads it. Two sources fill
+ * it: CUPTI's callback, from its callback data at the API exit of one of the
+ * CD_LAUNCH_CBIDS; the launch hooks (hooks/runtime_launch.c), after the
+ * runtime's launch returned, with the cuLaunchKernelEx parameters of the
+ * launch they made or watched. On the caller's stack; nothing in it is kept. */
+typedef struct {
+    CUpti_CallbackId cbid;     /* the entry point (cupti_ids.h): how to read params */
+    const void *params;        /* its parameters (cu<entry point>_params) */
+    CUresult *ret;             /* its return value: a wait's error is written here */
+    const char *symbol;        /* the kernel's mangled name; NULL for a graph launch */
+    CUcontext context;
+    uint32_t context_uid;      /* CUPTI's id of the context */
+    CUstream stream;           /* cd_launch_stream's: NULL of a _ptsz id is per-thread */
+    int origin;                /* CD_ORIGIN_* where the source knows it; 0: by its name */
+} cd_launch;
+
 /* ---------------------------------------------------- subscription.c -- */
 
 /* Take CUPTI for `callback` (the driver launch and capture ids of

@@ -220,7 +220,7 @@ void cd_watch_prepare(void);
 void cd_watch_context_destroyed(CUcontext context);
 /* The launch's context entry (registered on first sight: never call it while
  * the launch's stream captures), or -1. */
-int cd_watch_context_index(const CUpti_CallbackData *cb);
+int cd_watch_context_index(CUcontext context, uint32_t uid);
 /* The live entry of a context id, or -1; registers nothing. */
 int cd_watch_context_find(uint32_t uid);
 uint32_t cd_watch_context_gen(int ctx_index);
@@ -229,17 +229,27 @@ uint32_t cd_watch_context_gen(int ctx_index);
  * [0, CD_WATCH_SLOTS) are the launches', then CD_GRAPH_NODES graph nodes'. */
 int cd_watch_context_slots(int ci, uint32_t gen, volatile uint32_t **host, CUdeviceptr *dev);
 int cd_watch_contexts_live(void);
-/* Hot path, at a launch's API exit, while watching. `origin`: CD_ORIGIN_*
- * where the caller knows it (the launch hooks: the calling library), 0: by
- * the kernel's name. A marker behind it when it is one of its kernel's first
- * launches (CD_EARLY_LAUNCHES), a USER kernel's, a graph replay, an NCCL
- * kernel, or the stream's watch_every-th launch since its last marker. */
-void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s, int origin);
+/* The hot path, at a launch's API exit, while watching (hooks/launch_callback.c's
+ * pipeline): record, then mark. cd_watch_record_launch writes the launch's
+ * record into the ring, unpublished, and decides whether it gets a marker of
+ * its own: one of its kernel's first launches (CD_EARLY_LAUNCHES), a USER
+ * kernel's (cd_launch's origin, else its name's), a graph replay, an NCCL
+ * kernel, or the stream's watch_every-th launch since its last marker; 0:
+ * nothing to mark (the dispatch probe). cd_watch_mark writes that marker
+ * behind the kernel and publishes the record. */
+typedef struct {
+    cd_watch_record *r;        /* the ring's record, its seq still 0 */
+    uint64_t seq;
+    void *stream;              /* its stream's entry in the stream table, or NULL */
+    int ctx_index;             /* its context's entry, or -1 */
+    int want;                  /* 1: a marker is due; -1: due, a probe writes none; 0 */
+} cd_watch_pending;
+int cd_watch_record_launch(const cd_launch *l, cd_watch_pending *p);
+void cd_watch_mark(const cd_launch *l, cd_watch_pending *p);
 /* The launch's own fields of a record (all but seq, ctx, ctx_gen, MARKED);
- * the launching thread's frames when `frames`; origin as cd_watch_launch's;
- * *early (when not NULL): one of its kernel's first launches. */
-void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_CallbackId cbid,
-                   CUstream s, int frames, int origin, int *early);
+ * the launching thread's frames when `frames`; the origin: l's, else by the
+ * kernel's name; *early (when not NULL): one of its kernel's first launches. */
+void cd_watch_fill(cd_watch_record *r, const cd_launch *l, int frames, int *early);
 /* Cold (the host waits, or an NCCL kernel is about to be launched): a marker
  * behind the newest launch of stream `stream` of context `uid` (every stream
  * of it when `all`; only streams not capturing when `check_capture`), where
@@ -361,8 +371,7 @@ size_t cd_collective_name(const cd_watch_record *r, char *out, size_t cap);
  * is captured) and at its exit (the graph made, or NULL). */
 void cd_graph_capture_beginning(const CUpti_CallbackData *cb);    /* API entry */
 void cd_graph_capture_begun(const CUpti_CallbackData *cb, CUstream s);
-int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s,
-                             int origin);
+int cd_graph_launch_captured(const cd_launch *l);
 void cd_graph_capture_ending(const CUpti_CallbackData *cb, CUstream s);
 void cd_graph_capture_ended(const CUpti_CallbackData *cb, CUgraph graph);
 /* CUPTI's resource callbacks: executables made and destroyed, graphs destroyed

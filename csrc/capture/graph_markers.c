@@ -314,7 +314,7 @@ static atomic_int kernel_rc;            /* the last failed load or launch */
 
 void cd_graph_capture_beginning(const CUpti_CallbackData *cb)
 {
-    int ci = cd_watch_context_index(cb);    /* slots for the context, before it captures */
+    int ci = cd_watch_context_index(cb->context, cb->contextUid);  /* slots, before it captures */
     if (ci < 0 || cd_state.graph_markers != CD_MARKERS_KERNEL)
         return;
     uint32_t gen = cd_watch_context_gen(ci);
@@ -426,9 +426,9 @@ static uint32_t stream_count(capture_t *k, uintptr_t s)
     return 1;
 }
 
-int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s,
-                             int origin)
+int cd_graph_launch_captured(const cd_launch *l)
 {
+    CUstream s = l->stream;
     uint64_t id;
     int c;
     const CUgraphNode *deps = NULL;
@@ -447,7 +447,7 @@ int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid
         atomic_store(&k->multi, 1);
     uint32_t n = stream_count(k, (uintptr_t)s);
     /* every K-th launch of the stream, and every NCCL kernel (the hang suspects) */
-    int marked = k->every <= 1 || n == 0 || n % k->every == 0 || cd_nccl_kernel(cb->symbolName);
+    int marked = k->every <= 1 || n == 0 || n % k->every == 0 || cd_nccl_kernel(l->symbol);
     uint16_t token = token_now(c);
     pthread_mutex_unlock(&graph_lock);
     if (g < 0) {                    /* every node handed out: this one has no record */
@@ -456,7 +456,7 @@ int cd_graph_launch_captured(const CUpti_CallbackData *cb, CUpti_CallbackId cbid
         return 1;
     }
     cd_watch_record *r = &nodes[g];
-    cd_watch_fill(r, cb, cbid, s, 1, origin, NULL);
+    cd_watch_fill(r, l, 1, NULL);
     r->graph = token;
     r->ctx = (uint16_t)k->ctx;
     r->ctx_gen = (uint16_t)k->ctx_gen;

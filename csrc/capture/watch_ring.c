@@ -1,7 +1,8 @@
 /*
  * capture/watch_ring.c: watch mode. Name the faulting launch while kernels run asynchronously.
  *
- * At each launch's API exit (hooks/launch_callback.c calls cd_watch_launch), without
+ * At each launch's API exit (hooks/launch_callback.c's pipeline calls
+ * cd_watch_record_launch, then cd_watch_mark), without
  * the GIL, a lock, or an allocation:
  *   1. take a sequence number; write a record into the ring (stream, interned
  *      kernel name, grid/block, thread, the launching Python location as
@@ -220,12 +221,12 @@ void cd_watch_prepare(void)
  * contextUid, cuptiGetContextId) are the same numbers; watch entry relies on
  * the second only when they are. Asked until known (cold: per-thread cache
  * misses only). */
-static __attribute__((noinline, cold)) void learn_ids(const CUpti_CallbackData *cb)
+static __attribute__((noinline, cold)) void learn_ids(CUcontext context, uint32_t uid)
 {
     uint32_t id;
-    if (cd_cupti.cuptiGetContextId && cb->context &&
-        cd_cupti.cuptiGetContextId(cb->context, &id) == CUPTI_SUCCESS)
-        atomic_store(&ids_agree, id == cb->contextUid ? 1 : -1);
+    if (cd_cupti.cuptiGetContextId && context &&
+        cd_cupti.cuptiGetContextId(context, &id) == CUPTI_SUCCESS)
+        atomic_store(&ids_agree, id == uid ? 1 : -1);
 }
 
 /* The live entry of a context id, or -1 (no registration: safe while capturing). */
@@ -240,17 +241,17 @@ int cd_watch_context_find(uint32_t uid)
 
 /* The launch's context entry, registered on first sight (hot: a per-thread
  * cache of the last id, valid until any entry retires). */
-int cd_watch_context_index(const CUpti_CallbackData *cb)
+int cd_watch_context_index(CUcontext context, uint32_t uid)
 {
     unsigned epoch = atomic_load_explicit(&ctx_epoch, memory_order_relaxed);
-    if (cb->contextUid == tls_uid && epoch == tls_epoch && tls_ctx_index >= 0)
+    if (uid == tls_uid && epoch == tls_epoch && tls_ctx_index >= 0)
         return tls_ctx_index;
     if (!atomic_load_explicit(&ids_agree, memory_order_relaxed))
-        learn_ids(cb);
-    int i = cd_watch_context_find(cb->contextUid);
+        learn_ids(context, uid);
+    int i = cd_watch_context_find(uid);
     if (i < 0)
-        i = register_context(cb->context, cb->contextUid);
-    tls_uid = cb->contextUid;
+        i = register_context(context, uid);
+    tls_uid = uid;
     tls_epoch = epoch;
     tls_ctx_index = i;
     return i;
@@ -296,27 +297,26 @@ static inline int32_t thread_id(void)
 /* What a launch's record says of the launch itself, shared by the ring and
  * the captured graph nodes (graph_markers.c): configuration, stream, kernel,
  * thread, op, the launching thread's frames; flags USER_LAST and GRAPH. */
-void cd_watch_fill(cd_watch_record *r, const CUpti_CallbackData *cb, CUpti_CallbackId cbid,
-                   CUstream s, int frames, int origin, int *early)
+void cd_watch_fill(cd_watch_record *r, const cd_launch *l, int frames, int *early)
 {
     cd_launch_dims dims = {{0, 0, 0}, {0, 0, 0}, 0};
-    cd_launch_stream(cbid, cb->functionParams, &dims);
+    cd_launch_stream(l->cbid, l->params, &dims);
     memcpy(r->grid, dims.grid, sizeof r->grid);
     memcpy(r->block, dims.block, sizeof r->block);
     r->shared_mem = dims.shared_mem;
-    r->stream = (uintptr_t)s;
+    r->stream = (uintptr_t)l->stream;
     r->t_ns = cd_clock_ns();
     int by_name;
-    r->kernel = cd_intern_kernel(cb->symbolName, &r->kernel_short, &by_name, early);
-    r->origin = (uint8_t)(origin ? origin : by_name);
+    r->kernel = cd_intern_kernel(l->symbol, &r->kernel_short, &by_name, early);
+    r->origin = (uint8_t)(l->origin ? l->origin : by_name);
     r->thread_id = thread_id();
-    r->cbid = (uint16_t)cbid;
+    r->cbid = (uint16_t)l->cbid;
     r->op = cd_tls_op;
     r->graph = 0;
     int complete = 0;
     r->n_frames = frames ? (uint8_t)cd_frames_capture(r->frames, CD_RING_FRAMES, 1, &complete) : 0;
     r->flags = complete < 0 ? CD_WATCH_USER_LAST : 0;
-    if (cd_is_graph_launch(cbid))
+    if (cd_is_graph_launch(l->cbid))
         r->flags |= CD_WATCH_GRAPH;
 }
 
@@ -416,49 +416,66 @@ static inline stream_entry *stream_of(uint32_t uid, uintptr_t s, int32_t tid)
     return stream_add(uid, s, tid, start);
 }
 
-void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s, int origin)
+/* 1. Record: the launch's record in the ring's next slot, not yet published
+ * (its seq stays 0 until cd_watch_mark), and whether a marker of its own is
+ * due: every launch in the exact mode; a graph replay, an NCCL kernel (hangs
+ * across ranks are about collectives); a kernel's first launches and every
+ * launch of a USER kernel (where faults and hangs are likeliest: the launch
+ * before it was given one at its API entry, so the pair brackets it); else
+ * every watch_every-th launch of its stream. 0: nothing to mark or publish
+ * (the dispatch probe). */
+int cd_watch_record_launch(const cd_launch *l, cd_watch_pending *p)
 {
     const int probe = cd_state.watch_probe;
     if (probe == CD_PROBE_DISPATCH)
-        return;
+        return 0;
     uint64_t seq = atomic_fetch_add_explicit(&watch_seq, 1, memory_order_relaxed) + 1;
     cd_watch_record *r = &ring[seq & (CD_WATCH_RING - 1)];
     atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
 
     int early = 0;
-    cd_watch_fill(r, cb, cbid, s, probe != CD_PROBE_RECORD, origin, &early);
-    uint8_t flags = r->flags;
-    if (flags & CD_WATCH_GRAPH)
-        r->graph = cd_graph_replayed(cb->functionParams);
-
-    int ci = cd_watch_context_index(cb);
+    cd_watch_fill(r, l, probe != CD_PROBE_RECORD, &early);
+    if (r->flags & CD_WATCH_GRAPH)
+        r->graph = cd_graph_replayed(l->params);
+    int ci = cd_watch_context_index(l->context, l->context_uid);
     r->ctx = (uint16_t)(ci < 0 ? 0xFFFF : ci);
     r->ctx_gen = (uint16_t)cd_watch_context_gen(ci);
 
-    /* A marker of its own: every launch in the exact mode; a graph replay, an
-     * NCCL kernel (hangs across ranks are about collectives); a kernel's first
-     * launches and every launch of a USER kernel (where faults and hangs are
-     * likeliest: the launch before it was given one at its API entry, so the
-     * pair brackets it); else every watch_every-th launch of its stream. */
     const unsigned every = atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed);
-    stream_entry *e = stream_of(cb->contextUid, (uintptr_t)s,
-                                s == CU_STREAM_PER_THREAD ? r->thread_id : 0);
-    int want = every <= 1 || !e || (flags & CD_WATCH_GRAPH) || early ||
-               r->origin == CD_ORIGIN_USER || cd_nccl_kernel(cb->symbolName);
+    stream_entry *e = stream_of(l->context_uid, (uintptr_t)l->stream,
+                                l->stream == CU_STREAM_PER_THREAD ? r->thread_id : 0);
+    int want = every <= 1 || !e || (r->flags & CD_WATCH_GRAPH) || early ||
+               r->origin == CD_ORIGIN_USER || cd_nccl_kernel(l->symbol);
     if (!want) {
         uint32_t u = atomic_load_explicit(&e->unmarked, memory_order_relaxed) + 1;
         want = u >= every;
         if (!want)
             atomic_store_explicit(&e->unmarked, u, memory_order_relaxed);
     }
+    p->r = r;
+    p->seq = seq;
+    p->stream = e;
+    p->ctx_index = ci;
+    p->want = !want ? 0 : probe == CD_PROBE_OFF ? 1 : -1;   /* -1: due, but a probe writes none */
+    return 1;
+}
+
+/* 2. Mark: where one is due, a completion marker behind the kernel (the
+ * context's slot for seq gets seq when it completed); then the record is
+ * published. */
+void cd_watch_mark(const cd_launch *l, cd_watch_pending *p)
+{
+    cd_watch_record *r = p->r;
+    stream_entry *e = p->stream;
+    uint8_t flags = r->flags;
     volatile uint32_t *host;
     CUdeviceptr base;
-    if (want && probe == CD_PROBE_OFF && cd_watch_context_slots(ci, r->ctx_gen, &host, &base) == 0) {
-        CUdeviceptr slot = base + (seq & (CD_WATCH_SLOTS - 1)) * sizeof(uint32_t);
+    if (p->want > 0 && cd_watch_context_slots(p->ctx_index, r->ctx_gen, &host, &base) == 0) {
+        CUdeviceptr slot = base + (p->seq & (CD_WATCH_SLOTS - 1)) * sizeof(uint32_t);
         /* Default flags: the _v2 API refuses NO_MEMORY_BARRIER (seen: 1, INVALID_VALUE). */
         uint64_t t0 = cd_state.profile ? cd_clock_ns() : 0;
-        CUresult wrc = cd_drv.cuStreamWriteValue32(s, slot, (cuuint32_t)seq,
+        CUresult wrc = cd_drv.cuStreamWriteValue32(l->stream, slot, (cuuint32_t)p->seq,
                                                    CU_STREAM_WRITE_VALUE_DEFAULT);
         if (cd_state.profile)
             atomic_fetch_add_explicit(&cd_state.ns_marker, cd_clock_ns() - t0,
@@ -472,13 +489,13 @@ void cd_watch_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstre
             atomic_store_explicit(&cd_state.watch_write_rc, (int)wrc, memory_order_relaxed);
         }
     }
-    if (want && !(flags & CD_WATCH_MARKED))
+    if (p->want && !(flags & CD_WATCH_MARKED))
         atomic_fetch_add_explicit(&cd_state.n_unmarked, 1, memory_order_relaxed);
     r->flags = flags;
-    atomic_store_explicit(&r->seq, seq, memory_order_release);
+    atomic_store_explicit(&r->seq, p->seq, memory_order_release);
     if (e)
-        atomic_store_explicit(&e->last_seq, seq, memory_order_release);
-    tls_last_seq = seq;
+        atomic_store_explicit(&e->last_seq, p->seq, memory_order_release);
+    tls_last_seq = p->seq;
     atomic_fetch_add_explicit(&cd_state.n_watched, 1, memory_order_relaxed);
 }
 

@@ -46,13 +46,12 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
  * watching writes the culprit block. */
 void cd_on_sticky_logged(int code);
 
-/* A launch's API exit (CUPTI's, or the runtime hook's with the callback
- * data CUPTI would give): record it while watching, wait for it if this
- * thread blocks. */
-void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, int origin);
-/* While watching with sparse markers, before a launch on s that gets a marker
- * of its own: a marker behind s's newest launch (not while s captures). */
-void cd_launch_bracket(uint32_t context_uid, CUstream s);
+/* The launch pipeline, shared by CUPTI's callback and the launch hooks
+ * (base.h's cd_launch): before a launch, the bracket of a kernel that gets a
+ * marker of its own; at its API exit, record it and mark it while watching,
+ * wait for it and check it if this thread blocks. */
+void cd_launch_entering(const cd_launch *l);
+void cd_launch_exited(const cd_launch *l);
 /* The launch hooks' record mode, around the runtime launch it makes (on 1,
  * then 0): CUPTI's callback inside it records nothing (the hook records it). */
 void cd_launch_recorded_by_hook(int on);

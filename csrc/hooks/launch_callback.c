@@ -1,9 +1,14 @@
 /*
- * hooks/launch_callback.c: the CUPTI launch callback, the hot path of every kernel
- * launch in the process while a launch_blocking() scope or a watch() is open.
+ * hooks/launch_callback.c: the launch pipeline, the hot path of every kernel
+ * launch in the process while a launch_blocking() scope or a watch() is open,
+ * and CUPTI's callback, one of its two sources.
  *
- * At API exit of a launch (cuLaunchKernel, cuLaunchKernelEx, cooperative,
- * cuGraphLaunch, and their _ptsz twins; cupti_ids.h):
+ * A launch (base.h's cd_launch) comes from CUPTI's callback at the API exit
+ * of a launch entry point (cuLaunchKernel, cuLaunchKernelEx, cooperative,
+ * cuGraphLaunch, and their _ptsz twins; cupti_ids.h), or from the launch
+ * hooks (hooks/runtime_launch.c) after the runtime's launch returned. Both
+ * call cd_launch_entering before the launch (a marker bracketing a kernel
+ * that gets its own) and cd_launch_exited after it, which reads in order:
  *   - neither watching nor blocking this thread: return (two relaxed loads);
  *   - the launch was refused: record it if this thread blocks (a sticky code
  *     means an earlier kernel killed the context); while watching, a sticky
@@ -11,14 +16,16 @@
  *   - the stream is being captured into a graph: no wait (a sync would
  *     break the capture); while watching, a graph node record and a marker
  *     captured behind the kernel (capture/graph_markers.c);
- *   - watching: a ring record and a completion marker (capture/watch_ring.c);
- *   - blocking: wait for the stream, the thread's stderr window open; if the
- *     wait fails, record the fault, write the report to fd 2, and write the
- *     error into the launch's own return value, so the launcher (PyTorch,
- *     CuPy, Triton, cuBLAS...) fails at the launching call.
+ *   - record, then mark, while watching: a ring record and, where one is due,
+ *     a completion marker (capture/watch_ring.c);
+ *   - check, if this thread blocks: wait for the stream, the thread's stderr
+ *     window open; if the wait fails, record the fault, write the report to
+ *     fd 2, and write the error into the launch's own return value, so the
+ *     launcher (PyTorch, CuPy, Triton, cuBLAS...) fails at the launching call.
  * No allocation, no lock, no GIL on the path without a fault. The capture
- * APIs (begin, end) and CUPTI's resource events (a context destroyed, graph
- * executables) take cold paths of their own, off the launch path.
+ * APIs (begin, end), the host's waits and CUPTI's resource events (a context
+ * destroyed, graph executables) take cold paths of their own, off the launch
+ * path.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -115,11 +122,11 @@ static int cause_recorded_elsewhere(uint32_t context_uid)
  * this one is a consequence, without the other's text; else the text is this
  * kernel's after all (an assert in a __device__ helper names the helper). */
 static __attribute__((noinline, cold)) void
-fault_found(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult code,
-            int at_launch, const cd_window *w, uint64_t assert_mark)
+fault_found(const cd_launch *l, CUresult code, int at_launch, const cd_window *w,
+            uint64_t assert_mark)
 {
     cd_fault f;
-    cd_fault_fill(&f, cb, cbid);
+    cd_fault_fill(&f, l);
     f.code = (int)code;
     f.at_launch = at_launch;
     int asserts = 0;
@@ -159,8 +166,7 @@ fault_found(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult code,
 }
 
 static __attribute__((noinline, cold)) void
-launch_refused(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult code, int block,
-               int watching)
+launch_refused(const cd_launch *l, CUresult code, int block, int watching)
 {
     if (cd_is_sticky((int)code)) {
         atomic_fetch_add_explicit(&cd_state.n_refused, 1, memory_order_relaxed);
@@ -168,11 +174,11 @@ launch_refused(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUresult cod
             cd_report_watch_culprit((int)code, "a launch refused by the dead context", 0);
     }
     if (block)
-        fault_found(cb, cbid, code, 1, NULL, 0);
+        fault_found(l, code, 1, NULL, 0);
 }
 
 static __attribute__((noinline)) void
-wait_and_check(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s)
+wait_and_check(const cd_launch *l)
 {
     const int profile = cd_state.profile;
     uint64_t t1 = profile ? cd_clock_ns() : 0;
@@ -183,13 +189,13 @@ wait_and_check(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, CUstream s)
         assert_mark = cd_tee_assert_mark();
         cd_tee_open(&w, msg, sizeof msg);
     }
-    CUresult rc = wait_stream(s);
+    CUresult rc = wait_stream(l->stream);
     if (cd_state.capture_on)
         cd_tee_close();
     atomic_fetch_add_explicit(&cd_state.n_synced, 1, memory_order_relaxed);
     if (rc != CUDA_SUCCESS) {              /* the kernel faulted (or the query did) */
-        fault_found(cb, cbid, rc, 0, cd_state.capture_on ? &w : NULL, assert_mark);
-        *(CUresult *)cb->functionReturnValue = rc;
+        fault_found(l, rc, 0, cd_state.capture_on ? &w : NULL, assert_mark);
+        *l->ret = rc;                      /* the launcher fails at the launching call */
     }
     if (profile) {
         uint64_t t2 = cd_clock_ns();
@@ -296,27 +302,99 @@ static __attribute__((noinline, cold)) void host_waits(const CUpti_CallbackData 
     }
 }
 
-/* Before the launch of a kernel that gets a marker of its own (an NCCL
- * kernel; a USER kernel: base.h's CD_ORIGIN_*), while watching with sparse
- * markers: a marker behind its stream's newest launch first, so that the
- * kernel is bracketed: a rank stuck in a collective, a user's kernel that
- * faults or hangs, is named exactly. Not while the stream captures. */
-void cd_launch_bracket(uint32_t context_uid, CUstream s)
-{
-    if (!capturing(s))
-        cd_watch_close(context_uid, 0, (uintptr_t)s, 0);
-}
-
-static __attribute__((noinline)) void bracketed_launching(const CUpti_CallbackData *cb,
-                                                          CUpti_CallbackId cbid)
-{
-    cd_launch_bracket(cb->contextUid, cd_launch_stream(cbid, cb->functionParams, NULL));
-}
-
 static inline int sparse_markers(void)
 {
     return atomic_load_explicit(&cd_state.watching, memory_order_relaxed) &&
            atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) > 1;
+}
+
+/* A kernel that gets a marker of its own with sparse markers: an NCCL
+ * kernel; a USER kernel (its source's origin, else its name's). */
+static inline int bracketed(const char *symbol, int origin)
+{
+    return cd_nccl_kernel(symbol) ||
+           (origin ? origin : cd_kernel_origin(symbol)) == CD_ORIGIN_USER;
+}
+
+/* ------------------------------------------------------- the pipeline -- */
+
+/* Before the launch (CUPTI's API entry; the launch hooks, before they
+ * launch), while watching with sparse markers: a bracketed kernel gets a
+ * marker behind its stream's newest launch first (cd_watch_mark puts one
+ * behind it), so that a rank stuck in a collective, a user's kernel that
+ * faults or hangs, is named exactly. Not while the stream captures. */
+void cd_launch_entering(const cd_launch *l)
+{
+    if (sparse_markers() && bracketed(l->symbol, l->origin) && !capturing(l->stream))
+        cd_watch_close(l->context_uid, 0, (uintptr_t)l->stream, 0);
+}
+
+/* The launch, from either source, at its API exit; what each launch costs,
+ * in order:
+ *   gate     neither watching nor blocking this thread: return (two loads);
+ *   refused  the driver refused it: cold (launch_refused);
+ *   capture  its stream captures: a graph node (capture/graph_markers.c), no wait;
+ *   record   its record in the watch ring (capture/watch_ring.c);
+ *   mark     a completion marker behind it where one is due; the record published;
+ *   check    this thread blocks: wait for the stream; only a failed wait goes
+ *            on (cold, fault_found) to the fault's record and its report. */
+void cd_launch_exited(const cd_launch *l)
+{
+    const int watching = atomic_load_explicit(&cd_state.watching, memory_order_relaxed);
+    const int block = cd_thread_wants_blocking();
+    if (!watching && !block) {
+        if (cd_cupti_detach_asked())
+            cd_cupti_detach_now();     /* the last scope closed: CUPTI leaves the process */
+        return;
+    }
+    if (*l->ret != CUDA_SUCCESS) {
+        atomic_fetch_add(&cd_state.in_callback, 1);     /* cold: counted (subscription.c) */
+        launch_refused(l, *l->ret, block, watching);
+        atomic_fetch_sub(&cd_state.in_callback, 1);
+        return;
+    }
+    const int profile = cd_state.profile;
+    uint64_t t0 = profile ? cd_clock_ns() : 0;
+    if (capturing(l->stream)) {
+        if (!(watching && cd_state.graph_markers && cd_graph_launch_captured(l)))
+            atomic_fetch_add_explicit(&cd_state.n_skipped_capture, 1, memory_order_relaxed);
+        return;
+    }
+    if (profile)
+        atomic_fetch_add_explicit(&cd_state.ns_capture_check, cd_clock_ns() - t0,
+                                  memory_order_relaxed);
+    cd_watch_pending rec;
+    if (watching) {
+        uint64_t tw = profile ? cd_clock_ns() : 0;
+        if (cd_watch_record_launch(l, &rec))       /* record */
+            cd_watch_mark(l, &rec);                /* mark */
+        if (profile)
+            atomic_fetch_add_explicit(&cd_state.ns_watch, cd_clock_ns() - tw, memory_order_relaxed);
+    }
+    /* NCCL's kernels are not waited for inside a scope: a collective completes
+     * only when every rank (or, with several GPUs per process, every GPU's
+     * launch of the group) has joined, and a wait after the first launch of a
+     * group would never return. The next launch on the stream waits for it. */
+    if (block && !cd_nccl_kernel(l->symbol)) {                 /* check */
+        if (cd_thread_state() <= 0)
+            atomic_fetch_add_explicit(&cd_state.n_follower, 1, memory_order_relaxed);
+        /* A wait can last (a long kernel): counted, so that CUPTI is not given
+         * to a profiler, which finalizes it at its end, while we are inside. */
+        atomic_fetch_add_explicit(&cd_state.in_callback, 1, memory_order_relaxed);
+        wait_and_check(l);
+        atomic_fetch_sub_explicit(&cd_state.in_callback, 1, memory_order_release);
+    }
+    if (profile)
+        atomic_fetch_add_explicit(&cd_state.ns_callback, cd_clock_ns() - t0, memory_order_relaxed);
+}
+
+/* CUPTI's callback data of a launch entry point, as the pipeline reads it. */
+static inline cd_launch launch_of(const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
+{
+    cd_launch l = {cbid, cb->functionParams, (CUresult *)cb->functionReturnValue, cb->symbolName,
+                   cb->context, cb->contextUid, cd_launch_stream(cbid, cb->functionParams, NULL),
+                   CD_ORIGIN_UNKNOWN};
+    return l;
 }
 
 #define CD_CAPTURE_CASE(id, ptsz) case id:
@@ -340,9 +418,10 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
                 host_waits(cb, cbid);
             break;
         default:
-            if (sparse_markers() && (cd_nccl_kernel(cb->symbolName) ||
-                                     cd_kernel_origin(cb->symbolName) == CD_ORIGIN_USER))
-                bracketed_launching(cb, cbid);
+            if (sparse_markers() && bracketed(cb->symbolName, CD_ORIGIN_UNKNOWN)) {
+                cd_launch l = launch_of(cb, cbid);
+                cd_launch_entering(&l);
+            }
             break;
         }
         return;
@@ -362,60 +441,8 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
     }
     if (tls_hook_records)
         return;                    /* inside the launch hooks' record mode: the hook records it */
-    cd_launch_exited(cb, cbid, CD_ORIGIN_UNKNOWN);
-}
-
-/* A launch's API exit: from CUPTI's callback, or from the runtime's launch
- * hook (hooks/runtime_launch.c) with the data CUPTI would have given and the
- * kernel's origin as its calling library tells (CD_ORIGIN_*; 0: by name). */
-void cd_launch_exited(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, int origin)
-{
-    const int watching = atomic_load_explicit(&cd_state.watching, memory_order_relaxed);
-    const int block = cd_thread_wants_blocking();
-    if (!watching && !block) {
-        if (cd_cupti_detach_asked())
-            cd_cupti_detach_now();     /* the last scope closed: CUPTI leaves the process */
-        return;
-    }
-    const CUresult ret = *(const CUresult *)cb->functionReturnValue;
-    if (ret != CUDA_SUCCESS) {
-        atomic_fetch_add(&cd_state.in_callback, 1);     /* cold: counted (subscription.c) */
-        launch_refused(cb, cbid, ret, block, watching);
-        atomic_fetch_sub(&cd_state.in_callback, 1);
-        return;
-    }
-    const int profile = cd_state.profile;
-    uint64_t t0 = profile ? cd_clock_ns() : 0;
-    CUstream s = cd_launch_stream(cbid, cb->functionParams, NULL);
-    if (capturing(s)) {
-        if (!(watching && cd_state.graph_markers && cd_graph_launch_captured(cb, cbid, s, origin)))
-            atomic_fetch_add_explicit(&cd_state.n_skipped_capture, 1, memory_order_relaxed);
-        return;
-    }
-    if (profile)
-        atomic_fetch_add_explicit(&cd_state.ns_capture_check, cd_clock_ns() - t0,
-                                  memory_order_relaxed);
-    if (watching) {
-        uint64_t tw = profile ? cd_clock_ns() : 0;
-        cd_watch_launch(cb, cbid, s, origin);
-        if (profile)
-            atomic_fetch_add_explicit(&cd_state.ns_watch, cd_clock_ns() - tw, memory_order_relaxed);
-    }
-    /* NCCL's kernels are not waited for inside a scope: a collective completes
-     * only when every rank (or, with several GPUs per process, every GPU's
-     * launch of the group) has joined, and a wait after the first launch of a
-     * group would never return. The next launch on the stream waits for it. */
-    if (block && !cd_nccl_kernel(cb->symbolName)) {
-        if (cd_thread_state() <= 0)
-            atomic_fetch_add_explicit(&cd_state.n_follower, 1, memory_order_relaxed);
-        /* A wait can last (a long kernel): counted, so that CUPTI is not given
-         * to a profiler, which finalizes it at its end, while we are inside. */
-        atomic_fetch_add_explicit(&cd_state.in_callback, 1, memory_order_relaxed);
-        wait_and_check(cb, cbid, s);
-        atomic_fetch_sub_explicit(&cd_state.in_callback, 1, memory_order_release);
-    }
-    if (profile)
-        atomic_fetch_add_explicit(&cd_state.ns_callback, cd_clock_ns() - t0, memory_order_relaxed);
+    cd_launch l = launch_of(cb, cbid);
+    cd_launch_exited(&l);
 }
 
 void cd_on_sticky_logged(int code)

@@ -13,8 +13,9 @@
  * launch from a thread that does not block goes to the driver directly, as
  * cuLaunchKernelEx_ptsz -- the one launch entry point whose CUPTI callback is
  * off meanwhile (base/subscription.c), so CUPTI does not dispatch it -- and
- * is then recorded exactly as the CUPTI callback records a launch
- * (cd_launch_exited, with the callback data CUPTI would have given). Every
+ * then goes through the launch pipeline CUPTI's callback uses
+ * (hooks/launch_callback.c: cd_launch_entering before, cd_launch_exited
+ * after, with the cd_launch of the call it made). Every
  * other launch (a blocking thread's, Triton's, cuBLAS's, CuPy's, the
  * driver's callers', libraries loaded after the watch opened) still reaches
  * CUPTI's callback as before. A launch the driver refuses here is handed to
@@ -204,23 +205,6 @@ static int context_uid(CUcontext c, uint32_t *uid)
     return 0;
 }
 
-/* The record, as CUPTI's callback would have seen the launch (cd_launch_exited). */
-static void record(CUcontext ctx, uint32_t uid, CUlaunchConfig *cfg, CUfunction f, void **args,
-                   const char *name, int origin, CUresult rc)
-{
-    cuLaunchKernelEx_params p = {cfg, f, args, NULL};
-    CUpti_CallbackData cb;
-    memset(&cb, 0, sizeof cb);
-    cb.callbackSite = CUPTI_API_EXIT;
-    cb.functionName = "cuLaunchKernelEx_ptsz";
-    cb.functionParams = &p;
-    cb.functionReturnValue = &rc;
-    cb.symbolName = name;
-    cb.context = ctx;
-    cb.contextUid = uid;
-    cd_launch_exited(&cb, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, origin);
-}
-
 static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args, size_t shmem,
                          void *stream)
 {
@@ -245,26 +229,30 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
         return real(kernel, grid, block, args, shmem, stream);
     CUlaunchConfig cfg = {grid.x, grid.y, grid.z, block.x, block.y, block.z,
                           (unsigned)shmem, stream ? (CUstream)stream : CU_STREAM_LEGACY, NULL, 0};
-    if (origin == CD_ORIGIN_USER &&
-        atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) > 1)
-        cd_launch_bracket(uid, cfg.hStream);   /* an extension's kernel: bracketed */
+    /* The launch as the pipeline reads it (hooks/launch_callback.c): the
+     * cuLaunchKernelEx_ptsz this route makes, or the runtime's equivalent. */
+    cuLaunchKernelEx_params params = {&cfg, f, args, NULL};
+    CUresult rc = CUDA_SUCCESS;
+    cd_launch l = {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, &params, &rc, name, ctx, uid,
+                   cfg.hStream, origin};
+    cd_launch_entering(&l);            /* an NCCL or USER kernel: bracketed */
     if (mode == ROUTE_RECORD) {
         cd_launch_recorded_by_hook(1);   /* a CUPTI callback inside leaves it to us */
         int rrc = real(kernel, grid, block, args, shmem, stream);
         cd_launch_recorded_by_hook(0);
         if (rrc == 0) {
             atomic_fetch_add_explicit(&n_recorded, 1, memory_order_relaxed);
-            record(ctx, uid, &cfg, f, args, name, origin, CUDA_SUCCESS);
+            cd_launch_exited(&l);
         }
         return rrc;
     }
-    CUresult rc = cd_drv.cuLaunchKernelEx_ptsz(&cfg, f, args, NULL);
+    rc = cd_drv.cuLaunchKernelEx_ptsz(&cfg, f, args, NULL);
     if (rc != CUDA_SUCCESS) {
         atomic_fetch_add_explicit(&n_handed_back, 1, memory_order_relaxed);
         return real(kernel, grid, block, args, shmem, stream);
     }
     atomic_fetch_add_explicit(&n_routed, 1, memory_order_relaxed);
-    record(ctx, uid, &cfg, f, args, name, origin, rc);
+    cd_launch_exited(&l);
     return 0;
 }
 

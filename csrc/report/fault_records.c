@@ -41,29 +41,29 @@ static long dead_thread[MAX_DEAD];
 static int dead_level[MAX_DEAD];
 static int n_dead;
 
-void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
+void cd_fault_fill(cd_fault *f, const cd_launch *l)
 {
     memset(f, 0, offsetof(cd_fault, device_message));   /* consequence = 0 */
     f->device_message_len = 0;
     f->device_message_cut = 0;
-    f->cbid = (int)cbid;
+    f->cbid = (int)l->cbid;
     f->device = -1;
     cd_launch_dims d = {{0, 0, 0}, {0, 0, 0}, 0};
-    f->stream = (uintptr_t)cd_launch_stream(cbid, cb->functionParams, &d);
+    f->stream = (uintptr_t)cd_launch_stream(l->cbid, l->params, &d);
     memcpy(f->grid, d.grid, sizeof f->grid);
     memcpy(f->block, d.block, sizeof f->block);
     f->shared_mem = d.shared_mem;
-    if (cb->symbolName) {
-        f->kernel_len = strlen(cb->symbolName);
+    if (l->symbol) {
+        f->kernel_len = strlen(l->symbol);
         size_t n = f->kernel_len < CD_KERNEL_NAME - 1 ? f->kernel_len : CD_KERNEL_NAME - 1;
-        memcpy(f->kernel, cb->symbolName, n);
+        memcpy(f->kernel, l->symbol, n);
         f->kernel[n] = '\0';
     }
-    f->context = (uintptr_t)cb->context;
-    f->context_uid = cb->contextUid;
-    if (cb->context && cd_cupti.cuptiGetDeviceId) {
+    f->context = (uintptr_t)l->context;
+    f->context_uid = l->context_uid;
+    if (l->context && cd_cupti.cuptiGetDeviceId) {
         uint32_t dev;
-        if (cd_cupti.cuptiGetDeviceId(cb->context, &dev) == CUPTI_SUCCESS)
+        if (cd_cupti.cuptiGetDeviceId(l->context, &dev) == CUPTI_SUCCESS)
             f->device = (int)dev;
     }
     f->thread_id = (long)syscall(SYS_gettid);

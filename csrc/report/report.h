@@ -95,7 +95,7 @@ typedef struct {
 
 /* Fill the identity fields of `f` from a launch callback (kernel, dims,
  * stream, device, thread, time, frames). Cold path. */
-void cd_fault_fill(cd_fault *f, const CUpti_CallbackData *cb, CUpti_CallbackId cbid);
+void cd_fault_fill(cd_fault *f, const cd_launch *l);
 /* Copy into the ring, assign seq, `consequence` and its cause; returns the
  * seq. A sticky record is a consequence when its context had a sticky record
  * before, unless its assert text belongs to it better (CD_ASSERT_FITS or
