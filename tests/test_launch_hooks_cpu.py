@@ -238,3 +238,35 @@ report(dict(before=before, had=had, during=during, refused=refused, back=back, a
     assert frm_where == "%s:%d" % (c.script, c.line_of("# PROFILER STARTS")), r
     assert to_where == "%s:%d" % (c.script, c.line_of("# PROFILER STOPS")), r
 
+
+
+def test_an_nccl_kernel_launched_through_the_hooks_is_bracketed(fake_child):
+    """A kernel that gets a marker of its own with sparse markers (an NCCL
+    kernel) gets one behind its stream's newest launch first, whichever path
+    launched it: the launch hooks share the pipeline's entry with CUPTI's
+    callback (hooks/launch_callback.c cd_launch_entering). Before, the hooks
+    bracketed only an extension's kernels: a rank stuck in a collective that
+    PyTorch launched through them was placed among the launches before it."""
+    c = fake_child(RT + '''
+import cuda_debug, cuda_debug.testing as t
+from cuda_debug import _core
+t.empty()
+out = {}
+with cuda_debug.watch():
+    rt.fake_rt_launch(at("gather"), 0, 10)          # first 2 marked, then unmarked
+    s0 = _core.stats()
+    rt.fake_rt_launch(b"ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 1)
+    s1 = _core.stats()
+    out["closed"] = s1["closed"] - s0["closed"]
+    out["marked"] = s1["marked"] - s0["marked"]
+    out["routed"] = s1["launch_hooks"]["routed"]
+    rt.fake_rt_launch(at("gather"), 0, 1)           # the one after it: no bracket
+    out["closed_after"] = _core.stats()["closed"] - s1["closed"]
+report(out)
+''')
+    r = c.result
+    assert r is not None, c
+    assert r["routed"] == 11, r                      # both went through the hooks
+    assert r["closed"] == 1, r                       # the bracket behind the 10th gather
+    assert r["marked"] == 1, r                       # and the NCCL kernel's own marker
+    assert r["closed_after"] == 0, r
