@@ -267,3 +267,42 @@ report(dict(child=child, parent=parent))
     assert r is not None, c
     assert r["child"] == [4, 0], r
     assert r["parent"] == [1, 4, True], r
+
+
+def test_the_hand_over_waits_for_a_thread_inside_the_callback(fake_child):
+    """A profiler finalizes CUPTI when it ends: a thread still inside our
+    callback then (a launch_blocking() thread waiting 0.6 s for its kernel)
+    would return into a CUPTI that is gone (the SIGSEGV seen once in
+    test_hand_over_while_another_thread_launches_in_its_scope). The hand-over
+    waits for it (base/subscription.c drain_callbacks): when it returns, no
+    thread is inside, and it took about the kernel's remaining time."""
+    c = fake_child('''
+        import threading, time
+        import cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core, _dispatch_fallback
+        t.empty()
+        fake.fake_set_kernel(b"slow", 0, -1, None, -1, 600000)
+        inside = threading.Event()
+        def blocking():
+            with cuda_debug.launch_blocking():
+                inside.set()
+                fake.fake_launch(b"slow", 0, %s)        # waits for it in the callback
+        with cuda_debug.watch():
+            th = threading.Thread(target=blocking)
+            th.start()
+            inside.wait()
+            time.sleep(0.15)
+            in_before = _core.stats()["in_callback"]
+            t0 = time.monotonic()
+            had = _dispatch_fallback.hand_over()
+            took = time.monotonic() - t0
+            in_after = _core.stats()["in_callback"]
+            th.join()
+            busy = _core.stats()["hand_overs_busy"]
+        report(dict(had=had, in_before=in_before, in_after=in_after, took=took, busy=busy))
+    ''' % L)
+    r = c.result
+    assert r is not None, c
+    assert r["had"] is True and r["in_before"] == 1, r
+    assert r["in_after"] == 0 and r["busy"] == 0, r
+    assert 0.2 < r["took"] < 5.0, r
