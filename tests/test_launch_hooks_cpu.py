@@ -8,6 +8,8 @@ launches with cuLaunchKernelEx_ptsz (CUPTI's callback for it off meanwhile) and
 records the launch as the callback would. A blocking thread's launches, and
 every launch once the watch closes, go to the runtime's own function again.
 """
+import os
+
 import pytest
 
 RT = '''
@@ -270,3 +272,80 @@ report(out)
     assert r["closed"] == 1, r                       # the bracket behind the 10th gather
     assert r["marked"] == 1, r                       # and the NCCL kernel's own marker
     assert r["closed_after"] == 0, r
+
+
+@pytest.fixture(scope="module")
+def two_runtimes(fake_cuda_dir, tmp_path_factory):
+    """Two copies of the runtime, each its soname and its symbols' version as
+    the real ones have them (``__cudaLaunchKernel@@libcudart.so.12``: an
+    import binds to its own runtime's, whatever is loaded first): an extension
+    bound to the "12" one, PyTorch's library (in a torch/lib/ folder) bound to
+    the "13" one."""
+    import subprocess
+    from fake_cuda import HERE, LIBCUDA, LIBRTUSER, cflags, compiler
+    work = tmp_path_factory.mktemp("two_runtimes")
+    (work / "torch" / "lib").mkdir(parents=True)
+    cc, flags = compiler(), cflags() + ["-shared"]
+    libcuda = os.path.join(fake_cuda_dir, LIBCUDA)
+    out = {}
+    for v in ("12", "13"):
+        name = "libfake_cudart.so." + v
+        script = work / (name + ".map")
+        script.write_text("%s { global: *; };\n" % name)
+        out["rt" + v] = str(work / name)
+        out["user" + v] = str(work / ("libext12.so" if v == "12" else "torch/lib/" + LIBRTUSER))
+        for cmd in ([cc] + flags + ["-Wl,-soname," + name, "-Wl,--version-script=%s" % script,
+                                    "-o", out["rt" + v], os.path.join(HERE, "fake_cudart.c"),
+                                    libcuda],
+                    [cc] + flags + ["-o", out["user" + v], os.path.join(HERE, "fake_rt_user.c"),
+                                    out["rt" + v], libcuda]):
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_two_runtimes_only_pytorchs_is_routed_the_other_left_alone_and_named(fake_child,
+                                                                             two_runtimes):
+    """The extension bound to the other runtime is loaded first (the load
+    order's pick before): PyTorch's library is still the one routed (the
+    runtime its own libraries import), the extension's launches go to its own
+    runtime, every one, and stats() names both runtimes. Every launch of both
+    is recorded and computes as without the hooks."""
+    c = fake_child('''
+import ctypes, os, sys
+import cuda_debug, cuda_debug.testing as t
+from cuda_debug import _core
+RT13, RT12, EXT, FW = sys.argv[1:5]
+rt13 = ctypes.CDLL(RT13, ctypes.RTLD_GLOBAL)   # PyTorch's, global (found first by an unversioned lookup)
+rt12 = ctypes.CDLL(RT12)
+ext = ctypes.CDLL(EXT)                          # before PyTorch's library in the loader's list
+fw = ctypes.CDLL(FW)
+for lib in (rt13, rt12):
+    lib.fake_runtime_calls.restype = ctypes.c_long
+for lib in (ext, fw):
+    lib.fake_rt_launch.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
+t.empty()
+out = {}
+with cuda_debug.watch():
+    s0 = _core.stats()
+    a13, a12 = rt13.fake_runtime_calls(), rt12.fake_runtime_calls()
+    out["rc"] = [fw.fake_rt_launch(b"k", 0, 30), ext.fake_rt_launch(b"k", 0, 20)]
+    s1 = _core.stats()
+    out["hooks"] = s1["launch_hooks"]
+    out["routed"] = s1["launch_hooks"]["routed"] - s0["launch_hooks"]["routed"]
+    out["watched"] = s1["watched"] - s0["watched"]
+    out["rt13_calls"] = rt13.fake_runtime_calls() - a13
+    out["rt12_calls"] = rt12.fake_runtime_calls() - a12
+report(out)
+''', args=[two_runtimes[k] for k in ("rt13", "rt12", "user12", "user13")])
+    r = c.result
+    assert r is not None, c
+    h = r["hooks"]
+    assert r["rc"] == [0, 0], r
+    # PyTorch's 30 routed, none through its runtime's own function
+    assert h["on"] == 1 and h["entries"] >= 1 and r["routed"] == 30 and r["rt13_calls"] == 0, r
+    # the extension's 20 went to its own runtime (CUPTI's callback recorded them)
+    assert r["rt12_calls"] == 20 and r["watched"] == 50, r
+    assert h["other_runtimes"] >= 1, h
+    assert os.path.basename(h["runtime"]) == "libfake_cudart.so.13", h
+    assert os.path.basename(h["other_runtime"]) == "libfake_cudart.so.12", h

@@ -439,11 +439,14 @@ typedef struct {
 /* Point every loaded object's imports of `symbol` (JUMP_SLOT, GLOB_DAT; not
  * our own) that lead to one definition at `replacement`: at most max entries,
  * into out; returns how many. *original: in, the definition already taken
- * (NULL the first time: the first one found); out, the one taken.
- * *other_targets: entries left alone because they lead to another definition.
+ * (NULL the first time: the one an entry of an object `prefer` (may be NULL)
+ * says yes to leads to, else the first one found); out, the one taken.
+ * *other_targets: entries left alone because they lead to another definition;
+ * *other_target: the first of those definitions (NULL: none).
  * Cold, from Python (takes the loader's lock). */
-int cd_got_hook(const char *symbol, void *replacement, void **original, cd_got_patch *out,
-                int max, int *other_targets);
+int cd_got_hook(const char *symbol, void *replacement, void **original,
+                int (*prefer)(const char *object), cd_got_patch *out, int max, int *other_targets,
+                void **other_target);
 /* Write back what the entries held, into those that still hold ours, in
  * objects still loaded where they were found; the others are dropped. */
 void cd_got_restore(cd_got_patch *p, int n);

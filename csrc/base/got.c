@@ -12,7 +12,9 @@
  *
  * Only entries that lead to one and the same definition are taken (two
  * copies of a runtime, CUDA 12's and 13's, keep theirs): the replacement
- * needs one original to call. An entry the loader has not bound yet (lazy
+ * needs one original to call, the entry's own (its runtime's error state,
+ * its kernel handles' registration). Which definition, the first time: the
+ * one the caller's preferred objects lead to, else the first found. An entry the loader has not bound yet (lazy
  * binding: it points into the object's own PLT) is bound here first, by
  * asking the loader for the symbol in that object's scope. A pointer store is
  * atomic on the architectures built for, so a thread calling through an
@@ -373,10 +375,12 @@ static void pass(cd_got_patch *p, int n, int op, void *replacement)
 }
 #endif
 
-int cd_got_hook(const char *symbol, void *replacement, void **original, cd_got_patch *out,
-                int max, int *other_targets)
+int cd_got_hook(const char *symbol, void *replacement, void **original,
+                int (*prefer)(const char *object), cd_got_patch *out, int max, int *other_targets,
+                void **other_target)
 {
     *other_targets = 0;
+    *other_target = NULL;
 #ifdef CD_R_JUMP_SLOT
     static walk_t w;                   /* callers serialise (sub_lock); 20 KiB off the stack */
     Dl_info self;
@@ -388,15 +392,26 @@ int cd_got_hook(const char *symbol, void *replacement, void **original, cd_got_p
     dl_iterate_phdr(visit, &w);
     /* Outside the walk (the loader's lock is not held here): an unbound
      * entry is bound to what the loader would give its object. */
+    static void *targets[CD_GOT_FOUND];
+    for (int i = 0; i < w.n_found; i++)
+        targets[i] = w.found[i].unbound ? bind_now(w.found[i].object, symbol) : w.found[i].now;
+    /* The first time, the definition a preferred object's entry leads to
+     * (PyTorch's own libraries: most launches), else the first one found;
+     * not the load order's pick of whichever library came first. */
+    for (int i = 0; prefer && !*original && i < w.n_found; i++)
+        if (targets[i] && prefer(w.found[i].object))
+            *original = targets[i];
     int n = 0;
     for (int i = 0; i < w.n_found; i++) {
         found_t *f = &w.found[i];
-        void *target = f->unbound ? bind_now(f->object, symbol) : f->now;
+        void *target = targets[i];
         if (!target)
             continue;
         if (!*original)
             *original = target;
         if (target != *original) {
+            if (!*other_target)
+                *other_target = target;
             (*other_targets)++;
             continue;
         }
@@ -417,7 +432,7 @@ int cd_got_hook(const char *symbol, void *replacement, void **original, cd_got_p
             out[k++] = out[i];
     return k;
 #else
-    (void)symbol, (void)replacement, (void)original, (void)out, (void)max;
+    (void)symbol, (void)replacement, (void)original, (void)prefer, (void)out, (void)max;
     return 0;
 #endif
 }

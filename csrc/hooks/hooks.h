@@ -64,6 +64,9 @@ enum { CD_HOOKS_NEVER = 0, CD_HOOKS_OFF = 1, CD_HOOKS_NO_CUPTI = 2, CD_HOOKS_OLD
 typedef struct {
     int on, recording, entries, why_off;
     uint64_t routed, recorded, handed_back, asked;   /* asked: the driver asked for a kernel */
+    /* the library whose __cudaLaunchKernel the entries lead to; one whose
+     * importers were left alone (another runtime); "" for none */
+    char runtime[256], other_runtime[256];
 } cd_hook_stats;
 /* Under sub_lock, while a watch opens or CUPTI comes back: the runtime's
  * launches (__cudaLaunchKernel imports) routed past CUPTI when it is ours,

@@ -49,6 +49,7 @@
 #include "hooks/hooks.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef struct {
@@ -63,7 +64,16 @@ static int n_patches;                  /* under sub_lock: entries written now */
 static int n_known;                    /* entries found by the last walk (written or not) */
 static unsigned long long known_gen;   /* the loader's generation at that walk; 0 none */
 static int known_clash;                /* that walk found an import of the route */
-static void *real_launch;              /* the runtime's __cudaLaunchKernel */
+/* The runtime's __cudaLaunchKernel: one, chosen at the first walk (the one
+ * PyTorch's own libraries import, else the first found), for the process's
+ * life (a thread may still be on its way in through an entry just restored).
+ * Only entries bound to it are written: an object importing another
+ * runtime's (an extension built against libcudart.so.12 beside a CUDA 13
+ * PyTorch) is left alone, its launches its runtime's and CUPTI's as without
+ * the hooks (counted: cd_state.n_hook_other_runtimes; that runtime:
+ * other_launch; stats() names both). */
+static void *real_launch;
+static void *other_launch;             /* the last walk's first other definition, or NULL */
 /* The hot path's switch: ROUTE_OFF, ROUTE_DIRECT (launched past CUPTI, whose
  * callback for the route is off), ROUTE_RECORD (launched the runtime's way,
  * then recorded: CUPTI is not ours). Written under sub_lock. */
@@ -268,7 +278,9 @@ static int route_clash(void)
         int others = 0;
         /* Looking only: hook with the entry's own value is not possible
          * without writing, so ask for zero entries and count definitions. */
-        if (cd_got_hook(route_users[i], (void *)hooked_launch, &orig, probe, 0, &others) ||
+        void *other = NULL;
+        if (cd_got_hook(route_users[i], (void *)hooked_launch, &orig, NULL, probe, 0, &others,
+                        &other) ||
             orig || others)
             return 1;
     }
@@ -305,7 +317,8 @@ static int take_entries(void)
     } else {
         int others = 0;
         n_patches += cd_got_hook("__cudaLaunchKernel", (void *)hooked_launch, &real_launch,
-                                 patches + n_patches, CD_HOOK_SLOTS - n_patches, &others);
+                                 framework_object, patches + n_patches,
+                                 CD_HOOK_SLOTS - n_patches, &others, &other_launch);
         n_known = n_patches;
         atomic_store(&cd_state.n_hook_other_runtimes, (uint_fast64_t)others);
     }
@@ -405,4 +418,12 @@ void cd_runtime_hooks_stats(cd_hook_stats *s)
     s->handed_back = atomic_load(&n_handed_back);
     s->asked = atomic_load(&n_asked);
     s->why_off = refused_why;
+    /* Cold (stats()): the libraries defining the runtime routed through and
+     * the one left alone, as the loader names them; "" for none. */
+    Dl_info di;
+    s->runtime[0] = s->other_runtime[0] = '\0';
+    if (real_launch && dladdr(real_launch, &di) && di.dli_fname)
+        snprintf(s->runtime, sizeof s->runtime, "%s", di.dli_fname);
+    if (other_launch && dladdr(other_launch, &di) && di.dli_fname)
+        snprintf(s->other_runtime, sizeof s->other_runtime, "%s", di.dli_fname);
 }

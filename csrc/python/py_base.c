@@ -376,14 +376,15 @@ PyObject *cd_py_stats(PyObject *self, PyObject *noargs)
     static const char *const why[] = {"never on", "CUDA_DEBUG_LAUNCH_HOOKS=0", "no CUPTI",
                                       "driver too old", "a library imports the route",
                                       "no library imports __cudaLaunchKernel"};
-    PyObject *v = Py_BuildValue("{sisisisKsKsKsKsssK}", "on", h.on, "recording", h.recording,
+    PyObject *v = Py_BuildValue("{sisisisKsKsKsKsssKssss}", "on", h.on, "recording", h.recording,
                                 "entries", h.entries, "routed",
                                 (unsigned long long)h.routed, "recorded",
                                 (unsigned long long)h.recorded, "handed_back",
                                 (unsigned long long)h.handed_back, "asked",
                                 (unsigned long long)h.asked, "why_off",
                                 h.on ? "" : why[h.why_off >= 0 && h.why_off < 6 ? h.why_off : 0],
-                                "other_runtimes", U(n_hook_other_runtimes));
+                                "other_runtimes", U(n_hook_other_runtimes), "runtime",
+                                h.runtime, "other_runtime", h.other_runtime);
     if (!v || PyDict_SetItemString(d, "launch_hooks", v) < 0) {
         Py_XDECREF(v);
         Py_DECREF(d);
