@@ -52,3 +52,25 @@ extern "C" int cu12_fault(int mode, float *x, int n, void *stream)
 }
 
 extern "C" int cu12_sync(void) { return (int)cudaDeviceSynchronize(); }
+
+// Memory through this runtime (in the thread's current context: a second
+// context's when one is current), and a stream of it; NULL / an error code.
+extern "C" void *cu12_alloc(size_t bytes)
+{
+    void *p = NULL;
+    return cudaMalloc(&p, bytes) == cudaSuccess ? p : NULL;
+}
+extern "C" int cu12_free(void *p) { return (int)cudaFree(p); }
+extern "C" int cu12_h2d(void *dst, const void *src, size_t bytes)
+{
+    return (int)cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+}
+extern "C" int cu12_d2h(void *dst, const void *src, size_t bytes)
+{
+    return (int)cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+extern "C" void *cu12_stream(void)
+{
+    cudaStream_t s = NULL;
+    return cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? (void *)s : NULL;
+}
