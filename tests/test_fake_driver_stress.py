@@ -8,7 +8,9 @@
   closes scopes, then a fault: every launch is watched, the fault is reported
   at its line. .ci/sanitize.sh runs this one against the ThreadSanitizer
   build (conftest.run_child fails a test on any sanitizer report).
-The GPU version of the first is tests/test_stress_gpu.py.
+The GPU version of the first is tests/test_stress_gpu.py. Memory is measured three
+times (check_cycles): a leak grows the second, longer batch in proportion, the
+allocators' slack does not.
 """
 import os
 import textwrap
@@ -20,14 +22,32 @@ CYCLES = int(os.environ.get("CD_TEST_STRESS_CYCLES", "1000"))
 #: The child's part, shared with tests/test_stress_gpu.py: `cycles` scope and
 #: watch cycles over 4 threads, measured after the first 100 and at the end.
 CYCLES_CHILD = '''
-    import os, threading
+    import ctypes, os, sys, threading
     import cuda_debug, cuda_debug.testing as t
     from cuda_debug import _core
 
+    libc = ctypes.CDLL(None)
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                   "usmblks", "fsmblks", "uordblks", "fordblks",
+                                                   "keepcost")]
+
+    def heap_in_use():
+        # bytes malloc has handed out and not had back, every arena (glibc >= 2.33), or None
+        if not hasattr(libc, "mallinfo2"):
+            return None
+        libc.mallinfo2.restype = Mallinfo2
+        m = libc.mallinfo2()
+        return m.uordblks + m.hblkhd
+
     def measure():
+        if hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)        # free memory given back: RSS is then what is held
         with open("/proc/self/statm") as f:
             rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        return dict(rss=rss, fds=len(os.listdir("/proc/self/fd")),
+        return dict(rss=rss, heap=heap_in_use(), blocks=sys.getallocatedblocks(),
+                    fds=len(os.listdir("/proc/self/fd")),
                     subscribed=subscribed(), active=_core.stats()["active"],
                     watching=_core.stats()["watching"])
 
@@ -49,27 +69,51 @@ CYCLES_CHILD = '''
             t.empty()
     cycles(100)
     first = measure()
-    cycles(CYCLES - 100)
+    batch = (CYCLES - 100) // 3 // 4 * 4
+    cycles(batch)                  # N cycles: the allocators' working set settles
+    mid = measure()
+    cycles(CYCLES - 100 - batch)   # 2N more: a leak grows twice as much here
     last = measure()
-    report(dict(first=first, last=last, synced=_core.stats()["synced"],
+    report(dict(first=first, mid=mid, last=last, batch=batch, synced=_core.stats()["synced"],
                 watched=_core.stats()["watched"]))
 '''
 
 
 def check_cycles(r, cycles):
-    """What both versions assert about the child's report."""
-    first, last = r["first"], r["last"]
+    """What both versions assert about the child's report. Memory is measured
+    after malloc_trim(0) after 100 cycles (first), N more (mid) and 2N more
+    (last): a leak of b bytes a cycle grows the second batch by 2Nb, twice
+    the first; the allocators' slack (arenas of 4 threads, pages first touched)
+    settles in the first. So: what malloc holds (mallinfo2) and Python's
+    object count may not grow over the second batch beyond a few bytes a
+    cycle, nor resident memory beyond its slack unless it grew less there
+    than in proportion."""
+    first, mid, last = r["first"], r["mid"], r["last"]
     assert r["synced"] == cycles and r["watched"] >= cycles + 65536, r
     assert last["fds"] == first["fds"], r
     assert last["subscribed"] == first["subscribed"] == 0, r
     assert last["active"] == last["watching"] == 0, r
-    # Python's allocator keeps some slack (8 KiB seen over 10,000 cycles); a leak
-    # of 32 bytes a cycle would be above this. (AddressSanitizer keeps freed
-    # memory back: .ci/sanitize.sh says so in CD_TEST_SANITIZER.)
+    # (AddressSanitizer keeps freed memory back: .ci/sanitize.sh says so in CD_TEST_SANITIZER.)
     if os.environ.get("CD_TEST_SANITIZER") == "asan":
         return
-    assert last["rss"] - first["rss"] < 256 << 10, "resident memory grew by %d KiB" % (
-        (last["rss"] - first["rss"]) // 1024)
+    second = cycles - 100 - r["batch"]
+    kib = lambda b: "%+d KiB" % (b // 1024)
+    growth = "first batch (%d cycles) %s, second (%d) %s; C heap %s, %s; Python blocks %+d, %+d" % (
+        r["batch"], kib(mid["rss"] - first["rss"]), second, kib(last["rss"] - mid["rss"]),
+        kib((mid["heap"] or 0) - (first["heap"] or 0)), kib((last["heap"] or 0) - (mid["heap"] or 0)),
+        mid["blocks"] - first["blocks"], last["blocks"] - mid["blocks"])
+    # what malloc holds: a leak of 8 bytes a cycle over the second batch is above this
+    if last["heap"] is not None:
+        assert last["heap"] - mid["heap"] < max(16 << 10, 8 * second), "C heap grew: " + growth
+    # Python objects: one leaked per 64 cycles is above this
+    assert last["blocks"] - mid["blocks"] < max(64, second // 64), "Python objects grew: " + growth
+    # resident memory (a leak outside malloc: mmap, pages of a static table):
+    # 20 bytes a cycle over the second batch of 10,000 cycles is above 128 KiB,
+    # unless the second batch grew less than its share (a leak grows it twice
+    # the first; slack that settles, less)
+    rss1, rss2 = mid["rss"] - first["rss"], last["rss"] - mid["rss"]
+    assert rss2 < 128 << 10 or rss2 < 1.5 * max(rss1, 0), "resident memory grew: " + growth
+    assert last["rss"] - first["rss"] < 1 << 20, "resident memory grew: " + growth
 
 
 def test_scope_and_watch_cycles_leave_nothing_behind(fake_child):
