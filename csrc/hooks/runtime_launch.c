@@ -90,8 +90,9 @@ static int hooks_wanted = 1;           /* Python's reading of CUDA_DEBUG_LAUNCH_
  * handle may name another kernel now). A slot is claimed by its key,
  * written, then published (ready = 1 + epoch); a reader copies it and checks
  * `ready` again (a seqlock: the slot may be taken back for a new epoch while
- * it reads). A kernel met in a second context is asked each time; one filled
- * in an older epoch is asked again once. */
+ * it reads). A kernel has a slot per context it is launched in (probed on
+ * from its hash: a second context's launches are not asked each time); one
+ * filled in an older epoch is asked again once. */
 #define KERNEL_SLOTS 4096              /* a power of two */
 typedef struct {
     _Atomic(void *) key;
@@ -162,7 +163,10 @@ static int kernel_of(void *k, const void *caller, CUcontext ctx, CUfunction *f, 
         void *key = atomic_load_explicit(&e->key, memory_order_acquire);
         if (key == k) {
             unsigned r = atomic_load_explicit(&e->ready, memory_order_acquire);
-            if (r == want && atomic_load_explicit(&e->ctx, memory_order_relaxed) == ctx) {
+            CUcontext c = atomic_load_explicit(&e->ctx, memory_order_relaxed);
+            if (r && c != ctx)
+                continue;              /* another context's: this one's is further on */
+            if (r == want) {
                 *f = atomic_load_explicit(&e->func, memory_order_relaxed);
                 *name = atomic_load_explicit(&e->name, memory_order_relaxed);
                 *origin = atomic_load_explicit(&e->origin, memory_order_relaxed);
@@ -182,7 +186,7 @@ static int kernel_of(void *k, const void *caller, CUcontext ctx, CUfunction *f, 
                 slot_write(e, ctx, *f, *name, *origin, want);
                 return 0;
             }
-            break;                     /* being written, or another context's */
+            break;                     /* being written */
         }
         if (!key) {
             if (ask_kernel(k, caller, f, name, origin))
