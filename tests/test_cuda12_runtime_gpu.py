@@ -66,7 +66,7 @@ def hooks():
 
 def describe(e):
     return dict(cls=type(e).__name__, code=e.code, kernel=e.kernel, filename=e.filename,
-                lineno=e.lineno, exact=e.exact, text=str(e))
+                lineno=e.lineno, exact=e.exact, text=str(e), likely=e.likely_kernel)
 """
 
 
@@ -118,7 +118,10 @@ report(out)
     if framework == "alone" or r["torch_cuda"].startswith("12."):
         # the only runtime (or PyTorch cu12's, shared by soname): routed through the hooks
         assert h["on"] == 1 and ours, h
-        assert r["routed"] == 30, r
+        if r["routed"] != 30:
+            # or left to the runtime's own function (CUPTI records each), with the
+            # driver's reason: it did not take the runtime's kernel handle
+            assert r["routed"] == 0 and h["unresolved"] >= 30 and h["unresolved_rc"] != 0, h
         assert h["handed_back"] == 0, h
     else:
         # beside PyTorch cu13: PyTorch's runtime routed, the library left alone and named
@@ -154,7 +157,9 @@ report(out)
     want = {1: ("DeviceAssertError", 710, "cu12_check_index"),
             2: ("IllegalAddressError", 700, "cu12_poke")}[mode]
     assert (r["cls"], r["code"]) == want[:2], r
-    assert want[2] in (r["kernel"] or ""), r
+    # an illegal address has no device text: named, or (among the launches
+    # since its stream's last marker) the likeliest, the one never seen finished
+    assert want[2] in (r["kernel"] or r["likely"] or ""), r
     assert r["filename"] == c.script and r["lineno"] == c.line_of("# CULPRIT"), r
     assert "%s:%d" % (c.script, c.line_of("# CULPRIT")) in r["text"], r["text"]
 
@@ -205,6 +210,9 @@ def launch(name, *args):
 
 def scale3():
     ok(cu.cuMemcpyHtoD_v2(dbuf, host, ctypes.c_size_t(N * 4)), "HtoD")
+    # a pageable copy returns before its DMA ends, and s2 does not wait for the
+    # legacy stream (non-blocking): the kernels must not start before it
+    ok(cu.cuCtxSynchronize(), "sync")
     for a in (1.5, -0.25, 3.0):
         ok(launch("ctx2_scale", dbuf, ctypes.c_int(N), ctypes.c_float(a)), "launch")
     ok(cu.cuStreamSynchronize(s2), "sync")
@@ -276,6 +284,7 @@ def test_the_cu12_runtime_in_a_second_context_is_routed_and_named(child, cu12rt)
 cu = ctypes.CDLL("libcuda.so.1")
 def run(b, stream):
     assert lib.cu12_h2d(b, host, N * 4) == 0
+    assert lib.cu12_sync() == 0           # the copy's DMA done: s2 does not wait for it
     for a in (1.5, -0.25, 3.0):
         assert lib.cu12_scale_launch(b, N, a, stream) == 0
     out = (ctypes.c_float * N)()
@@ -316,7 +325,10 @@ report(out)
 """)
     assert r["same"] == [True] * 6, r
     assert r["n"] == 15 and r["streams"] == [r["s2"]], r
-    assert r["routed"] == 15 and r["asked"] >= 1, r
+    # routed (the kernel's lookup asked in the second context), or left to the
+    # runtime's own function with the driver's reason (stats()'s "unresolved")
+    assert (r["routed"] == 15 and r["asked"] >= 1) or (
+        r["routed"] == 0 and r["hooks"]["unresolved"] >= 15), r
     assert "not_raised" not in r, r
     assert r["cls"] == "DeviceAssertError" and "cu12_check_index" in (r["kernel"] or ""), r
     assert r["filename"] == c.script and r["lineno"] == c.line_of("# CULPRIT"), r

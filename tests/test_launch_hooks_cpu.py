@@ -349,3 +349,32 @@ report(out)
     assert h["other_runtimes"] >= 1, h
     assert os.path.basename(h["runtime"]) == "libfake_cudart.so.13", h
     assert os.path.basename(h["other_runtime"]) == "libfake_cudart.so.12", h
+
+
+def test_a_kernel_handle_the_driver_refuses_is_left_to_the_runtime_and_counted(fake_child):
+    """A runtime whose kernel handles the driver does not take
+    (cuKernelGetFunction refuses them): every launch goes the runtime's own way,
+    where CUPTI's callback records it, and stats() says how many and the
+    driver's answer (before, only "asked" grew, once a launch)."""
+    c = fake_child(RT + '''
+import cuda_debug, cuda_debug.testing as t
+from cuda_debug import _core
+t.empty()
+out = {}
+fake.fake_refuse_kernel_handles(1)
+with cuda_debug.watch():
+    s0, n0 = _core.stats(), cudart.fake_runtime_calls()
+    rt.fake_rt_launch(at("gather"), 0, 20)
+    s1 = _core.stats()
+    h = s1["launch_hooks"]
+    out.update(routed=h["routed"], unresolved=h["unresolved"] - s0["launch_hooks"]["unresolved"],
+               rc=h["unresolved_rc"], watched=s1["watched"] - s0["watched"],
+               runtime=cudart.fake_runtime_calls() - n0, on=h["on"])
+fake.fake_refuse_kernel_handles(0)
+report(out)
+''')
+    r = c.result
+    assert r is not None, c
+    assert r["on"] == 1 and r["routed"] == 0, r
+    assert r["unresolved"] == 20 and r["rc"] == 400, r     # CUDA_ERROR_INVALID_HANDLE
+    assert r["runtime"] == 20 and r["watched"] == 20, r    # the runtime's way, recorded by CUPTI

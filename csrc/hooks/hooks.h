@@ -64,6 +64,11 @@ enum { CD_HOOKS_NEVER = 0, CD_HOOKS_OFF = 1, CD_HOOKS_NO_CUPTI = 2, CD_HOOKS_OLD
 typedef struct {
     int on, recording, entries, why_off;
     uint64_t routed, recorded, handed_back, asked;   /* asked: the driver asked for a kernel */
+    /* launches left to the runtime's own function because the driver did not
+     * take the runtime's handle for a kernel (cuKernelGetFunction, or no
+     * name), and the last CUresult it gave (0: none failed) */
+    uint64_t unresolved;
+    int unresolved_rc;
     /* the library whose __cudaLaunchKernel the entries lead to; one whose
      * importers were left alone (another runtime); "" for none */
     char runtime[256], other_runtime[256];

@@ -79,7 +79,8 @@ static void *other_launch;             /* the last walk's first other definition
  * then recorded: CUPTI is not ours). Written under sub_lock. */
 enum { ROUTE_OFF = 0, ROUTE_DIRECT = 1, ROUTE_RECORD = 2 };
 static atomic_int route_on;
-static atomic_uint_fast64_t n_routed, n_recorded, n_handed_back, n_asked;
+static atomic_uint_fast64_t n_routed, n_recorded, n_handed_back, n_asked, n_unresolved;
+static atomic_int unresolved_rc;       /* the driver's last refusal of a handle */
 static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
 static int hooks_wanted = 1;           /* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS */
 
@@ -132,12 +133,21 @@ static int ask_kernel(void *k, const void *caller, CUfunction *f, const char **n
 {
     atomic_fetch_add_explicit(&n_asked, 1, memory_order_relaxed);
     *name = NULL;
-    if (cd_drv.cuKernelGetFunction(f, (CUkernel)k) != CUDA_SUCCESS || !*f)
+    CUresult rc = cd_drv.cuKernelGetFunction(f, (CUkernel)k);
+    if (rc != CUDA_SUCCESS || !*f) {
+        /* Not a handle the driver takes here: the runtime's own function
+         * launches it (CUPTI's callback records it), counted for stats(). */
+        atomic_fetch_add_explicit(&n_unresolved, 1, memory_order_relaxed);
+        atomic_store_explicit(&unresolved_rc, rc ? (int)rc : -1, memory_order_relaxed);
         return -1;
+    }
     if (!(cd_drv.cuKernelGetName && cd_drv.cuKernelGetName(name, (CUkernel)k) == CUDA_SUCCESS &&
           *name) &&
-        !(cd_drv.cuFuncGetName && cd_drv.cuFuncGetName(name, *f) == CUDA_SUCCESS && *name))
+        !(cd_drv.cuFuncGetName && cd_drv.cuFuncGetName(name, *f) == CUDA_SUCCESS && *name)) {
+        atomic_fetch_add_explicit(&n_unresolved, 1, memory_order_relaxed);
+        atomic_store_explicit(&unresolved_rc, -2, memory_order_relaxed);
         return -1;
+    }
     *origin = origin_of_caller(caller, *name);
     return 0;
 }
@@ -421,6 +431,8 @@ void cd_runtime_hooks_stats(cd_hook_stats *s)
     s->recorded = atomic_load(&n_recorded);
     s->handed_back = atomic_load(&n_handed_back);
     s->asked = atomic_load(&n_asked);
+    s->unresolved = atomic_load(&n_unresolved);
+    s->unresolved_rc = atomic_load(&unresolved_rc);
     s->why_off = refused_why;
     /* Cold (stats()): the libraries defining the runtime routed through and
      * the one left alone, as the loader names them; "" for none. */

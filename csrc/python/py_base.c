@@ -376,7 +376,7 @@ PyObject *cd_py_stats(PyObject *self, PyObject *noargs)
     static const char *const why[] = {"never on", "CUDA_DEBUG_LAUNCH_HOOKS=0", "no CUPTI",
                                       "driver too old", "a library imports the route",
                                       "no library imports __cudaLaunchKernel"};
-    PyObject *v = Py_BuildValue("{sisisisKsKsKsKsssKssss}", "on", h.on, "recording", h.recording,
+    PyObject *v = Py_BuildValue("{sisisisKsKsKsKsssKsssssKsi}", "on", h.on, "recording", h.recording,
                                 "entries", h.entries, "routed",
                                 (unsigned long long)h.routed, "recorded",
                                 (unsigned long long)h.recorded, "handed_back",
@@ -384,7 +384,9 @@ PyObject *cd_py_stats(PyObject *self, PyObject *noargs)
                                 (unsigned long long)h.asked, "why_off",
                                 h.on ? "" : why[h.why_off >= 0 && h.why_off < 6 ? h.why_off : 0],
                                 "other_runtimes", U(n_hook_other_runtimes), "runtime",
-                                h.runtime, "other_runtime", h.other_runtime);
+                                h.runtime, "other_runtime", h.other_runtime, "unresolved",
+                                (unsigned long long)h.unresolved, "unresolved_rc",
+                                h.unresolved_rc);
     if (!v || PyDict_SetItemString(d, "launch_hooks", v) < 0) {
         Py_XDECREF(v);
         Py_DECREF(d);

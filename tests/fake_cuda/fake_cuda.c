@@ -1349,8 +1349,16 @@ CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc)
     return cuFuncGetName(name, (CUfunction)(void *)hfunc);
 }
 
+/* As a driver that does not take a runtime's kernel handles (the H200 with
+ * CUDA 12.8's runtime beside driver 580: cuKernelGetFunction refused them):
+ * the launch hooks must leave such launches to the runtime, and say so. */
+static int refuse_kernel_handles;
+FAKE_EXPORT void fake_refuse_kernel_handles(int on) { refuse_kernel_handles = on; }
+
 CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
+    if (refuse_kernel_handles)
+        RET("cuKernelGetFunction", CUDA_ERROR_INVALID_HANDLE);
     fake_func *f = (fake_func *)(void *)kernel;
     if (!pFunc || !f || f->magic != MAGIC_FUNC)
         RET("cuKernelGetFunction", CUDA_ERROR_INVALID_HANDLE);
