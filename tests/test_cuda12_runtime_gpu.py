@@ -206,7 +206,7 @@ host = (ctypes.c_float * N)(*[i * 0.37 - 500.0 for i in range(N)])
 def launch(name, *args):
     holders = [a if isinstance(a, ctypes._SimpleCData) else ctypes.c_int(a) for a in args]
     argv = (P * len(holders))(*[ctypes.cast(byref(h), P) for h in holders])
-    return cu.cuLaunchKernel(fn[name], (N + 255) // 256, 1, 1, 256, 1, 1, 0, s2, argv, None)
+    return cu.cuLaunchKernel(fn[name], (N + 255) // 256, 1, 1, 256, 1, 1, 0, s2, argv, None)  # LAUNCH
 
 def scale3():
     ok(cu.cuMemcpyHtoD_v2(dbuf, host, ctypes.c_size_t(N * 4)), "HtoD")
@@ -272,7 +272,8 @@ report(out)
     assert "not_raised" not in r, r
     assert r["cls"] == "DeviceAssertError" and r["code"] == 710, r
     assert "ctx2_check_index" in (r["kernel"] or ""), r
-    assert r["filename"] == c.script and r["lineno"] == c.line_of("# CULPRIT"), r
+    # the launching line: the innermost of the user's frames, in its launch() helper
+    assert r["filename"] == c.script and r["lineno"] == c.line_of("# LAUNCH"), r
 
 
 def test_the_cu12_runtime_in_a_second_context_is_routed_and_named(child, cu12rt):
