@@ -378,3 +378,28 @@ report(out)
     assert r["on"] == 1 and r["routed"] == 0, r
     assert r["unresolved"] == 20 and r["rc"] == 400, r     # CUDA_ERROR_INVALID_HANDLE
     assert r["runtime"] == 20 and r["watched"] == 20, r    # the runtime's way, recorded by CUPTI
+
+
+def test_a_launch_through_the_hooks_names_its_stream_as_cuptis_callback_does(fake_child):
+    """The legacy stream is one stream whichever path launched on it: the hooks
+    launch with CU_STREAM_LEGACY (a _ptsz entry point's name for it), CUPTI's
+    callback sees the runtime's 0; the pipeline reads both as NULL
+    (cd_launch_stream). Two names would split one stream's launches in the
+    stream table: its newest launch, its markers, a fault's candidates."""
+    c = fake_child(RT + '''
+import cuda_debug, cuda_debug.testing as t
+from cuda_debug import _core, _report
+t.empty()
+with cuda_debug.watch():
+    q0 = _core.watch_seq()
+    rt.fake_rt_launch(at("gather"), 0, 3)             # the hooks, on the legacy stream
+    fake.fake_launch(at("gather"), 0, 1, 1, 1, 32, 1, 1)   # CUPTI's callback, the same stream
+    q1 = _core.watch_seq()
+    recs = [_report.watch_record(q) for q in range(q0 + 1, q1 + 1)]
+    routed = _core.stats()["launch_hooks"]["routed"]
+report(dict(streams=[r.stream for r in recs if r is not None], routed=routed))
+''')
+    r = c.result
+    assert r is not None, c
+    assert r["routed"] == 3, r
+    assert r["streams"] == [0, 0, 0, 0], r

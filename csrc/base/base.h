@@ -335,8 +335,10 @@ typedef struct {
     const char *symbol;        /* the kernel's mangled name; NULL for a graph launch */
     CUcontext context;
     uint32_t context_uid;      /* CUPTI's id of the context */
-    CUstream stream;           /* cd_launch_stream's: NULL of a _ptsz id is per-thread */
     int origin;                /* CD_ORIGIN_* where the source knows it; 0: by its name */
+    /* Read from params by the pipeline after its gate (cd_launch_stream: one name
+     * per stream, the legacy stream NULL); the sources leave it. */
+    CUstream stream;
 } cd_launch;
 
 /* ---------------------------------------------------- subscription.c -- */

@@ -51,7 +51,7 @@ void cd_on_sticky_logged(int code);
  * marker of its own; at its API exit, record it and mark it while watching,
  * wait for it and check it if this thread blocks. */
 void cd_launch_entering(const cd_launch *l);
-void cd_launch_exited(const cd_launch *l);
+void cd_launch_exited(cd_launch *l);
 /* The launch hooks' record mode, around the runtime launch it makes (on 1,
  * then 0): CUPTI's callback inside it records nothing (the hook records it). */
 void cd_launch_recorded_by_hook(int on);

@@ -325,8 +325,11 @@ static inline int bracketed(const char *symbol, int origin)
  * faults or hangs, is named exactly. Not while the stream captures. */
 void cd_launch_entering(const cd_launch *l)
 {
-    if (sparse_markers() && bracketed(l->symbol, l->origin) && !capturing(l->stream))
-        cd_watch_close(l->context_uid, 0, (uintptr_t)l->stream, 0);
+    if (!sparse_markers() || !bracketed(l->symbol, l->origin))
+        return;
+    CUstream s = cd_launch_stream(l->cbid, l->params, NULL);
+    if (!capturing(s))
+        cd_watch_close(l->context_uid, 0, (uintptr_t)s, 0);
 }
 
 /* The launch, from either source, at its API exit; what each launch costs,
@@ -338,7 +341,7 @@ void cd_launch_entering(const cd_launch *l)
  *   mark     a completion marker behind it where one is due; the record published;
  *   check    this thread blocks: wait for the stream; only a failed wait goes
  *            on (cold, fault_found) to the fault's record and its report. */
-void cd_launch_exited(const cd_launch *l)
+void cd_launch_exited(cd_launch *l)
 {
     const int watching = atomic_load_explicit(&cd_state.watching, memory_order_relaxed);
     const int block = cd_thread_wants_blocking();
@@ -355,6 +358,7 @@ void cd_launch_exited(const cd_launch *l)
     }
     const int profile = cd_state.profile;
     uint64_t t0 = profile ? cd_clock_ns() : 0;
+    l->stream = cd_launch_stream(l->cbid, l->params, NULL);
     if (capturing(l->stream)) {
         if (!(watching && cd_state.graph_markers && cd_graph_launch_captured(l)))
             atomic_fetch_add_explicit(&cd_state.n_skipped_capture, 1, memory_order_relaxed);
@@ -392,8 +396,7 @@ void cd_launch_exited(const cd_launch *l)
 static inline cd_launch launch_of(const CUpti_CallbackData *cb, CUpti_CallbackId cbid)
 {
     cd_launch l = {cbid, cb->functionParams, (CUresult *)cb->functionReturnValue, cb->symbolName,
-                   cb->context, cb->contextUid, cd_launch_stream(cbid, cb->functionParams, NULL),
-                   CD_ORIGIN_UNKNOWN};
+                   cb->context, cb->contextUid, CD_ORIGIN_UNKNOWN, NULL};
     return l;
 }
 

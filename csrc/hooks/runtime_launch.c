@@ -258,7 +258,7 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
     cuLaunchKernelEx_params params = {&cfg, f, args, NULL};
     CUresult rc = CUDA_SUCCESS;
     cd_launch l = {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, &params, &rc, name, ctx, uid,
-                   cfg.hStream, origin};
+                   origin, NULL};
     cd_launch_entering(&l);            /* an NCCL or USER kernel: bracketed */
     if (mode == ROUTE_RECORD) {
         cd_launch_recorded_by_hook(1);   /* a CUPTI callback inside leaves it to us */
