@@ -14,8 +14,9 @@
  * copies of a runtime, CUDA 12's and 13's, keep theirs): the replacement
  * needs one original to call, the entry's own (its runtime's error state,
  * its kernel handles' registration). Which definition, the first time: the
- * one the caller's preferred objects lead to, else the first found. An entry the loader has not bound yet (lazy
- * binding: it points into the object's own PLT) is bound here first, by
+ * one the caller's preferred objects lead to, else the first found. An entry
+ * the loader has not bound yet (lazy binding: it points into the object's
+ * own PLT) is bound here first, by
  * asking the loader for the symbol in that object's scope. A pointer store is
  * atomic on the architectures built for, so a thread calling through an
  * entry while it is swapped calls the old or the new function, never

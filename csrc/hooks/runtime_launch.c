@@ -129,25 +129,27 @@ static int origin_of_caller(const void *caller, const char *name)
     return by_name;
 }
 
+/* Not a handle the driver takes here (its answer; -1: no function, -2: no
+ * name): the runtime's own function launches it, where CUPTI's callback
+ * records it; counted for stats(). Returns -1. */
+static int unresolved(int rc)
+{
+    atomic_fetch_add_explicit(&n_unresolved, 1, memory_order_relaxed);
+    atomic_store_explicit(&unresolved_rc, rc, memory_order_relaxed);
+    return -1;
+}
+
 static int ask_kernel(void *k, const void *caller, CUfunction *f, const char **name, int *origin)
 {
     atomic_fetch_add_explicit(&n_asked, 1, memory_order_relaxed);
     *name = NULL;
     CUresult rc = cd_drv.cuKernelGetFunction(f, (CUkernel)k);
-    if (rc != CUDA_SUCCESS || !*f) {
-        /* Not a handle the driver takes here: the runtime's own function
-         * launches it (CUPTI's callback records it), counted for stats(). */
-        atomic_fetch_add_explicit(&n_unresolved, 1, memory_order_relaxed);
-        atomic_store_explicit(&unresolved_rc, rc ? (int)rc : -1, memory_order_relaxed);
-        return -1;
-    }
+    if (rc != CUDA_SUCCESS || !*f)
+        return unresolved(rc ? (int)rc : -1);
     if (!(cd_drv.cuKernelGetName && cd_drv.cuKernelGetName(name, (CUkernel)k) == CUDA_SUCCESS &&
           *name) &&
-        !(cd_drv.cuFuncGetName && cd_drv.cuFuncGetName(name, *f) == CUDA_SUCCESS && *name)) {
-        atomic_fetch_add_explicit(&n_unresolved, 1, memory_order_relaxed);
-        atomic_store_explicit(&unresolved_rc, -2, memory_order_relaxed);
-        return -1;
-    }
+        !(cd_drv.cuFuncGetName && cd_drv.cuFuncGetName(name, *f) == CUDA_SUCCESS && *name))
+        return unresolved(-2);
     *origin = origin_of_caller(caller, *name);
     return 0;
 }
