@@ -123,10 +123,13 @@ def _publish_once(rank, world, store, seen, hangs, tries):
         tries += 1
         try:
             store = _store(env["MASTER_ADDR"], int(env["MASTER_PORT"]), TIMEOUT_S)
+            # The requests so far, read before the registration is published:
+            # a request made once a client sees this rank registered is newer
+            # (read after it, a request in between was taken as answered).
+            seen = int(store.add(PREFIX + "requests", 0))
             store.set(PREFIX + "rank/%d" % rank, json.dumps(
                 {"format": REGISTRATION, "version": 1, "pid": os.getpid(),
                  "host": socket.gethostname(), "world_size": world}))
-            seen = int(store.add(PREFIX + "requests", 0))
         except OSError:
             store = None           # not up yet, or gone: a few tries, then none
     if store is not None:

@@ -42,6 +42,8 @@ class _Handler(socketserver.BaseRequestHandler):
                     key, value = self._string(), self._string()
                     with store.lock:
                         store.data[key] = value
+                        if store.on_set:          # before this client's next request
+                            store.on_set(key, value)
                 elif op == GET:
                     key = self._string()
                     with store.lock:
@@ -76,6 +78,10 @@ class FakeStore:
     def __init__(self):
         self.data = {}
         self.lock = threading.Lock()
+        # on_set(key, value): called under the lock as a SET lands, before the
+        # server reads that client's next request (what another client does
+        # at that moment); write self.data directly there.
+        self.on_set = None
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.store = self
         self.port = self.server.server_address[1]

@@ -465,3 +465,21 @@ def test_the_store_client_reads_a_large_value_in_linear_time():
     small = min(read(2 << 20) for _ in range(3))
     large = min(read(16 << 20) for _ in range(2))
     assert large < 24 * small + 0.05, (small, large)
+
+
+def test_a_request_made_as_soon_as_a_rank_registers_is_answered(fake_cuda_dir):
+    """A client that sees a rank registered and asks at once: the rank's
+    count of requests already seen was read after its registration, so a
+    request landing in between was taken as answered, and `dump --job` waited
+    for an answer that never came (seen under load: the CI's sanitizer step).
+    Here the request lands the moment the registration does."""
+    with FakeStore() as store:
+        def ask_at_registration(key, value):
+            if key == b"/cuda_debug/dump/rank/0":
+                store.data[b"/cuda_debug/dump/params/1"] = b'{"recent": 1}'
+                store.data[b"/cuda_debug/dump/requests"] = b"1"
+        store.on_set = ask_at_registration
+        with Live(PRELUDE + JOB_RANK, env=rank_env(fake_cuda_dir, store)) as live:
+            live.wait_for("READY", name="stdout")
+            first = json.loads(wait_key(store, "cuda_debug/dump/answer/1/0", timeout=10.0))
+            assert first["pid"] == live.pid, first
