@@ -19,6 +19,7 @@
 #define CD_PY_FLAGS_O METH_O
 #define CD_PY_FLAGS_VARARGS METH_VARARGS
 #define CD_PY_FLAGS_KEYWORDS (METH_VARARGS | METH_KEYWORDS)
+#define CD_PY_FLAGS_FASTCALL METH_FASTCALL
 #define CD_PY_ROW(name, kind, doc) \
     {#name, (PyCFunction)(void (*)(void))cd_py_##name, CD_PY_FLAGS_##kind, doc},
 

@@ -21,7 +21,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _core, _cuda_errors, _dispatch_fallback, _graph_names, _options, _replay_command
 from . import _torch_ops
-from . import _locations
+from . import _locations, _notes
 from ._locations import compiled_frame, is_user_file, stack_from, stack_from_ids, user_frame
 from ._errors import CudaError, class_for
 
@@ -279,80 +279,27 @@ def _source_named(text: str) -> Optional[str]:
         return None
 
 
-def _names(kernel: Optional[str], name: str) -> bool:
-    """Is `name` (a function name) the kernel `kernel` (demangled), or a word
-    of it (a C++ kernel's name in its namespaces and templates)?"""
-    if not kernel:
-        return False
-    return re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(name), kernel) is not None
+class Verdict(NamedTuple):
+    """What report/verdict.c decided over the candidates (``_core.verdict``)."""
+    candidates: list          # those kept, in the verdict's order
+    named: bool               # the device's text names (or fits) them
+    by_words: bool            # ... narrowed by its file's and message's words
+    reordered: bool           # the likeliest were put first
+    ruled_out: Optional[str]  # the function the text names, none of them (all ruled out)
 
 
-def _named_by_device(cands: list, text: str) -> list:
-    """The candidates the device's assert text belongs to: those it names;
-    where it names no kernel (a lambda's ``operator()``, Triton's ``unknown``),
-    those it fits (a kernel holding a closure type; a kernel that is not C++),
-    narrowed, for Triton, to the kernel whose source holds the asserting line,
-    and, of several that fit, to those whose names hold most of the words of
-    its source file's name and message (``ScatterGatherKernel.cu`` ... "scatter
-    gather kernel index out of bounds": the scatter/gather kernel, not a
-    reduction's lambda). The C fault path's rule (capture/stderr_tee.c:
-    CD_ASSERT_*, cd_tee_text_affinity); [] when the text names none of them."""
-    if not text:
-        return []
-    raw = text.encode("utf-8", "surrogateescape")
-    levels = [_core.assert_level(raw, c["mangled"]) if c.get("mangled") and not c["graph"]
-              else _core.ASSERT_NONE for c in cands]
-    best = max(levels, default=_core.ASSERT_NONE)
-    if best < _core.ASSERT_FITS:
-        return []
-    picked = [c for c, lv in zip(cands, levels) if lv == best]
-    if best == _core.ASSERT_FITS:
-        name = _source_named(text)
-        by_source = [c for c in picked if name and _names(c["kernel"], name)]
-        picked = by_source or picked
-    if best == _core.ASSERT_FITS and len(picked) > 1:
-        words = [_core.assert_affinity(raw, c["mangled"]) for c in picked]
-        most = max(words)
-        if most > 0:
-            picked = [c for c, w in zip(picked, words) if w == most]
-    return picked
-
-
-def _rules_out(cands: list, text: str) -> Optional[str]:
-    """The function the device's assert text names, when the text rules every
-    candidate out: it names a function none of them is, and no candidate's
-    name holds a word of its source file or message (an assert in a
-    ``__device__`` helper of a candidate keeps it). For Triton's ``unknown``,
-    the function defined around the asserting line, when no candidate is it.
-    None when the text is no assert or keeps a candidate."""
-    if not text or not cands:
-        return None
-    raw = text.encode("utf-8", "surrogateescape")
-    if any(c["graph"] or not c.get("mangled") for c in cands):
-        return None
-    if any(_core.assert_level(raw, c["mangled"]) >= _core.ASSERT_FITS or
-           _core.assert_affinity(raw, c["mangled"]) > 0 for c in cands):
-        return None
-    return _core.assert_function(raw) or _source_named(text)
-
-
-def _likeliest_first(cands: list) -> Tuple[list, bool]:
-    """The candidates, user and JIT kernels first (Triton's, CuPy's RawKernels,
-    extensions', the driver's callers'), then generated ones (Inductor's,
-    CuPy's own), then PyTorch's and the vendor libraries' (the C core's
-    cd_origin_rank); within each, kernels this watch never saw finish (a
-    kernel's first launches have markers of their own) before those it did;
-    then launch order. (moved: whether the order changed)."""
-    rank = {_core.ORIGIN_USER: 0, _core.ORIGIN_GENERATED: 1}
-    seqs = [c["seq"] for c in cands if c.get("seq")]
-    first = min(seqs) if seqs else 0
-
-    def key(c):
-        finished = bool(c.get("seq")) and not c.get("graph") and \
-            _core.seen_finished(c["seq"], first)
-        return rank.get(c.get("origin", 0), 2), finished
-    ordered = sorted(cands, key=key)   # stable
-    return ordered, [c["seq"] for c in ordered] != [c["seq"] for c in cands]
+def decide(cands: list, text: str) -> Verdict:
+    """Which of `cands` (launch dicts) is guilty, by the one rule of the C core
+    (csrc/report/verdict.c): named by the device's assert text, else ruled
+    out by it, else the likeliest first. Python only hands down what needs
+    Python: for Triton's ``unknown``, the function around the asserting
+    source line (`_source_named`)."""
+    raw = text.encode("utf-8", "surrogateescape") if text else b""
+    order, named, _by_hint, by_words, reordered, ruled_out, function = _core.verdict(
+        [(c.get("mangled"), c.get("origin") or 0, c.get("seq") or 0, bool(c.get("graph")))
+         for c in cands], raw, _source_named(text) if text else None)
+    return Verdict([cands[i] for i in order], bool(named), bool(by_words), bool(reordered),
+                   function if ruled_out else None)
 
 
 class CoverageGap(NamedTuple):
@@ -464,7 +411,8 @@ def _graph_nodes(replay: dict, device_text: str = "") -> tuple:
         note = "paired with the graph whose markers were running (CUPTI did not say which " \
                "graph this replay runs)"
     elif status == _core.GRAPH_ADOPTED:
-        named = _named_by_device(nodes, device_text)
+        v = decide(nodes, device_text)
+        named = v.candidates if v.named else []
         note = ADOPTED_NAMED if named else note % (cap[1] if cap else len(nodes))
         nodes = named
     return nodes, note, bool(cap and cap[2]), (cap[5] if cap and cap[5] else 1)
@@ -493,8 +441,7 @@ def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
         # Nothing recorded is unfinished: the culprit is a launch the watch did
         # not see. Said so when the device's text names it, or the watch had gaps.
         gaps = coverage_gaps(since)
-        name = (_core.assert_function(device_text.encode("utf-8", "surrogateescape")) or
-                _source_named(device_text)) if device_text else None
+        name = decide([], device_text).ruled_out
         if name is None and not gaps:
             return None
         return {"culprit": _unrecorded(name, [], gaps), "exact": False, "candidates": [],
@@ -521,19 +468,18 @@ def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
             total += len(nodes) - 1
         else:
             cands.append(c)
-    named = _named_by_device(cands, device_text)
-    ruled_out, reordered = [], False
+    v = decide(cands, device_text)
+    named = v.candidates if v.named else []
+    ruled_out, reordered = [], v.reordered
     gaps = coverage_gaps(min(r.seq for r in launches))
     if named:
         cands, total = named, len(named)
         if len(named) == 1 and named[0].get("graph_note") != ADOPTED_NAMED:
             named[0]["graph_note"] = None     # the device's text named the node itself
+    elif v.ruled_out is not None:
+        ruled_out, cands, total = cands, [_unrecorded(v.ruled_out, cands, gaps)], 1
     else:
-        name = _rules_out(cands, device_text)
-        if name is not None:
-            ruled_out, cands, total = cands, [_unrecorded(name, cands, gaps)], 1
-        else:
-            cands, reordered = _likeliest_first(cands)
+        cands = v.candidates
     pick = cands[0]
     exact = len(cands) == 1 and total == 1 and bool(proven or named) and \
         (graph_exact or bool(named)) and not ruled_out and not (gaps and not named)
@@ -588,7 +534,43 @@ def _claimed_here(seq: int, thread_id: int) -> bool:
 def remember(err: CudaError) -> CudaError:
     global _last_error
     _last_error = err
+    if err.sticky:
+        # The context is dead: from now on every CUDA error raised anywhere is
+        # this fault's consequence, and carries its verdict (_notes).
+        _core.sticky_seen(True)
+        _notes.arm()
     return err
+
+
+def verdict_error(exc: BaseException, watch_mark: Optional[int]) -> Optional[CudaError]:
+    """For a CUDA error raised outside the watch's own ``with`` (_notes): the
+    cuda_debug exception for the sticky fault `exc` speaks of: the one already
+    built for it (last_error()), else one built now, claiming nothing (the
+    watch that sees it later still reports it), from the cause among the
+    fault records or, with none, the watch ring's culprit since `watch_mark`.
+    None when `exc` is ours or no sticky CUDA error, or nothing is known."""
+    from . import _sticky
+    if isinstance(exc, CudaError):
+        return None                       # ours: it says it all
+    code = _sticky.sticky_code(exc)
+    if code is None:
+        return None
+    if _last_error is not None and _last_error.sticky:
+        return _last_error
+    tb = exc.__traceback__
+    thread_id = threading.get_native_id()
+    records = [r for r in faults(0) if _cuda_errors.is_sticky(r.code)]
+    cause, consequences = pick_cause(records, thread_id)
+    if cause is not None:
+        return remember(build(cause, tb=tb, consequences=consequences,
+                              met_by=_met_by(cause, records, thread_id)))
+    if watch_mark is None:
+        return None
+    w = watch_culprit(watch_mark, _text(_core.recent_asserts()))
+    if w is None:
+        return None
+    return remember(build(None, code=code, watch=w, found_at="watch()",
+                          surfaced=stack_from(tb=tb) if tb is not None else None))
 
 
 def _previous_log_end(raw: RawFault) -> int:

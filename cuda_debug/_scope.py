@@ -24,8 +24,8 @@ from types import TracebackType
 from typing import (TYPE_CHECKING, Any, Callable, List, Literal, NoReturn, Optional, Type, TypeVar,
                     overload)
 
-from . import (_core, _cuda_errors, _dispatch_fallback, _hangs, _libraries, _locations, _options,
-               _report, _torch_ops)
+from . import (_core, _cuda_errors, _dispatch_fallback, _hangs, _libraries, _locations, _notes,
+               _options, _report, _torch_ops)
 from ._errors import CudaError, CudaUnavailableError, ToolConflictError
 
 CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
@@ -69,6 +69,10 @@ def _check_bool(name: str, value: object) -> bool:
     if not _is_bool(value):
         raise TypeError("%s must be True or False, not %r" % (name, value))
     return bool(value)
+
+
+# A CUDA error raised anywhere, outside a watch's own `with`, carries the verdict.
+_notes.configure(lambda exc: _report.verdict_error(exc, _watch_epoch))
 
 
 def watch_epoch() -> Optional[int]:
@@ -436,6 +440,7 @@ class watch(_Region):
                 _set_markers(-1)
             raise
         self._handles.append(handle)
+        _notes.arm()                   # the verdict onto CUDA errors raised anywhere
         _warn_once_if_no_frame_reader()
         recorder = None
         if self.ops and "torch" in sys.modules and \
@@ -470,9 +475,11 @@ class watch(_Region):
         if self.exact:
             _set_markers(-1)
         if exc is None:
+            _notes.disarm_if_idle()
             return False
         err = _report.error_for(exc, mark=handle.fault_mark, watch_mark=_watch_epoch,
                                 found_at="watch()")
+        _notes.disarm_if_idle()
         if err is None:
             return False
         self._raise(err, exc)

@@ -130,8 +130,8 @@ def test_the_order_of_the_likeliest_and_the_origin_of_kernel_names(fake_child):
         from cuda_debug import _core, _report
         cands = [dict(seq=1, origin=_core.ORIGIN_FRAMEWORK), dict(seq=2, origin=_core.ORIGIN_VENDOR),
                  dict(seq=3, origin=_core.ORIGIN_USER), dict(seq=4, origin=_core.ORIGIN_GENERATED)]
-        ordered, moved = _report._likeliest_first(cands)
-        report(dict(order=[c["seq"] for c in ordered], moved=moved,
+        v = _report.decide(cands, "")
+        report(dict(order=[c["seq"] for c in v.candidates], moved=v.reordered,
                     origins=[_core.kernel_origin(n) for n in (
                         b"wild_store", b"triton_poi_fused_add_0", b"cupy_multiply",
                         b"_ZN2at6native29vectorized_elementwise_kernelEv",

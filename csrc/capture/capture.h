@@ -356,6 +356,11 @@ int cd_watch_inflight(cd_inflight *out, int max, cd_inflight_summary *sum,
 /* Has a launch of `kernel` (interned id) before seq `before` finished (its
  * marker came back), among the 4096 launches before it? Host memory only. */
 int cd_watch_seen_finished(uint32_t kernel, uint64_t before);
+/* How likely a recorded launch is to be the one that faulted or hangs, lower
+ * likelier: its origin's rank (cd_origin_rank: user and JIT kernels first) * 2,
+ * + 1 when a launch of its kernel before `first` (the oldest candidate) was
+ * seen to finish. The one ranking of report/verdict.c and the hang report. */
+int cd_watch_likeliness(const cd_watch_record *r, uint64_t first);
 /* The collective an NCCL launch ran ("all_reduce", or the torch.distributed
  * function that issued it; "collective" when neither says): its length, 0
  * (and "") when the kernel is not NCCL's. Async-signal-safe. */

@@ -38,6 +38,11 @@ int cd_watch_seen_finished(uint32_t kernel, uint64_t before)
     return 0;
 }
 
+int cd_watch_likeliness(const cd_watch_record *r, uint64_t first)
+{
+    return cd_origin_rank(r->origin) * 2 + cd_watch_seen_finished(r->kernel, first);
+}
+
 /* The likeliest stuck launch of a stream's candidates (see capture.h). */
 static uint64_t likeliest(const cd_stream_scan *e)
 {
@@ -48,8 +53,7 @@ static uint64_t likeliest(const cd_stream_scan *e)
         cd_watch_record r;
         if (cd_watch_get(e->cand[j], &r) != 0)
             continue;
-        int score = cd_origin_rank(r.origin) * 2 +
-                    (n > 1 && cd_watch_seen_finished(r.kernel, e->cand[0]));
+        int score = n > 1 ? cd_watch_likeliness(&r, e->cand[0]) : 0;
         if (score < best_score) {
             best_score = score;
             best = e->cand[j];

@@ -29,7 +29,7 @@
 /* ------------------------------------------------------------ the faces -- */
 
 /* X(name, kind, doc): _core.name is cd_py_name, called as kind says (NOARGS,
- * O, VARARGS, KEYWORDS: METH_VARARGS | METH_KEYWORDS). */
+ * O, VARARGS, KEYWORDS: METH_VARARGS | METH_KEYWORDS, FASTCALL). */
 #define CD_PY_BASE(X) \
     X(load_library, VARARGS, "load_library(lib, sonames, paths) -> (loaded, path, how, error)") \
     X(driver_init, NOARGS, "cuInit(0) once -> CUresult") \
@@ -94,6 +94,11 @@
     X(fault_seq, NOARGS, "number of faults recorded") \
     X(faults, O, "faults(since) -> [raw fault record]") \
     X(report_watch_culprit, VARARGS, "write the watch culprit block to fd 2 (once)") \
+    X(verdict, VARARGS, "verdict(candidates, text, hint) -> (order, named, by_hint, by_words, " \
+      "reordered, ruled_out, function): which launch is guilty (report/verdict.c)") \
+    X(set_raise_hook, O, "set_raise_hook(fn | None): what on_raise calls once it matters") \
+    X(on_raise, FASTCALL, "sys.monitoring's RAISE callback: the verdict onto CUDA errors") \
+    X(sticky_seen, O, "sticky_seen(set) -> has a sticky fault been seen in this process") \
     X(dump_set_extra, O, "dump_set_extra(json bytes): the flight recorder, in every dump") \
     X(install_dump_signal, VARARGS, "install_dump_signal(signum, python_has_it, " \
       "python_has_sigint): the in-flight report on a signal") \
@@ -147,6 +152,8 @@
 #define CD_PY_SIGNATURE_VARARGS(name) PyObject *cd_py_##name(PyObject *self, PyObject *args)
 #define CD_PY_SIGNATURE_KEYWORDS(name) \
     PyObject *cd_py_##name(PyObject *self, PyObject *args, PyObject *kw)
+#define CD_PY_SIGNATURE_FASTCALL(name) \
+    PyObject *cd_py_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 #define CD_PY_DECLARE(name, kind, doc) CD_PY_SIGNATURE_##kind(name);
 CD_PY_FACES(CD_PY_DECLARE)
 #undef CD_PY_DECLARE

@@ -133,3 +133,96 @@ CD_PY_ARG(_test_report_pause, double, s)
     cd_report_test_pause(s > 0 ? (uint64_t)(s * 1e9) : 0);
     Py_RETURN_NONE;
 }
+
+/* verdict(candidates, text, hint) -> (order, named, by_hint, by_words, reordered,
+ * ruled_out, function): the one rule (report/verdict.c) over the candidates
+ * Python gathered (the watch ring's, graph replays expanded into their nodes),
+ * each (mangled: str | None, origin, seq, graph); order: the indices of the
+ * candidates kept, in the verdict's order; function: what the text names
+ * when it rules them all out, else None. */
+PyObject *cd_py_verdict(PyObject *self, PyObject *args)
+{
+    PyObject *seq;
+    const char *text, *hint = NULL;
+    Py_ssize_t tlen;
+    if (!PyArg_ParseTuple(args, "Oy#z", &seq, &text, &tlen, &hint))
+        return NULL;
+    PyObject *fast = PySequence_Fast(seq, "verdict: candidates must be a sequence");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n > CD_VERDICT_MAX)
+        n = CD_VERDICT_MAX;            /* the rest are past what any report lists */
+    cd_verdict_cand c[CD_VERDICT_MAX];
+    PyObject *names[CD_VERDICT_MAX] = {0};
+    int ok = 1;
+    for (Py_ssize_t i = 0; i < n && ok; i++) {
+        PyObject *name;
+        int origin, graph;
+        unsigned long long s;
+        ok = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "OiKp", &name, &origin, &s,
+                              &graph);
+        if (!ok)
+            break;
+        c[i] = (cd_verdict_cand){.seq = s, .origin = origin, .graph = graph, .level = -1,
+                                 .tag = (int)i};
+        if (name != Py_None) {
+            names[i] = PyUnicode_AsEncodedString(name, "utf-8", "surrogateescape");
+            ok = names[i] != NULL;
+            if (ok)
+                c[i].mangled = PyBytes_AS_STRING(names[i]);
+        }
+    }
+    PyObject *result = NULL;
+    if (ok) {
+        cd_verdict v;
+        int kept = cd_verdict_decide(c, (int)n, text, (size_t)tlen, hint, &v);
+        PyObject *order = PyTuple_New(kept);
+        for (int i = 0; order && i < kept; i++)
+            PyTuple_SET_ITEM(order, i, PyLong_FromLong(c[i].tag));
+        if (order)
+            result = Py_BuildValue("(Niiiiiz)", order, v.named, v.by_hint, v.by_words,
+                                   v.reordered, v.ruled_out,
+                                   v.ruled_out && v.function[0] ? v.function : NULL);
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_XDECREF(names[i]);
+    Py_DECREF(fast);
+    return result;
+}
+
+/* The verdict on every CUDA error, wherever it is raised (cuda_debug/_notes.py).
+ * on_raise(code, offset, exception) is sys.monitoring's RAISE callback (3.12+):
+ * it costs one C call a raised exception, and calls Python (the hook set by
+ * set_raise_hook) only once a sticky fault was seen, or, while watching, for a
+ * RuntimeError (what torch, CuPy, Triton and JAX raise CUDA errors as). */
+static PyObject *raise_hook;
+
+PyObject *cd_py_set_raise_hook(PyObject *self, PyObject *hook)
+{
+    Py_XSETREF(raise_hook, hook == Py_None ? NULL : Py_NewRef(hook));
+    Py_RETURN_NONE;
+}
+
+PyObject *cd_py_on_raise(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !raise_hook)
+        Py_RETURN_NONE;
+    PyObject *exc = args[2];
+    if (!cd_fault_sticky_seen() &&
+        !(atomic_load_explicit(&cd_state.watching, memory_order_relaxed) &&
+          PyObject_TypeCheck(exc, (PyTypeObject *)PyExc_RuntimeError)))
+        Py_RETURN_NONE;
+    PyObject *r = PyObject_CallOneArg(raise_hook, exc);
+    if (!r)
+        PyErr_WriteUnraisable(raise_hook);   /* never in place of the user's exception */
+    Py_XDECREF(r);
+    Py_RETURN_NONE;
+}
+
+PyObject *cd_py_sticky_seen(PyObject *self, PyObject *arg)
+{
+    if (PyObject_IsTrue(arg) == 1)
+        cd_fault_note_sticky();
+    return PyBool_FromLong(cd_fault_sticky_seen());
+}

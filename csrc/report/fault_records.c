@@ -110,6 +110,8 @@ uint64_t cd_fault_record(cd_fault *f)
             f->cause_thread = dead_thread[k];
         }
     }
+    if (cd_is_sticky(f->code))
+        cd_fault_note_sticky();
     ring[f->seq % CD_FAULT_RING] = *f;
     atomic_store(&fault_seq, f->seq);
     pthread_mutex_unlock(&fault_lock);
@@ -117,6 +119,14 @@ uint64_t cd_fault_record(cd_fault *f)
 }
 
 uint64_t cd_fault_seq(void) { return atomic_load(&fault_seq); }
+
+/* A sticky error was seen (recorded here, or found by Python where no record
+ * was made: a profiler held CUPTI). Lock-free: read at every raised exception. */
+static atomic_int sticky_seen;
+
+void cd_fault_note_sticky(void) { atomic_store_explicit(&sticky_seen, 1, memory_order_relaxed); }
+
+int cd_fault_sticky_seen(void) { return atomic_load_explicit(&sticky_seen, memory_order_relaxed); }
 
 int cd_fault_context_level(uint32_t context_uid)
 {
@@ -189,4 +199,5 @@ void cd_faults_fork(int op)
         return;
     fork_floor = atomic_load(&fault_seq);
     n_dead = 0;                    /* the child's contexts are its own */
+    atomic_store(&sticky_seen, 0);
 }

@@ -316,8 +316,6 @@ void cd_report_fault_ops(const cd_fault *f)
 
 /* ----------------------------------------------------- watch mode -------- */
 
-#define CULPRIT_MAX 64
-
 static void put_launch_ids(cd_out *o, uint64_t seq, uintptr_t stream, int32_t tid)
 {
     cd_out_puts(o, "launch #");
@@ -332,56 +330,46 @@ static void put_launch_ids(cd_out *o, uint64_t seq, uintptr_t stream, int32_t ti
 typedef struct {
     int proven;                /* a marker is missing: the candidates are unfinished */
     uint32_t total;            /* candidates in all (some may not be in out[]) */
-    int named;                 /* the device's text names (or fits) the ones kept */
-    int by_words;              /* ... and its file's and message's words broke a tie */
-    int reordered;             /* user and JIT kernels were put first */
-    int ruled_out;             /* the text names none of them: it names another kernel */
-    char function[128];        /* with ruled_out: the function the text names ("" none) */
+    cd_verdict v;              /* verdict.c's */
 } cd_culprit_pick;
 
-/* Stable: by origin rank (base.h: user and JIT kernels first), then kernels
- * this watch never saw finish (a kernel's first launches have markers of their
- * own) before those it did, then launch order. 1 if moved. */
-static int lead_with_likeliest(uint64_t *seqs, int k)
+/* A graph replay judged by the device's text: the best CD_ASSERT_* level (and
+ * words) of the nodes it may have been running, as the Python report judges
+ * the nodes it expands the replay into. 0 when its nodes are unknown. */
+static int graph_level(const cd_watch_record *r, const char *text, size_t tlen, int *level,
+                       int *words)
 {
-    int moved = 0;
-    int rank[CULPRIT_MAX];
-    uint64_t first = seqs[0];
-    for (int i = 1; i < k; i++)
-        if (seqs[i] < first)
-            first = seqs[i];
-    for (int i = 0; i < k; i++) {
-        cd_watch_record r;
-        rank[i] = cd_watch_get(seqs[i], &r) == 0
-                      ? cd_origin_rank(r.origin) * 2 + cd_watch_seen_finished(r.kernel, first)
-                      : 5;
+    uint32_t all[256];
+    int status, capture;
+    int n = cd_graph_unfinished(r, all, 256, &status, &capture);
+    *level = CD_ASSERT_NONE;
+    *words = 0;
+    if (n <= 0)
+        return 0;
+    for (int i = 0; i < n && i < 256; i++) {
+        cd_watch_record nr;
+        uint32_t index;
+        int done;
+        const char *kernel;
+        if (cd_graph_node(all[i], &nr, &index, &done) != 0 || !(kernel = cd_interned(nr.kernel)) ||
+            !kernel[0])
+            continue;
+        int lv = cd_tee_text_level(text, tlen, kernel, NULL);
+        int w = cd_tee_text_affinity(text, tlen, kernel);
+        if (lv > *level)
+            *level = lv;
+        if (w > *words)
+            *words = w;
     }
-    for (int i = 1; i < k; i++) {
-        uint64_t t = seqs[i];
-        int tr = rank[i], j = i - 1;
-        while (j >= 0 && rank[j] > tr) {
-            seqs[j + 1] = seqs[j];
-            rank[j + 1] = rank[j];
-            j--;
-            moved = 1;
-        }
-        seqs[j + 1] = t;
-        rank[j + 1] = tr;
-    }
-    return moved;
+    return 1;
 }
 
 /* The culprit's candidates, from host memory: the launches of each stream
  * whose marker did not come back, from its last returned marker on (one
  * launch per stream when every launch has its marker); when no marker is
- * missing, the launches whose completion is unknown (proven 0). Where the
- * device's assert text names a kernel (or fits one: stderr_tee.c,
- * CD_ASSERT_*), the candidates it names; of several that fit it (lambdas),
- * those whose names hold most of its file's and message's words. Where it
- * rules every candidate out (it names another function, and no candidate's
- * name holds a word of its file or message), none is kept (ruled_out). The
- * rest lead with the likeliest: user and JIT kernels before PyTorch's and the
- * vendor libraries' own, each in launch order. Returns the count kept in out[]. */
+ * missing, the launches whose completion is unknown (proven 0); in launch
+ * order, then decided by the one rule (verdict.c). Returns the count kept in
+ * out[]. */
 static int culprit_candidates(cd_stream_scan *scan, uint64_t *out, int max, const char *asserts,
                               size_t alen, cd_culprit_pick *pick)
 {
@@ -390,8 +378,8 @@ static int culprit_candidates(cd_stream_scan *scan, uint64_t *out, int max, cons
         any_open |= scan[i].open != 0;
     memset(pick, 0, sizeof *pick);
     pick->proven = any_open;
-    if (max > CULPRIT_MAX)
-        max = CULPRIT_MAX;
+    if (max > CD_VERDICT_MAX)
+        max = CD_VERDICT_MAX;
     int k = 0;
     for (int i = 0; i < n; i++) {
         if (any_open && !scan[i].open)
@@ -409,57 +397,26 @@ static int culprit_candidates(cd_stream_scan *scan, uint64_t *out, int max, cons
         }
         out[j + 1] = t;
     }
-    if (alen && k >= 1) {
-        /* The candidates the text names; where it names none (a lambda's
-         * operator(), Triton's unknown), the ones it fits (a kernel holding a
-         * closure type, a kernel that is not C++), the best fitting first. */
-        int m = 0, best = CD_ASSERT_FITS, best_words = 0, any_words = 0;
-        int words[CULPRIT_MAX];
-        for (int i = 0; i < k; i++) {
-            cd_watch_record r;
-            const char *kn = cd_watch_get(out[i], &r) == 0 ? cd_interned(r.kernel) : NULL;
-            int lv = kn && !(r.flags & CD_WATCH_GRAPH) ? cd_tee_text_level(asserts, alen, kn, NULL)
-                                                       : CD_ASSERT_NONE;
-            int w = kn && !(r.flags & CD_WATCH_GRAPH) ? cd_tee_text_affinity(asserts, alen, kn) : 0;
-            any_words |= w > 0 || (r.flags & CD_WATCH_GRAPH);
-            if (lv > best) {
-                best = lv;
-                m = 0;
-                best_words = 0;
-            }
-            if (lv == best && lv >= CD_ASSERT_FITS) {
-                if (w > best_words) {
-                    best_words = w;
-                }
-                words[m] = w;
-                out[m++] = out[i];
-            }
-        }
-        if (m) {
-            int kept = m;
-            if (best == CD_ASSERT_FITS && m > 1 && best_words > 0) {
-                kept = 0;
-                for (int i = 0; i < m; i++)
-                    if (words[i] == best_words)
-                        out[kept++] = out[i];
-                pick->by_words = kept < m;
-            }
-            pick->named = 1;
-            pick->total = (uint32_t)kept;
-            k = kept;
-        } else if (!any_words &&
-                   cd_tee_text_function(asserts, alen, pick->function, sizeof pick->function)) {
-            pick->ruled_out = 1;       /* it names another function, none of these */
-            pick->total = (uint32_t)k;
-            return k;                  /* kept, to be listed as ruled out */
+    cd_verdict_cand c[CD_VERDICT_MAX];
+    for (int i = 0; i < k; i++) {
+        cd_watch_record r;
+        int got = cd_watch_get(out[i], &r) == 0;
+        c[i] = (cd_verdict_cand){.seq = out[i], .level = -1, .tag = i,
+                                 .mangled = got ? cd_interned(r.kernel) : NULL,
+                                 .origin = got ? r.origin : CD_ORIGIN_UNKNOWN};
+        if (got && (r.flags & CD_WATCH_GRAPH)) {
+            c[i].mangled = NULL;
+            c[i].graph = !(alen && graph_level(&r, asserts, alen, &c[i].level, &c[i].words));
+            if (c[i].graph)
+                c[i].level = -1;
         }
     }
-    if (!k && alen &&
-        cd_tee_text_function(asserts, alen, pick->function, sizeof pick->function))
-        pick->ruled_out = 1;           /* nothing recorded is unfinished: it names the kernel */
-    if (k > 1)
-        pick->reordered = lead_with_likeliest(out, k);
-    return k;
+    int kept = cd_verdict_decide(c, k, asserts, alen, NULL, &pick->v);
+    for (int i = 0; i < kept; i++)
+        out[i] = c[i].seq;
+    if (pick->v.named || pick->v.ruled_out)
+        pick->total = (uint32_t)kept;
+    return kept;
 }
 
 static cd_stream_scan culprit_scan[2][CD_INFLIGHT_MAX];   /* [from a signal]: once each */
@@ -515,10 +472,12 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
     cd_culprit_pick pick;
     int n = culprit_candidates(culprit_scan[from_signal ? 1 : 0], seqs, (int)CD_N_OF(seqs),
                                asserts, alen, &pick);
-    const int proven = pick.proven, named = pick.named;
+    const int proven = pick.proven, named = pick.v.named;
     const uint32_t total = pick.total;
     if (code == 0 && !n)
         return;                    /* a signal, and nothing unfinished: nothing to say */
+    if (code && cd_is_sticky(code))
+        cd_fault_note_sticky();
     int to_fd = 1;
     if (from_signal) {
         /* A fault's block (and error file) said it all. A signal's block is
@@ -557,10 +516,10 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
     for (int i = 1; i < n; i++)
         if (seqs[i] < oldest)
             oldest = seqs[i];
-    if (pick.ruled_out) {
+    if (pick.v.ruled_out) {
         /* The device names a kernel none of the launches recorded is. */
         cd_out_puts(&o, "  culprit: ");
-        cd_out_puts(&o, pick.function);
+        cd_out_puts(&o, pick.v.function);
         cd_out_puts(&o, " (named by the device's assert text; its launch was not recorded)\n");
         if (!put_gaps(&o, 0, "    not recorded: ")) {
             if (cd_watch_seq() >= CD_WATCH_RING)
@@ -579,9 +538,9 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
                                                         "one of the launches not known to "
                                                         "have finished): one of ");
         cd_out_u(&o, total);
-        cd_out_puts(&o, named ? (pick.by_words ? " launches of the kernels the device's text fits best"
+        cd_out_puts(&o, named ? (pick.v.by_words ? " launches of the kernels the device's text fits best"
                                                : " launches of the kernel the device names")
-                              : pick.reordered ? " launches, the likeliest first (user and JIT "
+                              : pick.v.reordered ? " launches, the likeliest first (user and JIT "
                                                  "kernels before PyTorch's and the vendor "
                                                  "libraries' own)"
                                                : " launches, in launch order");
@@ -598,9 +557,10 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
         if (cd_watch_get(seqs[i], &r) != 0)
             continue;
         const char *kernel = cd_interned(r.kernel_short);
-        const char *label = pick.ruled_out || n > 1 || total > 1
+        const char *label = pick.v.ruled_out || n > 1 || total > 1
                                 ? "    "
                                 : proven ? "  culprit: "
+                                : named  ? "  culprit (named by the device's assert text): "
                                          : "  culprit (a guess: no marker is missing; the last "
                                            "launch recorded): ";
         shown++;
@@ -620,12 +580,12 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
         cd_out_u(&o, total - (uint32_t)shown);
         cd_out_puts(&o, " more\n");
     }
-    if (!shown && !pick.ruled_out)
+    if (!shown && !pick.v.ruled_out)
         cd_out_puts(&o, "  no unfinished launch in the watch ring: the faulting kernel was launched "
                   "before watch(), more than 65536 launches ago, or while the watch did not "
                   "see it\n");
     /* Where the culprit may be a launch the watch did not see. */
-    if (!pick.ruled_out && (!shown || !proven || !named))
+    if (!pick.v.ruled_out && (!shown || !proven || !named))
         put_gaps(&o, oldest, "  not covered: ");
     put_device_text(&o, asserts, alen, 0);
     if (code) {

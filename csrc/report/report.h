@@ -108,6 +108,9 @@ int cd_fault_context_level(uint32_t context_uid);
 /* The kernel (mangled, cut to cap) of record `seq` while it is in the ring: its length, 0 when gone. */
 size_t cd_fault_kernel_of(uint64_t seq, char *out, size_t cap);
 uint64_t cd_fault_seq(void);
+/* Has a sticky error been seen in this process (a record, or Python's word)? */
+void cd_fault_note_sticky(void);
+int cd_fault_sticky_seen(void);
 /* Then, for the first records, the PyTorch ops of the native stack (slow,
  * and the walk can meet stale frames: after recording, so other threads see
  * the fault at once, and after the report). Returns how many. */
@@ -116,6 +119,38 @@ int cd_fault_add_ops(cd_fault *f);
 int cd_faults_since(uint64_t since, cd_fault *out, int n);
 /* The child: fault_lock free; the parent's records are never read there. */
 void cd_faults_fork(int op);
+
+/* --------------------------------------------------------- verdict.c -- */
+
+/* Which launch is guilty: the one rule (verdict.c's head says it). */
+#define CD_VERDICT_MAX 64
+typedef struct {
+    uint64_t seq;              /* watch-ring seq, 0 none: for the likeliness */
+    const char *mangled;       /* the kernel's name, NULL unknown */
+    int origin;                /* CD_ORIGIN_* (with no seq) */
+    int graph;                 /* a graph replay whose nodes are unknown: not judged by text */
+    int level, words;          /* the text's CD_ASSERT_* level and words for it; level -1:
+                                * computed from `mangled` (a caller fills them for a graph
+                                * replay from its nodes) */
+    int tag;                   /* the caller's (an index) */
+} cd_verdict_cand;
+
+typedef struct {
+    uint32_t kept;             /* the candidates kept, first in c[] */
+    int named;                 /* the device's text names (or fits) the ones kept */
+    int by_hint;               /* ... narrowed to the function around Triton's asserting line */
+    int by_words;              /* ... narrowed by its file's and message's words */
+    int reordered;             /* the likeliest were put first */
+    int ruled_out;             /* the text names `function`, none of them: all kept, as ruled out */
+    char function[128];
+} cd_verdict;
+
+/* Decide over c[0..n) (at most CD_VERDICT_MAX) with the device's assert text
+ * (text, tlen; none: tlen 0) and the hint (the function Python found around a
+ * Triton assert's source line, or NULL): c[] reordered in place, the verdict's
+ * candidates first, in order; returns how many. Host memory only, no lock. */
+int cd_verdict_decide(cd_verdict_cand *c, int n, const char *text, size_t tlen,
+                      const char *hint, cd_verdict *v);
 
 /* ---------------------------------------------------- fault_report.c -- */
 
