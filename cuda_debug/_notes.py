@@ -53,7 +53,10 @@ HEAD = "cuda_debug: "          # every note starts with it (one note an exceptio
 
 
 def _note_text(err) -> str:
-    return "%s%s: %s" % (HEAD, type(err).__name__, err)
+    """The verdict as a note: the report without where it surfaced (the
+    exception the note is on may have surfaced elsewhere)."""
+    lines = [ln for ln in str(err).splitlines() if not ln.startswith("  surfaced at ")]
+    return "%s%s: %s" % (HEAD, type(err).__name__, "\n".join(lines))
 
 
 _build: Optional[Callable[[BaseException], Any]] = None

@@ -23,7 +23,6 @@
 #include "report/report.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,8 +38,6 @@ static struct {
 static int n_names;
 static int enabled = 1;
 static char restart[160] = "The CUDA context is now unusable: restart the process.";
-static char elastic_file[1024];        /* TORCHELASTIC_ERROR_FILE, "" when unset */
-static atomic_int elastic_written;      /* 0, ELASTIC_BY_SIGNAL or ELASTIC_FINAL */
 atomic_int cd_report_written;          /* the culprit block of watch mode: once */
 static atomic_int signal_written;      /* the block of a SIGABRT/SIGTERM: once, apart */
 static atomic_int consequences;        /* one-line notes for refusals, a few at most */
@@ -53,7 +50,7 @@ void cd_report_test_pause(uint64_t ns) { atomic_store(&test_pause_ns, ns); }
 void cd_report_configure(int on, const char *pfx, const char *error_file, const char *text)
 {
     enabled = on;
-    snprintf(elastic_file, sizeof elastic_file, "%s", error_file ? error_file : "");
+    cd_elastic_configure(error_file);
     cd_out_set_prefix(pfx);
     if (text)
         snprintf(restart, sizeof restart, "%s", text);
@@ -132,64 +129,6 @@ static void put_kernel(cd_out *o, const char *mangled)
     cd_out_put(o, s, n);
 }
 
-/* ------------------------------------------ torchrun's error file --- */
-
-/* torch.distributed.elastic reads TORCHELASTIC_ERROR_FILE when a worker
- * fails and names its message as the root cause, instead of "Signal 6". The
- * format is ErrorHandler.record_exception's: {"message": {"message": ...,
- * "extraInfo": {"py_callstack": ..., "timestamp": "..."}}}. Written once, at
- * the first fault, with open/write only (async-signal-safe); a Python report
- * written later (run's exit) replaces it with the full text. */
-static void json_str(cd_out *o, const char *s, size_t n)
-{
-    cd_out_put(o, "\"", 1);
-    for (size_t i = 0; i < n && s[i]; i++) {
-        char c = s[i];
-        if (c == '"' || c == '\\') {
-            cd_out_put(o, "\\", 1);
-            cd_out_put(o, &c, 1);
-        } else if (c == '\n') {
-            cd_out_put(o, "\\n", 2);
-        } else if ((unsigned char)c >= 0x20) {
-            cd_out_put(o, &c, 1);
-        }
-    }
-    cd_out_put(o, "\"", 1);
-}
-
-/* Written once by a fault (final); a signal's (SIGABRT, or a SIGTERM about to
- * end the process) is kept only until a fault writes its own. */
-enum { ELASTIC_BY_SIGNAL = 1, ELASTIC_FINAL = 2 };
-
-static void write_elastic(const char *block, size_t n, int by_signal)
-{
-    if (!elastic_file[0])
-        return;
-    if (by_signal) {
-        int none = 0;
-        if (!atomic_compare_exchange_strong(&elastic_written, &none, ELASTIC_BY_SIGNAL))
-            return;
-    } else if (atomic_exchange(&elastic_written, ELASTIC_FINAL) == ELASTIC_FINAL) {
-        return;
-    }
-    /* the headline: the block's first line, without "cuda_debug: " */
-    const char *nl = memchr(block, '\n', n);
-    size_t first = nl ? (size_t)(nl - block) : n;
-    cd_out o = {.n = 0, .line_start = 0, .raw = 1};
-    cd_out_puts(&o, "{\"message\": {\"message\": ");
-    json_str(&o, block, first);
-    cd_out_puts(&o, ", \"extraInfo\": {\"py_callstack\": ");
-    json_str(&o, block, n);
-    cd_out_puts(&o, ", \"timestamp\": \"");
-    cd_out_u(&o, (unsigned long long)time(NULL));
-    cd_out_puts(&o, "\"}}}\n");
-    int fd = open(elastic_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return;
-    cd_write_all(fd, o.buf, o.n);
-    close(fd);
-}
-
 /* cd_out_flush() that also feeds the elastic file (before the block is written):
  * to_elastic: 0 no, 1 as a fault's, 2 as a signal's; to_fd: write it to fd 2. */
 static void flush_report_to(cd_out *o, int to_elastic, int to_fd)
@@ -215,7 +154,7 @@ static void flush_report_to(cd_out *o, int to_elastic, int to_fd)
         }
     }
     if (to_elastic)
-        write_elastic(body, k, to_elastic == 2);
+        cd_elastic_write(body, k, to_elastic == 2);
     if (to_fd)
         cd_out_flush(o);
     o->n = 0;
@@ -626,23 +565,8 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-/* ------------------------------------------------ dying of a signal --- */
+/* ------------------------------------------------ one report at a time -- */
 
-/* NCCL's watchdog aborts the process (SIGABRT) when it meets the sticky
- * error; torchrun ends the other ranks with SIGTERM. Before that, while
- * watching, write what the ring knows (faulthandler-style: async-signal-safe,
- * then the previous handler, or the default action, runs).
- *
- * The process is about to die when the previous disposition is the default
- * (it is restored and the signal raised again), and at SIGABRT (abort() does
- * not return, whatever the handler does): only then is torchrun's error file
- * written. A handler chained to returns, and the process may go on (Python's
- * handlers run later, in the main thread). errno is kept for the interrupted
- * code; the sibling signals (cd_signal_mask) wait until the report is out:
- * on this thread, by sa_mask; on another thread (a process-directed SIGTERM
- * goes to any thread that does not block it), by cd_report_lock. */
-static struct sigaction old_abrt, old_term;
-static atomic_int handlers_installed;
 static atomic_int report_busy;
 
 int cd_report_lock(void)
@@ -672,63 +596,14 @@ void cd_signal_mask(sigset_t *set)
     sigaddset(set, SIGUSR2);
 }
 
-int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx)
-{
-    if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction) {
-        old->sa_sigaction(sig, info, uctx);
-        return 1;
-    }
-    if (!(old->sa_flags & SA_SIGINFO) && old->sa_handler != SIG_DFL &&
-        old->sa_handler != SIG_IGN && old->sa_handler != NULL) {
-        old->sa_handler(sig);
-        return 1;
-    }
-    return 0;
-}
-
-static void on_fatal_signal(int sig, siginfo_t *info, void *uctx)
-{
-    int saved_errno = errno;
-    struct sigaction *old = sig == SIGABRT ? &old_abrt : &old_term;
-    int chained = (old->sa_flags & SA_SIGINFO) ? old->sa_sigaction != NULL
-                                               : old->sa_handler != SIG_DFL &&
-                                                     old->sa_handler != SIG_IGN &&
-                                                     old->sa_handler != NULL;
-    int dying = sig == SIGABRT || (!chained && old->sa_handler == SIG_DFL);
-    int taken = cd_report_lock();
-    if (atomic_load(&cd_state.watching))
-        cd_report_watch_culprit(0, sig == SIGABRT ? "SIGABRT" : "SIGTERM",
-                                dying ? CD_FROM_DYING_SIGNAL : CD_FROM_SIGNAL);
-    cd_report_unlock(taken);
-    if (!cd_signal_chain(old, sig, info, uctx)) {
-        sigaction(sig, old, NULL);
-        raise(sig);                /* delivered when this handler returns */
-    }
-    errno = saved_errno;
-}
-
-int cd_install_signal_handlers(void)
-{
-    if (atomic_exchange(&handlers_installed, 1))
-        return 0;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_fatal_signal;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    cd_signal_mask(&sa.sa_mask);
-    if (sigaction(SIGABRT, &sa, &old_abrt) != 0 || sigaction(SIGTERM, &sa, &old_term) != 0)
-        return -1;
-    return 0;
-}
-
 void cd_report_fork(int op)
 {
+    cd_elastic_fork(op);
     switch (op) {
     case CD_FORK_CHILD:
         atomic_store(&report_busy, 0);
         atomic_store(&cd_report_written, 0);
         atomic_store(&signal_written, 0);
-        atomic_store(&elastic_written, 0);
         atomic_store(&consequences, 0);
         break;
     case CD_FORK_TEST_TAKE:

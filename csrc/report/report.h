@@ -6,9 +6,11 @@
  *                    the rank prefix, text sanitised (async-signal-safe)
  *   fault_records.c  the ring of fault records (the first fault wins; echoes of
  *                    a dead context are marked consequences)
+ *   verdict.c        which launch is guilty: the one rule every report renders
  *   fault_report.c   the compact block written to fd 2 at the moment of the
- *                    fault; watch mode's culprit block; torchrun's error file;
- *                    the SIGABRT/SIGTERM handlers
+ *                    fault; watch mode's culprit block
+ *   elastic_file.c   torchrun's error file, fed by those blocks
+ *   fatal_signals.c  the SIGABRT/SIGTERM handlers
  *   inflight_report.c  the hang report: every stream's oldest unfinished launch
  *                    (age, queue, collective); the dump signal (SIGUSR1)
  *   graph_report.c   a CUDA graph replay in any of those blocks: its node(s), the
@@ -195,6 +197,16 @@ extern atomic_int cd_report_written;
 void cd_report_test_pause(uint64_t ns);
 /* The child: nothing written yet, no report being written, no handler running. */
 void cd_report_fork(int op);
+
+/* ---------------------------------------------------- elastic_file.c -- */
+
+/* TORCHELASTIC_ERROR_FILE's path (NULL or "": none), at configure time. */
+void cd_elastic_configure(const char *path);
+/* The block (no rank prefixes) as torchrun's error file: once by a fault
+ * (final); a signal's (by_signal) only until a fault writes its own.
+ * open/write only: async-signal-safe. */
+void cd_elastic_write(const char *block, size_t n, int by_signal);
+void cd_elastic_fork(int op);
 
 /* ----------------------------------------------------- graph_report.c -- */
 
