@@ -229,10 +229,6 @@ def _cuda_name(rc: int) -> str:
     return _cuda_errors.name(rc)
 
 
-def has_gpu(d: dict) -> bool:
-    return bool(d.get("devices"))
-
-
 def header_line(blocking: str, depth: str = "cheap", unusable: Optional[str] = None) -> str:
     """One line for the pytest report header.
 

@@ -38,7 +38,7 @@ static struct {
 static int n_names;
 static int enabled = 1;
 static char restart[160] = "The CUDA context is now unusable: restart the process.";
-atomic_int cd_report_written;          /* the culprit block of watch mode: once */
+static atomic_int report_written;       /* the culprit block of watch mode: once */
 static atomic_int signal_written;      /* the block of a SIGABRT/SIGTERM: once, apart */
 static atomic_int consequences;        /* one-line notes for refusals, a few at most */
 static atomic_uint_fast64_t test_pause_ns;  /* tests: a pause inside the watch block's writing */
@@ -422,12 +422,12 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
         /* A fault's block (and error file) said it all. A signal's block is
          * written once, with its own flag: a handled SIGTERM must not use up
          * the fault's. Its error file only when the process is about to die. */
-        if (atomic_load(&cd_report_written))
+        if (atomic_load(&report_written))
             return;
         to_fd = !atomic_exchange(&signal_written, 1);
         if (!to_fd && from_signal != CD_FROM_DYING_SIGNAL)
             return;
-    } else if (atomic_exchange(&cd_report_written, 1)) {
+    } else if (atomic_exchange(&report_written, 1)) {
         return;
     }
     uint64_t pause = from_signal ? 0 : atomic_load(&test_pause_ns);
@@ -554,7 +554,7 @@ void cd_report_watch_culprit(int code, const char *found_at, int from_signal)
         write_watch_culprit(code, found_at, from_signal);
         return;
     }
-    if (atomic_load(&cd_report_written))
+    if (atomic_load(&report_written))
         return;                    /* said already (every launch the dead context refuses) */
     sigset_t block, old;
     cd_signal_mask(&block);
@@ -602,7 +602,7 @@ void cd_report_fork(int op)
     switch (op) {
     case CD_FORK_CHILD:
         atomic_store(&report_busy, 0);
-        atomic_store(&cd_report_written, 0);
+        atomic_store(&report_written, 0);
         atomic_store(&signal_written, 0);
         atomic_store(&consequences, 0);
         break;

@@ -191,7 +191,6 @@ int cd_report_lock(void);
 void cd_report_unlock(int taken);
 /* Call the handler `old` was (1), or 0 when it is SIG_DFL or SIG_IGN. */
 int cd_signal_chain(const struct sigaction *old, int sig, siginfo_t *info, void *uctx);
-extern atomic_int cd_report_written;
 /* Tests: the watch block written from a call (not a signal) pauses this long
  * once it has claimed the report, before it is built and written (0: never). */
 void cd_report_test_pause(uint64_t ns);
