@@ -108,42 +108,55 @@ def _on_raise(exc: BaseException) -> None:
 # -- arming ----------------------------------------------------------------------------
 
 
-def arm() -> None:
-    """From the first watch() (and a sticky fault seen): the verdict onto
-    every CUDA error raised in the process."""
-    global _tool
-    if _tool is not None or _surfaces:
-        return
-    with _lock:
-        if _tool is not None or _surfaces:
-            return
-        _core.set_raise_hook(_on_raise)
-        if _MONITORING:
-            mon = sys.monitoring
-            for tid in _TOOL_IDS:
-                if mon.get_tool(tid) is None:
-                    mon.use_tool_id(tid, "cuda_debug")
-                    mon.register_callback(tid, mon.events.RAISE, _core.on_raise)
-                    mon.set_events(tid, mon.events.RAISE)
-                    _tool = tid
-                    return
-        _install_surfaces()                       # 3.10/3.11, or every tool id taken
+_open = 0                      # watches open (entered() - left()), under _lock
 
 
-def disarm_if_idle() -> None:
-    """At a watch's exit: when no watch is open and no sticky fault was seen,
-    the raise event is given back (nothing left behind)."""
-    global _tool
-    if _tool is None:
-        return
+def entered() -> None:
+    """A watch opened: armed while any is open."""
+    global _open
     with _lock:
-        if _tool is None or _core.sticky_seen(False) or _core.stats()["watching"] > 0:
+        _open += 1
+        _arm_locked()
+
+
+def left() -> None:
+    """A watch closed: when none is open and no sticky fault was seen, the
+    raise event is given back (nothing left behind)."""
+    global _open, _tool
+    with _lock:
+        _open = max(0, _open - 1)
+        if _open or _tool is None or _core.sticky_seen(False):
             return
         mon = sys.monitoring
         mon.set_events(_tool, 0)
         mon.register_callback(_tool, mon.events.RAISE, None)
         mon.free_tool_id(_tool)
         _tool = None
+
+
+def arm() -> None:
+    """A sticky fault was seen: armed for good (every later CUDA error is its
+    consequence)."""
+    if _tool is None and not _surfaces:
+        with _lock:
+            _arm_locked()
+
+
+def _arm_locked() -> None:
+    global _tool
+    if _tool is not None or _surfaces:
+        return
+    _core.set_raise_hook(_on_raise)
+    if _MONITORING:
+        mon = sys.monitoring
+        for tid in _TOOL_IDS:
+            if mon.get_tool(tid) is None:
+                mon.use_tool_id(tid, "cuda_debug")
+                mon.register_callback(tid, mon.events.RAISE, _core.on_raise)
+                mon.set_events(tid, mon.events.RAISE)
+                _tool = tid
+                return
+    _install_surfaces()                           # 3.10/3.11, or every tool id taken
 
 
 def armed() -> Optional[str]:
@@ -206,8 +219,9 @@ def _install_surfaces() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock
+    global _lock, _open
     _lock = threading.Lock()
+    _open = 0                     # the parent's watches are not open here
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -440,7 +440,6 @@ class watch(_Region):
                 _set_markers(-1)
             raise
         self._handles.append(handle)
-        _notes.arm()                   # the verdict onto CUDA errors raised anywhere
         _warn_once_if_no_frame_reader()
         recorder = None
         if self.ops and "torch" in sys.modules and \
@@ -458,6 +457,7 @@ class watch(_Region):
         self._hang.append(hang)
         if _watch_epoch is None:       # no lock: two first watches differ by a few launches
             _watch_epoch = handle.watch_mark
+        _notes.entered()               # the verdict onto CUDA errors raised anywhere
         try:                           # kept open until exited (see launch_blocking)
             return _entered.add(self) or self
         except BaseException:
@@ -472,14 +472,13 @@ class watch(_Region):
         if self._hang:
             _hangs.leave(self._hang.pop())
         handle = self._exit_handle()
+        _notes.left()
         if self.exact:
             _set_markers(-1)
         if exc is None:
-            _notes.disarm_if_idle()
             return False
         err = _report.error_for(exc, mark=handle.fault_mark, watch_mark=_watch_epoch,
                                 found_at="watch()")
-        _notes.disarm_if_idle()
         if err is None:
             return False
         self._raise(err, exc)

@@ -199,3 +199,27 @@ report([c["mangled"] for c in v.candidates])
     r = c.result
     assert r is not None, c
     assert [m.replace("_ZN2at6native4", "").replace("Ev", "") for m in r] == expect, r
+
+
+def test_watches_entered_and_left_from_threads_leave_nothing_armed(fake_child):
+    """4 threads enter and leave a watch 300 times each: the count of open
+    watches the raise hook keeps comes back to 0, and (3.12+) the raise event
+    is given back, whatever the interleaving."""
+    c = fake_child('''
+import threading, sys
+import cuda_debug
+from cuda_debug import _notes
+def loop():
+    for _ in range(300):
+        with cuda_debug.watch():
+            pass
+ts = [threading.Thread(target=loop) for _ in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+report(dict(open=_notes._open, armed=_notes.armed(), monitoring=hasattr(sys, "monitoring")))
+''')
+    r = c.result
+    assert r is not None, c
+    assert r["open"] == 0, r
+    if r["monitoring"]:
+        assert r["armed"] is None, r
