@@ -59,16 +59,52 @@ def test_import_loads_only_cuda_debug_and_its_options():
 _REPORT_ONLY = ("inspect", "shutil", "bz2", "lzma", "ast")
 
 
-def test_the_first_watch_imports_what_a_report_needs_only_when_reporting():
-    """``cuda_debug.watch()``, made and decorating nothing: inspect (the
-    decorator's checks), shutil (the replay command's which), ast (a report's
-    call inputs) come later (issue 37 item 9: the first watch() cost 39 ms)."""
-    code = ("import sys, cuda_debug\nw = cuda_debug.watch()\n"
-            "print(repr(sorted(m for m in %r if m in sys.modules)))\n" % (_REPORT_ONLY,))
+def _report_only_added(code_before: str) -> "list[str]":
+    """The modules of _REPORT_ONLY that ``cuda_debug.watch()`` (made, decorating
+    nothing) brings itself: those the interpreter had at start (`site`, .pth
+    files), and those the other modules it imported bring by themselves (on
+    3.14 `traceback` imports `inspect` and `ast`; torch imports both), are not
+    cuda_debug's doing. A second interpreter imports those other modules alone."""
+    code = (code_before + "import sys\nbefore = set(sys.modules)\nimport cuda_debug\n"
+            "w = cuda_debug.watch()\nprint(repr(sorted(set(sys.modules) - before)))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=_env(), cwd=PKG_PARENT, timeout=60)
     assert p.returncode == 0, p.stderr
-    assert ast.literal_eval(p.stdout.strip()) == []
+    added = ast.literal_eval(p.stdout.strip())
+    others = [m for m in added if m.split(".")[0] != "cuda_debug" and m not in _REPORT_ONLY]
+    code = ("import sys, importlib\nbefore = set(sys.modules)\n"
+            "for m in %r:\n    try:\n        importlib.import_module(m)\n"
+            "    except Exception:\n        pass\n"
+            "print(repr(sorted(set(sys.modules) - before)))\n" % (others,))
+    p = subprocess.run([sys.executable, "-c", code_before + code], capture_output=True,
+                       text=True, env=_env(), cwd=PKG_PARENT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    brought = set(ast.literal_eval(p.stdout.strip()))
+    return sorted(m for m in _REPORT_ONLY if m in added and m not in brought)
+
+
+def test_the_first_watch_imports_what_a_report_needs_only_when_reporting():
+    """``cuda_debug.watch()``, made and decorating nothing: inspect (the
+    decorator's checks), shutil (the replay command's which), ast (a report's
+    call inputs) come later (issue 37 item 9: the first watch() cost 39 ms).
+    What cuda_debug adds is measured, not what the interpreter or a library
+    brings (issue 46 item 1: Python 3.14's traceback imports inspect and ast)."""
+    assert _report_only_added("") == []
+
+
+def test_the_import_measure_counts_cuda_debugs_own_imports():
+    """The measure above is not blind: inspect and ast imported while cuda_debug
+    imports its own modules are counted; imported before it (as `site` or a
+    .pth file may), they are not."""
+    assert _report_only_added("import inspect, ast\n") == []
+    # cuda_debug itself importing them after `before`: counted
+    code = ("import sys, importlib.abc\nclass F(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'cuda_debug._scope':\n"
+            "            import inspect, ast\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, F())\n")
+    assert _report_only_added(code) == ["ast", "inspect"]
 
 
 def test_bench_import_loads_no_process_or_file_machinery():

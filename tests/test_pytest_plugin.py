@@ -195,6 +195,11 @@ _UNTOUCHED = '''
         assert 1 == 2           # the plugin's fail-fast check looks at it: no CUDA in it
 
     def hooked():
+        """The graph-capture hook: a sys.meta_path entry waiting for torch.cuda.graphs,
+        or, where torch was imported first, its CUDAGraph wrapped already."""
+        graphs = sys.modules.get("torch.cuda.graphs")
+        if graphs is not None and getattr(graphs.CUDAGraph.capture_end, "_cuda_debug", False):
+            return ["wrapped"]
         return [type(f).__name__ for f in sys.meta_path if "cuda_debug" in type(f).__module__]
 
     def test_untouched():
@@ -204,17 +209,39 @@ _UNTOUCHED = '''
 '''
 
 
+#: a stand-in for an installed torch that the tested project imports before any
+#: test (issue 46 item 2): the hook is then the wrapped class, not a meta_path entry
+_FAKE_TORCH = {
+    "torch/__init__.py": ("from . import cuda, nn\nclass Tensor:\n    def __getitem__(self, i):\n"
+                          "        pass\n    def __setitem__(self, i, v):\n        pass\n"),
+    "torch/cuda/__init__.py": "from . import graphs\n",
+    "torch/cuda/graphs.py": ("class CUDAGraph:\n    def capture_end(self):\n        pass\n"
+                             "    def reset(self):\n        pass\n"),
+    "torch/nn/__init__.py": "from . import functional\n",
+    "torch/nn/functional.py": "",
+}
+
+
+@pytest.mark.parametrize("torch_first", [False, True], ids=["no-torch", "torch-imported"])
 @pytest.mark.parametrize("args, marked, armed", [
     ((), False, False),                 # unused: no C extension, no import hook
     (("--cuda-guard",), False, True),   # asked by an option
     ((), True, True),                   # asked by a marker of another test
 ])
 def test_unused_the_plugin_loads_no_extension_and_sets_no_import_hook(inner, args, marked,
-                                                                      armed):
+                                                                      armed, torch_first):
     """Unused, the plugin (in every pytest run of the environment) loads only its
     own Python modules: not cuda_debug._core, no sys.meta_path entry wrapping
     torch's graph capture (issue 37 item 3). An option, a marker or a fixture
-    asks: then the hook is set, as `import cuda_debug` sets it outside pytest."""
+    asks: then the hook is set, as `import cuda_debug` sets it outside pytest:
+    a meta_path entry, or where torch was imported already, its class wrapped."""
+    if torch_first:
+        for name, text in _FAKE_TORCH.items():
+            path = inner.path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        inner.makeconftest("import sys\nsys.path.insert(0, %r)\nimport torch\n"
+                           % str(inner.path))
     inner.makepyfile(_UNTOUCHED + ("""
     import pytest
 
@@ -227,7 +254,8 @@ def test_unused_the_plugin_loads_no_extension_and_sets_no_import_hook(inner, arg
     (line,) = [l[l.index("LOADED"):] for l in result.outlines if "LOADED [" in l]
     loaded = eval(line.split("LOADED ", 1)[1].split(" HOOKS ")[0])
     hooks = eval(line.split(" HOOKS ", 1)[1])
-    assert hooks == (["_TorchGraphsFinder"] if armed else []), line
+    expected = ["wrapped" if torch_first else "_TorchGraphsFinder"] if armed else []
+    assert hooks == expected, line
     if not armed:       # (_sticky, _errors: the check of the failure, pure Python)
         assert set(loaded) <= {"cuda_debug", "cuda_debug._options", "cuda_debug.pytest_plugin",
                                "cuda_debug._sticky", "cuda_debug._cuda_errors",
