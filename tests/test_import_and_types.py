@@ -132,6 +132,18 @@ def test_a_bad_setting_is_warned_about_without_importing_more(tmp_path):
     assert p.stdout.strip() == "True" and "CUDA_DEBUG_WAIT='bogus'" in p.stderr
 
 
+def test_a_bad_setting_under_w_error_is_said_not_raised():
+    """``python -W error``: the setting warning is written as a warning would be,
+    and the program goes on (issue 46 item 3: a setting never stops a program)."""
+    code = "import cuda_debug  # line 1\nprint('lived')\n"
+    p = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
+                       text=True, env=_env(CUDA_DEBUG_WAIT="bogus"), cwd=PKG_PARENT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "lived"
+    assert p.stderr.startswith("<string>:1: RuntimeWarning: cuda_debug: CUDA_DEBUG_WAIT='bogus'"), \
+        p.stderr
+
+
 # -- where setting warnings point ------------------------------------------------------------
 
 def _warned_at(tmp_path, files, main, env):

@@ -262,6 +262,34 @@ def test_unused_the_plugin_loads_no_extension_and_sets_no_import_hook(inner, arg
                                "cuda_debug._errors"}, line
 
 
+@pytest.mark.parametrize("how", ["ini", "pytest -W", "PYTHONWARNINGS", "no filter"])
+def test_a_bad_setting_never_stops_another_projects_pytest(inner, monkeypatch, how):
+    """A stray CUDA_DEBUG_* variable in a project that makes warnings errors: the
+    plugin (loaded in every pytest run of the environment) warns on stderr, pointing
+    at the variable (not at pytest's import machinery), and the run goes on (issue
+    46 item 3: it was "Error while loading plugin", exit 3)."""
+    monkeypatch.setenv("CUDA_DEBUG_NO_SUCH", "1")
+    monkeypatch.setenv("CUDA_DEBUG_WAIT", "bogus")
+    args = []
+    if how == "ini":
+        inner.makeini("[pytest]\nfilterwarnings = error\n")
+    elif how == "pytest -W":
+        args = ["-W", "error"]
+    elif how == "PYTHONWARNINGS":
+        monkeypatch.setenv("PYTHONWARNINGS", "error")
+    inner.makepyfile("def test_a():\n    pass\n")
+    result = run(inner, *args)
+    assert result.ret == 0, out(result)
+    result.assert_outcomes(passed=1)
+    # (on stderr; without a filter, pytest lists them in its warnings summary)
+    warned = [l.strip() for l in result.errlines + result.outlines
+              if "RuntimeWarning: cuda_debug: " in l]
+    assert len(warned) == 2, out(result)
+    assert warned[0].startswith("<environment CUDA_DEBUG_WAIT>:0: RuntimeWarning: "), warned
+    assert warned[1].startswith("<environment CUDA_DEBUG_NO_SUCH>:0: RuntimeWarning: "), warned
+    assert "rewrite.py" not in out(result) and "Error while loading" not in out(result)
+
+
 #: modules other engineers own this round: the lead adds the line to each (issue 37 item 9)
 _DONT_REWRITE_PENDING = set()
 
