@@ -469,3 +469,68 @@ def test_readme_documents_every_option_and_setting():
     wanted += ["%s=" % name for name in _options._CHOICES]
     missing = sorted({w for w in wanted if w not in readme})
     assert missing == []
+
+
+# -- what help() and IDEs show -------------------------------------------------------------
+
+def _public_callables():
+    """Each public callable of cuda_debug, cuda_debug.testing and cuda_debug.bench,
+    and each public method of their public classes: (name, object)."""
+    import inspect
+    import cuda_debug.testing
+    modules = [cuda_debug, cuda_debug.testing]
+    if importlib.util.find_spec("numpy") is not None:
+        import cuda_debug.bench
+        modules.append(cuda_debug.bench)
+    for mod in modules:
+        names = getattr(mod, "__all__", None) or [n for n in vars(mod) if not n.startswith("_")]
+        for name in names:
+            obj = getattr(mod, name)
+            if inspect.ismodule(obj) or not callable(obj):
+                continue
+            yield "%s.%s" % (mod.__name__, name), obj
+            if isinstance(obj, type):
+                for attr, value in vars(obj).items():
+                    if not attr.startswith("_") and callable(value):
+                        yield "%s.%s.%s" % (mod.__name__, name, attr), getattr(obj, attr)
+
+
+def _unnamed(sig) -> bool:
+    """A signature that hides what the callable takes: *args, or **kwargs alone."""
+    import inspect
+    kinds = [p.kind for p in sig.parameters.values()]
+    return inspect.Parameter.VAR_POSITIONAL in kinds or \
+        kinds == [inspect.Parameter.VAR_KEYWORD]
+
+
+def test_every_public_callable_names_its_parameters():
+    """help(cuda_debug.watch) and inspect.signature() (IDEs, notebooks) show the
+    parameters, not (*args, **kwargs) (issue 46 item 4)."""
+    import inspect
+    hidden = []
+    for name, obj in _public_callables():
+        try:
+            sig = inspect.signature(obj)
+        except (TypeError, ValueError) as e:
+            hidden.append("%s: no signature (%s)" % (name, e))
+            continue
+        if _unnamed(sig):
+            hidden.append("%s%s" % (name, sig))
+    assert hidden == []
+    sig = inspect.signature(cuda_debug.watch)
+    assert list(sig.parameters) == ["enabled", "ops", "hang_after", "exact"], sig
+    assert list(inspect.signature(cuda_debug.launch_blocking).parameters) == \
+        ["enabled", "all_threads"]
+    assert list(inspect.signature(cuda_debug.guard).parameters) == ["enabled", "all_threads"]
+
+
+def test_the_signature_check_sees_args_and_kwargs():
+    import inspect
+
+    def hidden(*args, **kwargs):
+        pass
+
+    def named(a, *, b=1, **fields):
+        pass
+    assert _unnamed(inspect.signature(hidden))
+    assert not _unnamed(inspect.signature(named))
