@@ -77,7 +77,7 @@ import os
 import runpy
 import sys
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
 
 from . import _options
 
@@ -245,6 +245,8 @@ def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                         "launch; the script goes on (default: CUDA_DEBUG_HANG_AFTER, else off)")
     p.add_argument("-m", dest="module", metavar="module",
                    help="run a library module as a script (like python -m)")
+    p.add_argument("-c", dest="code", metavar="code",
+                   help="run the program passed as a string (like python -c)")
     p.add_argument("script", nargs="?", help="the script to run (-: read it from stdin)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     return p
@@ -285,6 +287,7 @@ class Program:
         self.opts = opts
         self.target: Optional[str] = None
         self.module = False
+        self.command = False            # -c: `target` is the program's text
         self.args: List[str] = []
         self.help = False
 
@@ -308,9 +311,10 @@ def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
             key, convert = valued[a]
             p.opts[key] = convert(a, argv[i + 1] if i + 1 < len(argv) else None)
             i += 1
-        elif a == "-m" or (a.startswith("-m") and len(a) > 2):
+        elif a in ("-m", "-c") or (a[:2] in ("-m", "-c") and len(a) > 2):
             p.target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
-            p.module, p.args = True, argv[i + (1 if a[2:] else 2):]
+            p.module, p.command = a[:2] == "-m", a[:2] == "-c"
+            p.args = argv[i + (1 if a[2:] else 2):]
             break
         elif a in ("--", "-") or not a.startswith("-"):
             j = i + 1 if a == "--" else i
@@ -322,6 +326,7 @@ def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
         i += 1
     if not p.target:
         raise UsageError("-m needs a module name" if p.module else
+                         "-c needs the program's text" if p.command else
                          "a script (or -m module) is required")
     if p.module and not _is_module_name(p.target):
         raise UsageError("-m %s: not a module name (dotted Python identifiers, as python -m "
@@ -331,12 +336,10 @@ def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
 
 def _check_program_file(p: Program) -> None:
     """The script must be there (not checked when only parsing)."""
-    if p.module or p.target == "-" or p.target is None:
+    if p.module or p.command or p.target == "-" or p.target is None:
         return
     if not os.path.exists(p.target):
         raise UsageError("no such file: %s" % p.target)
-    if os.path.isdir(p.target) and not os.path.exists(os.path.join(p.target, "__main__.py")):
-        raise UsageError("%s is a folder without __main__.py" % p.target)
 
 
 def _program(parse: Callable[[List[str]], Program], parser: argparse.ArgumentParser,
@@ -396,13 +399,14 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     status = _run(p.target, p.args, module=p.module, mode=mode, all_threads=o["all_threads"],
                   full_traceback=o["traceback"], prog=prog,
                   guard=o["guard"] or _options.OPTIONS.guard, hang_after=o.get("hang_after"),
-                  exact=o["exact"] or None)
+                  exact=o["exact"] or None, command=p.command)
     if o["replay"] and status == EXIT_STICKY:
-        _replay_after(p.target, p.args, p.module, prog)
+        _replay_after(p.target, p.args, p.module, prog, p.command)
     return status
 
 
-def _replay_after(target: str, args: List[str], module: bool, prog: str) -> None:
+def _replay_after(target: str, args: List[str], module: bool, prog: str,
+                  command: bool = False) -> None:
     """run --replay: the script died of a sticky fault; when the report can be
     explained by a replay, run it in a fresh process (this one's CUDA context
     is dead), its output going where ours goes."""
@@ -423,7 +427,7 @@ def _replay_after(target: str, args: List[str], module: bool, prog: str) -> None
     if opts is None:
         return
     cmd = [sys.executable, "-m", "cuda_debug", "replay"] + opts + \
-        (["-m", target] if module else [target]) + list(args)
+        (["-m", target] if module else ["-c", target] if command else [target]) + list(args)
     sys.stderr.write("\n%s run: replaying it to find the thread, the address and the "
                      "allocation: %s\n" % (prog, err.replay_command))
     sys.stderr.flush()
@@ -457,17 +461,21 @@ def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None,
     return scope
 
 
-def _exec_stdin() -> None:
-    """Run the program on stdin as ``__main__``, as ``python -`` does (``__file__``
-    is ``<stdin>``); its lines go into linecache, so tracebacks show them."""
-    import linecache
+def _main_module(**attrs: Any):
+    """A fresh ``__main__`` as `python` makes one: ``__builtins__`` the builtins
+    module (not its dict, as runpy's), no spec, no package, `attrs` (the file, the
+    loader)."""
+    import builtins
     import types
-    source = sys.stdin.read()
-    code = compile(source, "<stdin>", "exec")
-    linecache.cache["<stdin>"] = (len(source), None, source.splitlines(True), "<stdin>")
     main = types.ModuleType("__main__")
-    main.__dict__.update(__file__="<stdin>", __cached__=None, __loader__=None, __spec__=None,
-                         __package__=None)
+    main.__dict__.update(__builtins__=builtins, __spec__=None, __package__=None)
+    main.__dict__.update(attrs)
+    return main
+
+
+def _exec_main(code, main) -> None:
+    """Run `code` in `main`, sys.modules' ``__main__`` while it runs (pickle finds
+    the program's classes there)."""
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = main
     try:
@@ -477,28 +485,111 @@ def _exec_stdin() -> None:
             sys.modules["__main__"] = saved
 
 
+def _exec_stdin() -> None:
+    """Run the program on stdin as ``__main__``, as ``python -`` does (``__file__``
+    is ``<stdin>``); its lines go into linecache, so tracebacks show them."""
+    import linecache
+    from importlib.machinery import BuiltinImporter
+    source = sys.stdin.read()
+    code = compile(source, "<stdin>", "exec")
+    linecache.cache["<stdin>"] = (len(source), None, source.splitlines(True), "<stdin>")
+    _exec_main(code, _main_module(__file__="<stdin>", __cached__=None,
+                                  __loader__=BuiltinImporter))
+
+
+def _exec_command(text: str) -> None:
+    """``-c text``, as ``python -c`` runs it: file name ``<string>``, no ``__file__``."""
+    from importlib.machinery import BuiltinImporter
+    _exec_main(compile(text, "<string>", "exec"), _main_module(__loader__=BuiltinImporter))
+
+
+def _runs_as_file(target: str) -> bool:
+    """A source file `python` reads itself (not a folder, a zip or a .pyc: runpy
+    runs those, as python does)."""
+    if os.path.isdir(target) or target.endswith((".pyc", ".pyo")):
+        return False
+    with open(target, "rb") as f:
+        head = f.read(4)
+    if head == b"PK\x03\x04" or not target.endswith(".py"):
+        import zipfile
+        return not zipfile.is_zipfile(target)
+    return True
+
+
+def _exec_file(target: str) -> None:
+    """The script as ``python script.py`` runs it: ``__file__`` and the code's file
+    name absolute (relative file names are library code to the user-frame rule:
+    _report.is_user_file), a SourceFileLoader, sys.argv[0] as typed."""
+    from importlib.machinery import SourceFileLoader
+    path = os.path.abspath(target)
+    with open(path, "rb") as f:
+        source = f.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    _exec_main(code, _main_module(__file__=path, __cached__=None,
+                                  __loader__=SourceFileLoader("__main__", path)))
+
+
+class _NoMain(Exception):
+    """A folder or zip without ``__main__.py``: python's words, exit status 1."""
+
+
+def _run_path(target: str) -> None:
+    """A folder or zip file with ``__main__.py`` (or a .pyc): runpy runs it, as
+    python does; sys.path[0] is the folder (runpy puts it there)."""
+    del sys.path[0:1]
+    try:
+        runpy.run_path(target, run_name="__main__")
+    except ImportError as e:
+        if "can't find '__main__' module" in str(e):
+            raise _NoMain(str(e)) from None
+        raise
+
+
+def _interrupted(e: KeyboardInterrupt) -> "NoReturn":
+    """Ctrl-C: raise it on, out of the command, once everything here is closed, as
+    `python` would: the interpreter prints it (through sys.excepthook: the
+    program's frames only), runs atexit, and dies of SIGINT (exit status 130 in
+    a shell) so that the shell and the caller see the interruption."""
+    tb = e.__traceback__
+    hook = sys.excepthook
+
+    def print_it(kind, value, traceback_):
+        sys.excepthook = hook
+        if value is e:
+            traceback.print_exception(type(e), e, _user_tb(tb), file=sys.stderr)
+        else:
+            hook(kind, value, traceback_)
+    sys.excepthook = print_it
+    raise e
+
+
 def _run(target: str, args: List[str], module: bool, mode: str, all_threads: bool,
          full_traceback: bool, prog: str = MODULE_PROG, guard: bool = False,
          hang_after: Optional[float] = None, exact: Optional[bool] = None,
-         on_exception=None) -> int:
-    """Run the program as __main__; its exit status. `on_exception(e)` (default
-    _report) prints what an exception means and returns the status."""
+         on_exception=None, command: bool = False) -> int:
+    """Run the program as __main__, as `python` would (the same sys.argv,
+    sys.path[0], ``__main__`` attributes); its exit status. `command`: -c, the
+    program is `target`'s text. `on_exception(e)` (default _report) prints what
+    an exception means and returns the status. Ctrl-C (KeyboardInterrupt) is
+    raised on, once the scopes are closed: _interrupted."""
     from . import _replay_command
-    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
     _replay_command.prog = prog
-    _replay_command.program = (["-m", target] if module else [target]) + list(args) \
-        if target != "-" else None
+    _replay_command.program = (["-m", target] if module else ["-c", target] if command else
+                               [target]) + list(args) if target != "-" else None
+    interrupted = None
     try:
         if module:
             sys.argv = [target] + args          # runpy sets argv[0] to the module's file
             # `python -m` puts the current directory first on sys.path.
-            sys.path[0:1] = [os.getcwd()] if sys.path else [os.getcwd()]
-        elif target == "-":
-            sys.argv = ["-"] + args
-            sys.path[0:1] = [""]                # as `python -`: the current directory
+            sys.path[0:1] = [os.getcwd()]
+        elif command or target == "-":
+            sys.argv = ["-c" if command else "-"] + args
+            sys.path[0:1] = [""]                # as `python -c`/`python -`: the current dir
         else:
-            sys.argv = [target] + args
-            sys.path[0:1] = [os.path.dirname(os.path.abspath(target))]
+            sys.argv = [target] + args          # as typed, as python leaves it
+            # the folder of the script itself (a symlink's target), as python puts it
+            sys.path[0:1] = [os.path.dirname(os.path.realpath(target))]
         try:
             scope = _enter(mode, all_threads, hang_after, exact, prog)
             with contextlib.ExitStack() as stack:
@@ -509,24 +600,29 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
                     stack.enter_context(guard_region(all_threads=True))
                 if module:
                     runpy.run_module(target, run_name="__main__", alter_sys=True)
+                elif command:
+                    _exec_command(target)
                 elif target == "-":
                     _exec_stdin()
+                elif _runs_as_file(target):
+                    _exec_file(target)
                 else:
-                    # absolute, as `python script.py` makes it: relative file names
-                    # are library code to the user-frame rule (_report.is_user_file)
-                    runpy.run_path(os.path.abspath(target), run_name="__main__")
+                    _run_path(target)
         except SystemExit as e:
             return _exit_status(e.code)
-        except KeyboardInterrupt:
-            traceback.print_exc()
-            return 130
+        except KeyboardInterrupt as e:
+            interrupted = e
+        except _NoMain as e:
+            sys.stderr.write("%s run: %s\n" % (prog, e))
+            return EXIT_ERROR
         except BaseException as e:
             return (on_exception or (lambda exc: _report(exc, full_traceback, prog)))(e)
         return 0
     finally:
         sys.argv = saved_argv
-        if saved_path0 is not None and sys.path:
-            sys.path[0] = saved_path0
+        sys.path[:] = saved_path
+        if interrupted is not None:
+            _interrupted(interrupted)
 
 
 def _ranked(text: str) -> str:
@@ -816,11 +912,11 @@ def replay_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         window=o["window"] if o["window"] is not None else _replay.DEFAULT_WINDOW,
         from_watch=o["from_watch"], launches=o["launches"])
     return _replay_run(spec, p.target, p.args, p.module, prog, o["traceback"],
-                       torch=not o["no_torch"])
+                       torch=not o["no_torch"], command=p.command)
 
 
 def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
-                full_traceback: bool, torch: bool = True) -> int:
+                full_traceback: bool, torch: bool = True, command: bool = False) -> int:
     from . import _replay, _sticky
     found = _replay.find_library()
     if not found.path:
@@ -833,7 +929,8 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
         return EXIT_ERROR
     note = _replay.record_torch_history_at_import() if torch else None
     sys.stderr.write("%s replay: re-running %s, instrumenting %s (NVIDIA's Sanitizer API: "
-                     "%s)%s\n" % (prog, " ".join(([("-m " + target) if module else target]
+                     "%s)%s\n" % (prog, " ".join(([("-m " + target) if module else
+                                                   ("-c " + target) if command else target]
                                                   + list(args))[:4]),
                                   spec.describe(), found.path,
                                   "" if note is None else "; " + note))
@@ -860,7 +957,8 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
         return EXIT_NOT_REPRODUCED
 
     status = _run(target, args, module=module, mode="none", all_threads=False,
-                  full_traceback=full_traceback, prog=prog, on_exception=on_exception)
+                  full_traceback=full_traceback, prog=prog, on_exception=on_exception,
+                  command=command)
     if "exc" in outcome:
         return status
     inst = _replay.found()

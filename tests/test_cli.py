@@ -326,6 +326,7 @@ def test_run_stdin_sticky_error(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     ((), "a script (or -m module) is required"),
+    (("-c",), "-c needs the program's text"),
     (("--bogus", "x.py"), "unknown option --bogus"),
     (("no_such_script.py",), "no such file: no_such_script.py"),
     # Options are spelled in full: no underscores, abbreviations or values.
@@ -336,7 +337,6 @@ def test_run_stdin_sticky_error(tmp_path):
     (("-m",), "-m needs a module name"),
     (("-m", "pkg/mod.py"), "-m pkg/mod.py: not a module name"),
     (("-m", "1abc"), "-m 1abc: not a module name"),
-    ((".",), ". is a folder without __main__.py"),
 ])
 def test_run_usage_errors(tmp_path, args, message):
     (tmp_path / "x.py").write_text("print('ran')\n")
@@ -350,6 +350,107 @@ def test_run_a_folder_with_main(tmp_path):
     (tmp_path / "app" / "__main__.py").write_text("import sys; print('app', sys.argv[1:])\n")
     r = cli("run", "app", "a", cwd=str(tmp_path))
     assert (r.returncode, r.stdout) == (0, "app ['a']\n"), r.stderr
+
+
+# -- `run X` is `python X` (docs/cli.md; issue 46 item 5) ----------------------------------
+
+#: what a program sees of how it was started
+_SEES = '''
+import json, sys
+g = globals()
+print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "file": g.get("__file__"),
+                  "builtins": type(__builtins__).__name__,
+                  "loader": [getattr(__loader__, "__name__", type(__loader__).__name__),
+                             getattr(__loader__, "name", None), getattr(__loader__, "path", None)],
+                  "spec": repr(__spec__), "package": __package__,
+                  "names": sorted(n for n in g if n != "__annotations__")}))
+'''
+
+
+def _ours(stderr: str) -> str:
+    """stderr less run's one line saying it runs without watch() (no GPU here)."""
+    return "".join(l for l in stderr.splitlines(True)
+                   if not l.startswith("python -m cuda_debug run: running without"))
+
+
+def python_and_run(*args, cwd, input=None):
+    """(``python args``, ``python -m cuda_debug run args``), each in a subprocess."""
+    return (subprocess.run([sys.executable] + list(args), cwd=cwd, env=cli_env(),
+                           capture_output=True, text=True, timeout=120, input=input or ""),
+            cli("run", *args, cwd=cwd, input=input))
+
+
+def test_run_leaves_argv0_as_typed(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "s.py").write_text(_SEES)
+    py, run = python_and_run(os.path.join("sub", "s.py"), "a", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["argv"] == json.loads(py.stdout)["argv"] == \
+        [os.path.join("sub", "s.py"), "a"]
+
+
+def test_run_a_symlinked_script_gets_its_targets_folder(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "s.py").write_text(_SEES)
+    (tmp_path / "link.py").symlink_to(os.path.join("real", "s.py"))
+    (tmp_path / "real" / "helper.py").write_text("")
+    py, run = python_and_run("link.py", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == json.loads(py.stdout)
+    assert json.loads(run.stdout)["path0"] == str((tmp_path / "real").resolve())
+
+
+def test_run_main_globals_are_pythons(tmp_path):
+    """``__builtins__`` the module (runpy's was a dict), ``__loader__`` a
+    SourceFileLoader (runpy's was None), the same names, no spec, no package."""
+    (tmp_path / "s.py").write_text(_SEES)
+    py, run = python_and_run("s.py", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 0, run.stderr
+    ours, theirs = json.loads(run.stdout), json.loads(py.stdout)
+    assert ours == theirs
+    assert ours["builtins"] == "module" and ours["loader"][0] == "SourceFileLoader"
+
+
+def test_run_c_code_is_python_c(tmp_path):
+    py, run = python_and_run("-c", _SEES, "x", "-y", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == json.loads(py.stdout)
+    assert json.loads(run.stdout)["argv"] == ["-c", "x", "-y"]
+    py, run = python_and_run("-c", "def f():\n    1/0\nf()", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 1, run.stderr
+    assert _ours(run.stderr) == py.stderr
+
+
+def test_run_stdin_is_python_stdin(tmp_path):
+    py, run = python_and_run("-", "x", cwd=str(tmp_path), input=_SEES)
+    assert py.returncode == run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == json.loads(py.stdout)
+
+
+def test_run_ctrl_c_dies_of_sigint_as_python_does(tmp_path):
+    """The program's traceback (not the runner's frames), then death by SIGINT
+    (exit status 130 in a shell), where it exited 130 showing runpy's frames."""
+    import signal
+    (tmp_path / "k.py").write_text(textwrap.dedent('''
+        import os, signal, time
+        def interrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(10)
+        interrupt()
+    ''').lstrip())
+    py, run = python_and_run("k.py", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == -signal.SIGINT, run.stderr
+    assert _ours(run.stderr) == py.stderr
+    assert "KeyboardInterrupt" in py.stderr and "runpy" not in run.stderr
+
+
+def test_run_a_folder_without_main_fails_as_python_does(tmp_path):
+    (tmp_path / "d").mkdir()
+    py, run = python_and_run("d", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 1, run.stderr
+    assert "can't find '__main__' module in" in py.stderr
+    assert "can't find '__main__' module in" in run.stderr
+    assert run.stdout == ""
 
 
 @pytest.mark.parametrize("args,message", [
