@@ -616,7 +616,7 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
             sys.stderr.write("%s run: %s\n" % (prog, e))
             return EXIT_ERROR
         except BaseException as e:
-            return (on_exception or (lambda exc: _report(exc, full_traceback, prog)))(e)
+            return (on_exception or (lambda exc: _report(exc, full_traceback, prog, mode)))(e)
         return 0
     finally:
         sys.argv = saved_argv
@@ -675,8 +675,10 @@ def _print_traceback(e: BaseException) -> None:
     traceback.print_exception(type(e), e, _user_tb(e.__traceback__), file=sys.stderr)
 
 
-def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG) -> int:
-    """Print what happened; the exit status."""
+def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG,
+            mode: Optional[str] = None) -> int:
+    """Print what happened; the exit status. `mode`: how run ran the program
+    (watch, block, none), for the advice."""
     from . import _report as rep, _sticky
     from ._errors import CudaError, GuardError
     from ._scope import watch_epoch
@@ -698,16 +700,25 @@ def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG) -> 
         sys.stderr.write(_ranked(text) + "\n")
         _write_elastic_error(text, prog)
         return EXIT_STICKY if err.sticky else EXIT_ERROR
-    code = _sticky.sticky_code(e)
     _print_traceback(e)
+    # Words alone do not make the context dead (a program may raise them, or relay a
+    # child's): only the driver, asked now, says so, as pytest's fail fast asks it.
+    named = _sticky.sticky_code(e)
+    if named is None and not (_sticky.is_gpu_exception(e) and _sticky.speaks_of_cuda(e)):
+        return EXIT_ERROR
+    code = _sticky.context_dead()
     if code is None:
         return EXIT_ERROR
+    from . import _replay_command
+    program = " ".join(_replay_command.program or ["-"])
+    advice = "%s run --launch-blocking %s (the fault raised at its launching line)" % (
+        prog, program) if mode == "watch" else \
+        "%s run %s (watch, the default) or --launch-blocking" % (prog, program)
     sys.stderr.write(
         "\ncuda_debug: %s is a sticky CUDA error: the CUDA context is dead.\n"
         "Kernels run asynchronously: the line above may not be where the faulting kernel was "
-        "launched.\nTo name the kernel, the line and the assert text: %s run "
-        "%s (watch, the default) or --launch-blocking\n"
-        % (_sticky.describe(code), prog, " ".join(sys.argv) or "..."))
+        "launched.\nTo name the kernel, the line and the assert text: %s\n"
+        % (_sticky.describe(code), advice))
     return EXIT_STICKY
 
 

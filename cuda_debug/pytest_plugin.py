@@ -255,18 +255,10 @@ def _new_report(item: pytest.Item, exc: Optional[BaseException]) -> Optional[Cud
 
 
 def _probe_context(exc: BaseException) -> Optional[int]:
-    """After a failure that speaks of CUDA, in a process that already loaded
-    libcuda: is the current (or an active primary) context dead? (the sticky
-    code cuCtxSynchronize returns, else None)"""
-    from . import _environment, _libraries
-    if not _environment.libcuda_mapped():
-        return None
-    from . import _core
-    if not _libraries.load(_libraries.CUDA).loaded or _core.driver_init() != 0:
-        return None
-    from . import _cuda_errors
-    rc = _core.synchronize(-1)
-    return rc if _cuda_errors.is_sticky(rc) else None
+    """After a failure that speaks of CUDA: the driver's word (_sticky.context_dead;
+    `run` asks the same)."""
+    from . import _sticky
+    return _sticky.context_dead()
 
 
 def _cudaish(exc: Optional[BaseException]) -> bool:
