@@ -131,6 +131,12 @@ def prog_name(argv0: Optional[str]) -> str:
 def main(argv: Optional[List[str]] = None, prog: str = MODULE_PROG) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     usage = USAGE.format(prog=prog)
+    if argv[:1] == ["help"] and len(argv) == 2 and argv[1] in COMMANDS:
+        return main([argv[1], "--help"], prog)          # `help run`: run's own help
+    if argv[:1] == ["help"] and len(argv) > 1:
+        sys.stderr.write("%s: error: help takes a command (%s), not %s\n"
+                         % (prog, ", ".join(COMMANDS), " ".join(argv[1:])))
+        return EXIT_USAGE
     if not argv or argv[0] in ("-h", "--help", "help"):
         (sys.stdout if argv else sys.stderr).write(usage)
         return 0 if argv else EXIT_USAGE
@@ -153,7 +159,12 @@ def main(argv: Optional[List[str]] = None, prog: str = MODULE_PROG) -> int:
         return dump_main(rest, prog)
     if cmd == "bench":
         return bench_main(rest, prog)
-    sys.stderr.write("%s: error: unknown command %r\n\n%s" % (prog, cmd, usage))
+    hint = ""
+    if cmd.endswith((".py", ".pyw")) or (not cmd.startswith("-") and os.path.isfile(cmd)):
+        hint = " (a script: %s run %s)" % (prog, " ".join(argv))
+    elif cmd == "-m" and rest:
+        hint = " (a module: %s run %s)" % (prog, " ".join(argv))
+    sys.stderr.write("%s: error: unknown command %r%s\n\n%s" % (prog, cmd, hint, usage))
     return EXIT_USAGE
 
 
@@ -165,7 +176,9 @@ def check_command_line(argv: List[str]) -> None:
     if not argv:
         raise UsageError("a command is required")
     cmd, rest = argv[0], argv[1:]
-    if cmd in ("-h", "--help", "help", "-V", "--version"):
+    if cmd == "help" and len(rest) == 1 and rest[0] in COMMANDS:
+        pass
+    elif cmd in ("-h", "--help", "help", "-V", "--version"):
         if rest:
             raise UsageError("%s takes no arguments, not %s" % (cmd, " ".join(rest)))
     elif cmd == "run":
@@ -295,9 +308,10 @@ class Program:
 def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
                    valued: _Valued) -> Program:
     """Parsed by hand, like `python` does: our options come before the script (or
-    -m module, or - for stdin); everything after it is the script's, --help
-    included. Our options are spelled out in full (no abbreviations, no
-    --opt=value). UsageError for what is refused."""
+    -m module, -c code, or - for stdin); everything after it is the script's,
+    --help included. Our options are spelled out in full (no abbreviations); a
+    valued one as ``--opt value`` or ``--opt=value``. UsageError for what is
+    refused."""
     p = Program(opts)
     i = 0
     while i < len(argv):
@@ -305,12 +319,16 @@ def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
         if a in ("-h", "--help"):
             p.help = True
             return p
+        name, eq, value = a.partition("=")
         if a in flags:
             p.opts[flags[a]] = True
         elif a in valued:
             key, convert = valued[a]
             p.opts[key] = convert(a, argv[i + 1] if i + 1 < len(argv) else None)
             i += 1
+        elif eq and a.startswith("--") and name in valued:
+            key, convert = valued[name]
+            p.opts[key] = convert(name, value)
         elif a in ("-m", "-c") or (a[:2] in ("-m", "-c") and len(a) > 2):
             p.target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
             p.module, p.command = a[:2] == "-m", a[:2] == "-c"
@@ -319,6 +337,7 @@ def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
         elif a in ("--", "-") or not a.startswith("-"):
             j = i + 1 if a == "--" else i
             p.target, p.args = (argv[j], argv[j + 1:]) if j < len(argv) else (None, [])
+            _not_the_interpreter(p)
             break
         else:
             raise UsageError("unknown option %s (options go before the script; the script's "
@@ -332,6 +351,17 @@ def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
         raise UsageError("-m %s: not a module name (dotted Python identifiers, as python -m "
                          "takes; for a file, leave out -m)" % p.target)
     return p
+
+
+def _not_the_interpreter(p: Program) -> None:
+    """``run python train.py``: the command already is python (a usage error
+    that says what was meant)."""
+    name = os.path.basename(p.target or "")
+    if p.args and (name == os.path.basename(sys.executable) or name.rstrip("0123456789.") in
+                   ("python", "python.exe", "python3.", "python3")) and \
+            not os.path.isfile(p.target or ""):
+        raise UsageError("%s: run runs the program with this Python itself: leave it out "
+                         "(run %s)" % (p.target, " ".join(p.args)))
 
 
 def _check_program_file(p: Program) -> None:

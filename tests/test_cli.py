@@ -470,6 +470,58 @@ def test_run_a_folder_without_main_fails_as_python_does(tmp_path):
     assert run.stdout == ""
 
 
+# -- habits (issue 46 item 7) ---------------------------------------------------------------
+
+def test_run_and_replay_take_option_equals_value(tmp_path):
+    """``--opt=value``, as dump and bench take it (it was refused)."""
+    from cuda_debug import _cli
+    p = _cli.parse_run(["--hang-after=60", "train.py", "--x=1"])
+    assert (p.opts["hang_after"], p.target, p.args) == (60.0, "train.py", ["--x=1"])
+    p = _cli.parse_replay(["--kernel-name=gather", "--launch=3", "train.py"])
+    assert (p.opts["kernel"], p.opts["launch"], p.target) == ("gather", 3, "train.py")
+    (tmp_path / "s.py").write_text("print('ran')\n")
+    r = cli("run", "--hang-after=60", "s.py", cwd=str(tmp_path))
+    assert (r.returncode, r.stdout) == (0, "ran\n"), r.stderr
+    r = cli("run", "--hang-after=0.0001", "s.py", cwd=str(tmp_path))
+    assert r.returncode == 2 and "--hang-after 0.0001: " in r.stderr, r.stderr
+    r = cli("run", "--traceback=1", "s.py", cwd=str(tmp_path))      # a flag takes no value
+    assert r.returncode == 2 and "unknown option --traceback=1" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (("train.py", "--epochs", "1"),
+     "unknown command 'train.py' (a script: python -m cuda_debug run train.py --epochs 1)"),
+    (("-m", "mypkg.train"),
+     "unknown command '-m' (a module: python -m cuda_debug run -m mypkg.train)"),
+    (("run", "python", "train.py", "-x"),
+     "error: python: run runs the program with this Python itself: leave it out "
+     "(run train.py -x)"),
+    (("run", "python3", "train.py"), "error: python3: run runs the program with this Python"),
+    (("help", "nope"), "help takes a command (run, replay, dump, doctor, bench), not nope"),
+])
+def test_habits_get_a_hint_and_status_2(args, said):
+    r = cli(*args)
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert said in r.stderr, r.stderr
+
+
+def test_bench_subcommand_errors_name_it_and_the_option_meant():
+    pytest.importorskip("numpy")
+    r = cli("bench", "gemm", "--size", "256")
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert r.stderr.startswith("usage: python -m cuda_debug bench gemm "), r.stderr
+    assert "python -m cuda_debug bench gemm: error: unrecognized arguments: --size 256 " \
+           "(--size: did you mean --sizes?)" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "replay", "dump", "doctor"])
+def test_help_command_prints_that_commands_help(command):
+    r = cli("help", command)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: python -m cuda_debug %s " % command), r.stdout
+    assert r.stdout == cli(command, "--help").stdout
+
+
 @pytest.mark.parametrize("args,message", [
     (("doctor", "--js"), "unrecognized arguments: --js"),      # no abbreviations
     (("doctor", "now"), "unrecognized arguments: now"),

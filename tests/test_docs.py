@@ -17,6 +17,7 @@ import ast
 import glob
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -252,7 +253,7 @@ def command_lines():
                 code = line.split("  #", 1)[0].split(" # ", 1)[0].strip()
                 m = re.search(r"(?:-m cuda_debug|^cuda-debug)\s+(.*)$", code)
                 if m:
-                    out.append((name, m.group(1).split()))
+                    out.append((name, shlex.split(m.group(1))))
     return out
 
 
@@ -260,7 +261,7 @@ def test_documented_run_and_doctor_commands_run(tmp_path):
     """`run` with an empty script (and module) in place of yours: the options
     are accepted (exit 0, no usage error); `doctor`: 0, or 1 without a GPU."""
     script = tmp_path / "train.py"
-    script.write_text("pass\n")
+    script.write_text("def main():\n    pass\n")
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
     (tmp_path / "mypkg" / "train.py").write_text("pass\n")
@@ -309,7 +310,12 @@ def _commands_in(code, prose=False):
         m = _COMMAND.search(text) or (_BARE.match(text) if prose else None)
         if not m:
             continue
-        words = m.group(m.lastindex).split()
+        try:                                             # run -c 'import train'
+            words = shlex.split(m.group(m.lastindex))
+        except ValueError:
+            words = m.group(m.lastindex).split()
+        if not words:
+            continue
         if words[0].endswith(":") or "/" in words[:2] or "..." in words:
             continue
         argv = []

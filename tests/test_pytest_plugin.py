@@ -472,6 +472,72 @@ def test_option_marker_fixture_open_scopes(inner, every_test):
     result.assert_outcomes(passed=6)
 
 
+_FAKE_WATCH_CONFTEST = '''
+import cuda_debug._scope as scope_module
+
+WATCHES = []     # the keywords of each open fake watch
+
+class FakeWatch:
+    def __init__(self, **keywords):
+        self.keywords = keywords
+    def __enter__(self):
+        WATCHES.append(self.keywords)
+        return self
+    def __exit__(self, *exc):
+        WATCHES.pop()
+        return False
+
+scope_module.watch = FakeWatch
+'''
+
+
+def test_watch_marker_false_opts_out_and_keywords_reach_watch(inner):
+    """``cuda_watch(False)`` is no watch (it turned watching on), as the two other
+    markers' False; keywords reach watch() (they were ignored); a keyword a marker
+    does not take fails the test, naming it (issue 46 item 7)."""
+    inner.makeconftest(_FAKE_WATCH_CONFTEST)
+    inner.makepyfile('''
+        import pytest
+        from conftest import WATCHES
+
+        @pytest.mark.cuda_watch
+        def test_on():
+            assert WATCHES == [{}]
+
+        @pytest.mark.cuda_watch(False)
+        def test_off():
+            assert WATCHES == []
+
+        @pytest.mark.cuda_watch(enabled=False)
+        def test_off_keyword():
+            assert WATCHES == []
+
+        @pytest.mark.cuda_watch(hang_after=60, exact=True)
+        def test_keywords():
+            assert WATCHES == [{"hang_after": 60, "exact": True}]
+
+        @pytest.mark.cuda_watch(bogus=1)
+        def test_unknown_keyword():
+            pass
+
+        @pytest.mark.cuda_launch_blocking(hang_after=60)
+        def test_keyword_of_another_marker():
+            pass
+
+        @pytest.mark.cuda_guard("yes")
+        def test_not_a_bool():
+            pass
+    ''')
+    result = run(inner, "-rE")
+    result.assert_outcomes(passed=4, errors=3)
+    result.stdout.fnmatch_lines_random([
+        "@pytest.mark.cuda_watch: unknown keyword bogus (it takes enabled, hang_after, exact)",
+        "@pytest.mark.cuda_launch_blocking: unknown keyword hang_after (it takes enabled, "
+        "all_threads)",
+        "@pytest.mark.cuda_guard('yes'): enabled is True or False",
+    ])
+
+
 def test_ini_option_opens_scopes(inner):
     inner.makeconftest(_FAKE_SCOPE_CONFTEST)
     inner.makeini("[pytest]\ncuda_launch_blocking = true\n")
