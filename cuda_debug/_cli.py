@@ -1,8 +1,10 @@
 """The command line: ``python -m cuda_debug {run,dump,doctor,bench}`` (also ``cuda-debug``).
 
 ``run [--launch-blocking [--all-threads] | --no-watch] [--traceback] script.py args...``
-(or ``run ... -m module args...``, or ``run ... - args...`` for a script read from stdin)
-    runs the script as ``__main__`` (like ``python -m pdb``) inside
+(or ``run ... -m module args...``, ``run ... -c code args...``, or ``run ... - args...``
+for a script read from stdin)
+    runs the script as ``__main__``, as ``python`` would (the same ``sys.argv``,
+    ``sys.path[0]``, ``__main__``; Ctrl-C ends the process by SIGINT), inside
     ``cuda_debug.watch()`` (kernels stay asynchronous; a fault names its launch),
     or inside ``cuda_debug.launch_blocking()`` with ``--launch-blocking``, or
     neither with ``--no-watch``. A CUDA fault is printed as the short report
@@ -19,7 +21,8 @@
       non-sticky cuda_debug errors: LaunchError, CudaUnavailableError...);
     - 2: usage error (bad options, no such script);
     - 3: a sticky CUDA error (device assert, illegal address, trap...): the
-      CUDA context is dead, the report says where.
+      CUDA context is dead, the report says where (a framework's words alone
+      are not enough: the driver, asked then, must say the context is dead).
 
 ``run --hang-after S ...``
     the same, and while a launch stays unfinished for S seconds (with later
@@ -96,6 +99,8 @@ commands:
                                   the same for a module
   run [--launch-blocking|--no-watch] [--guard] - [args...]
                                   the same for a script read from stdin
+  run [--launch-blocking|--no-watch] [--guard] -c code [args...]
+                                  the same for a program given as text
   run --hang-after S script.py [args...]
                                   also report launches stuck S seconds
   run --replay script.py [args...]

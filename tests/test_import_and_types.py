@@ -373,7 +373,7 @@ def test_mypy_strict_accepts_every_public_name_as_the_docs_use_it(tmp_path):
     """tests/typing_user_script.py: no error under --strict; the one mistake of
     typo.py is found, so the names are checked, not taken as Any."""
     if importlib.util.find_spec("mypy") is None:
-        pytest.skip("mypy is not installed (it is in the [test] extra)")
+        pytest.skip("mypy is not installed (it is in the [dev] extra)")
     env = _installed_env(tmp_path)
     p = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
                         "--cache-dir", str(tmp_path / "cache")] + _user_files(tmp_path),
@@ -385,7 +385,7 @@ def test_mypy_strict_accepts_every_public_name_as_the_docs_use_it(tmp_path):
 
 def test_pyright_strict_accepts_every_public_name_as_the_docs_use_it(tmp_path):
     if importlib.util.find_spec("pyright") is None:
-        pytest.skip("pyright is not installed (it is in the [test] extra)")
+        pytest.skip("pyright is not installed (it is in the [dev] extra)")
     if not shutil.which("node"):
         pytest.skip("pyright needs Node.js on PATH (without it, the pyright wheel downloads one)")
     env = _installed_env(tmp_path)
@@ -415,7 +415,7 @@ def test_mypy_strict_is_clean_on_the_public_modules(tmp_path):
     these (the private modules they import are read, not checked: --follow-imports
     silent)."""
     if importlib.util.find_spec("mypy") is None:
-        pytest.skip("mypy is not installed (it is in the [test] extra)")
+        pytest.skip("mypy is not installed (it is in the [dev] extra)")
     env = _installed_env(tmp_path)
     args = [a for m in PUBLIC_MODULES for a in ("-m", m)]
     p = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
@@ -428,7 +428,7 @@ def test_pyright_verifytypes_scores_at_least_90_percent(tmp_path):
     """`pyright --verifytypes cuda_debug --ignoreexternal` (the completeness of
     cuda_debug's own public types: pytest's and NumPy's are theirs) scored 47%."""
     if importlib.util.find_spec("pyright") is None:
-        pytest.skip("pyright is not installed (it is in the [test] extra)")
+        pytest.skip("pyright is not installed (it is in the [dev] extra)")
     if not shutil.which("node"):
         pytest.skip("pyright needs Node.js on PATH (without it, the pyright wheel downloads one)")
     env = _installed_env(tmp_path)
