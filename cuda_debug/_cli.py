@@ -741,7 +741,8 @@ def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG,
     named = _sticky.sticky_code(e)
     if named is None and not (_sticky.is_gpu_exception(e) and _sticky.speaks_of_cuda(e)):
         return EXIT_ERROR
-    code = _sticky.context_dead()
+    from . import _environment
+    code = _environment.context_dead()
     if code is None:
         return EXIT_ERROR
     from . import _replay_command

@@ -138,19 +138,3 @@ def first_line(exc: BaseException) -> str:
     msg = _safe_str(exc).strip().splitlines()
     return "%s: %s" % (name, msg[0]) if msg else name
 
-
-def context_dead() -> Optional[int]:
-    """After a failure that speaks of CUDA, in a process that already loaded
-    libcuda: is the current (or an active primary) context dead? The sticky code
-    cuCtxSynchronize returns, else None. A framework's words are not enough (a
-    program may raise them, or relay a child process's): only the driver, asked
-    now, says whether the context is dead (pytest's fail fast and `run`'s exit
-    status 3 both ask it here)."""
-    from . import _environment, _libraries
-    if not _environment.libcuda_mapped():
-        return None
-    from . import _core
-    if not _libraries.load(_libraries.CUDA).loaded or _core.driver_init() != 0:
-        return None
-    rc = _core.synchronize(-1)
-    return rc if _cuda_errors.is_sticky(rc) else None

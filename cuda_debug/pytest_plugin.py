@@ -282,10 +282,10 @@ def _new_report(item: pytest.Item, exc: Optional[BaseException]) -> Optional[Cud
 
 
 def _probe_context(exc: BaseException) -> Optional[int]:
-    """After a failure that speaks of CUDA: the driver's word (_sticky.context_dead;
-    `run` asks the same)."""
-    from . import _sticky
-    return _sticky.context_dead()
+    """After a failure that speaks of CUDA: the driver's word
+    (_environment.context_dead; `run` asks the same)."""
+    from . import _environment
+    return _environment.context_dead()
 
 
 def _cudaish(exc: Optional[BaseException]) -> bool:

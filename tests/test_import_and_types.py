@@ -98,13 +98,31 @@ def test_the_import_measure_counts_cuda_debugs_own_imports():
     .pth file may), they are not."""
     assert _report_only_added("import inspect, ast\n") == []
     # cuda_debug itself importing them after `before`: counted
-    code = ("import sys, importlib.abc\nclass F(importlib.abc.MetaPathFinder):\n"
+    code = ("import sys\nclass F:\n"
             "    def find_spec(self, name, path=None, target=None):\n"
             "        if name == 'cuda_debug._scope':\n"
             "            import inspect, ast\n"
             "        return None\n"
             "sys.meta_path.insert(0, F())\n")
     assert _report_only_added(code) == ["ast", "inspect"]
+
+
+def test_the_import_measure_excuses_what_the_standard_library_brings():
+    """As on Python 3.14, where `traceback` imports `inspect` and `ast` itself: the
+    watch's own imports bring them, cuda_debug does not (the old measure said
+    ['ast', 'inspect'] there)."""
+    code = ("import sys\nsys.modules.pop('traceback', None)\nclass F:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'traceback':\n"
+            "            import inspect, ast\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, F())\n")
+    check = code + ("import cuda_debug\nw = cuda_debug.watch()\n"
+                    "print(sorted(m for m in ('inspect', 'ast', 'traceback') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                       env=_env(), cwd=PKG_PARENT, timeout=60)
+    assert p.stdout.strip() == "['ast', 'inspect', 'traceback']", p.stdout + p.stderr
+    assert _report_only_added(code) == []
 
 
 def test_bench_import_loads_no_process_or_file_machinery():
