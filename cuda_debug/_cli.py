@@ -498,12 +498,15 @@ def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None,
 
 def _main_module(**attrs: Any):
     """A fresh ``__main__`` as `python` makes one: ``__builtins__`` the builtins
-    module (not its dict, as runpy's), no spec, no package, `attrs` (the file, the
-    loader)."""
+    module (not its dict, as runpy's), no spec, no package, an empty
+    ``__annotations__`` where this interpreter's own ``__main__`` has one (before
+    3.14), `attrs` (the file, the loader)."""
     import builtins
     import types
     main = types.ModuleType("__main__")
     main.__dict__.update(__builtins__=builtins, __spec__=None, __package__=None)
+    if "__annotations__" in getattr(sys.modules.get("__main__"), "__dict__", {}):
+        main.__dict__["__annotations__"] = {}
     main.__dict__.update(attrs)
     return main
 

@@ -380,7 +380,7 @@ print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "file": g.get("__file_
                   "loader": [getattr(__loader__, "__name__", type(__loader__).__name__),
                              getattr(__loader__, "name", None), getattr(__loader__, "path", None)],
                   "spec": repr(__spec__), "package": __package__,
-                  "names": sorted(n for n in g if n != "__annotations__")}))
+                  "names": sorted(g)}))
 '''
 
 
