@@ -546,6 +546,8 @@ def _runs_as_file(target: str) -> bool:
     runs those, as python does)."""
     if os.path.isdir(target) or target.endswith((".pyc", ".pyo")):
         return False
+    if not os.path.isfile(target):      # a pipe (`run <(...)`): read once, as source
+        return True
     with open(target, "rb") as f:
         head = f.read(4)
     if head == b"PK\x03\x04" or not target.endswith(".py"):

@@ -444,6 +444,20 @@ def test_run_stdin_is_python_stdin(tmp_path):
     assert json.loads(run.stdout) == json.loads(py.stdout)
 
 
+def test_run_a_script_from_a_pipe_is_read_once(tmp_path):
+    """``run <(...)``: a script that is a pipe is read once, as python reads it."""
+    outs = []
+    for command in ([sys.executable], [sys.executable, "-m", "cuda_debug", "run"]):
+        r, w = os.pipe()
+        os.write(w, b"import sys; print('piped', sys.argv[1:])\n")
+        os.close(w)
+        p = subprocess.run(command + ["/dev/fd/%d" % r, "x"], pass_fds=(r,), cwd=str(tmp_path),
+                           env=cli_env(), capture_output=True, text=True, timeout=120)
+        os.close(r)
+        outs.append((p.returncode, p.stdout))
+    assert outs[0] == outs[1] == (0, "piped ['x']\n"), outs
+
+
 def test_run_ctrl_c_dies_of_sigint_as_python_does(tmp_path):
     """The program's traceback (not the runner's frames), then death by SIGINT
     (exit status 130 in a shell), where it exited 130 showing runpy's frames."""
