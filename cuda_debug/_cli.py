@@ -362,8 +362,8 @@ def _not_the_interpreter(p: Program) -> None:
     """``run python train.py``: the command already is python (a usage error
     that says what was meant)."""
     name = os.path.basename(p.target or "")
-    if p.args and (name == os.path.basename(sys.executable) or name.rstrip("0123456789.") in
-                   ("python", "python.exe", "python3.", "python3")) and \
+    if p.args and (name == os.path.basename(sys.executable) or
+                   name.rstrip("0123456789.") in ("python", "python.exe")) and \
             not os.path.isfile(p.target or ""):
         raise UsageError("%s: run runs the program with this Python itself: leave it out "
                          "(run %s)" % (p.target, " ".join(p.args)))
