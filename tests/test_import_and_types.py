@@ -98,7 +98,9 @@ def test_the_import_measure_counts_cuda_debugs_own_imports():
     .pth file may), they are not."""
     assert _report_only_added("import inspect, ast\n") == []
     # cuda_debug itself importing them after `before`: counted
-    code = ("import sys\nclass F:\n"
+    # (where `site` or a .pth file imported them already, they are imported afresh)
+    code = ("import sys\nsys.modules.pop('inspect', None)\nsys.modules.pop('ast', None)\n"
+            "class F:\n"
             "    def find_spec(self, name, path=None, target=None):\n"
             "        if name == 'cuda_debug._scope':\n"
             "            import inspect, ast\n"
