@@ -1,8 +1,10 @@
 """The command line: ``python -m cuda_debug {run,dump,doctor,bench}`` (also ``cuda-debug``).
 
 ``run [--launch-blocking [--all-threads] | --no-watch] [--traceback] script.py args...``
-(or ``run ... -m module args...``, or ``run ... - args...`` for a script read from stdin)
-    runs the script as ``__main__`` (like ``python -m pdb``) inside
+(or ``run ... -m module args...``, ``run ... -c code args...``, or ``run ... - args...``
+for a script read from stdin)
+    runs the script as ``__main__``, as ``python`` would (the same ``sys.argv``,
+    ``sys.path[0]``, ``__main__``; Ctrl-C ends the process by SIGINT), inside
     ``cuda_debug.watch()`` (kernels stay asynchronous; a fault names its launch),
     or inside ``cuda_debug.launch_blocking()`` with ``--launch-blocking``, or
     neither with ``--no-watch``. A CUDA fault is printed as the short report
@@ -19,7 +21,8 @@
       non-sticky cuda_debug errors: LaunchError, CudaUnavailableError...);
     - 2: usage error (bad options, no such script);
     - 3: a sticky CUDA error (device assert, illegal address, trap...): the
-      CUDA context is dead, the report says where.
+      CUDA context is dead, the report says where (a framework's words alone
+      are not enough: the driver, asked then, must say the context is dead).
 
 ``run --hang-after S ...``
     the same, and while a launch stays unfinished for S seconds (with later
@@ -77,7 +80,7 @@ import os
 import runpy
 import sys
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
 
 from . import _options
 
@@ -96,6 +99,8 @@ commands:
                                   the same for a module
   run [--launch-blocking|--no-watch] [--guard] - [args...]
                                   the same for a script read from stdin
+  run [--launch-blocking|--no-watch] [--guard] -c code [args...]
+                                  the same for a program given as text
   run --hang-after S script.py [args...]
                                   also report launches stuck S seconds
   run --replay script.py [args...]
@@ -131,6 +136,12 @@ def prog_name(argv0: Optional[str]) -> str:
 def main(argv: Optional[List[str]] = None, prog: str = MODULE_PROG) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     usage = USAGE.format(prog=prog)
+    if argv[:1] == ["help"] and len(argv) == 2 and argv[1] in COMMANDS:
+        return main([argv[1], "--help"], prog)          # `help run`: run's own help
+    if argv[:1] == ["help"] and len(argv) > 1:
+        sys.stderr.write("%s: error: help takes a command (%s), not %s\n"
+                         % (prog, ", ".join(COMMANDS), " ".join(argv[1:])))
+        return EXIT_USAGE
     if not argv or argv[0] in ("-h", "--help", "help"):
         (sys.stdout if argv else sys.stderr).write(usage)
         return 0 if argv else EXIT_USAGE
@@ -153,7 +164,12 @@ def main(argv: Optional[List[str]] = None, prog: str = MODULE_PROG) -> int:
         return dump_main(rest, prog)
     if cmd == "bench":
         return bench_main(rest, prog)
-    sys.stderr.write("%s: error: unknown command %r\n\n%s" % (prog, cmd, usage))
+    hint = ""
+    if cmd.endswith((".py", ".pyw")) or (not cmd.startswith("-") and os.path.isfile(cmd)):
+        hint = " (a script: %s run %s)" % (prog, " ".join(argv))
+    elif cmd == "-m" and rest:
+        hint = " (a module: %s run %s)" % (prog, " ".join(argv))
+    sys.stderr.write("%s: error: unknown command %r%s\n\n%s" % (prog, cmd, hint, usage))
     return EXIT_USAGE
 
 
@@ -165,7 +181,9 @@ def check_command_line(argv: List[str]) -> None:
     if not argv:
         raise UsageError("a command is required")
     cmd, rest = argv[0], argv[1:]
-    if cmd in ("-h", "--help", "help", "-V", "--version"):
+    if cmd == "help" and len(rest) == 1 and rest[0] in COMMANDS:
+        pass
+    elif cmd in ("-h", "--help", "help", "-V", "--version"):
         if rest:
             raise UsageError("%s takes no arguments, not %s" % (cmd, " ".join(rest)))
     elif cmd == "run":
@@ -245,6 +263,8 @@ def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                         "launch; the script goes on (default: CUDA_DEBUG_HANG_AFTER, else off)")
     p.add_argument("-m", dest="module", metavar="module",
                    help="run a library module as a script (like python -m)")
+    p.add_argument("-c", dest="code", metavar="code",
+                   help="run the program passed as a string (like python -c)")
     p.add_argument("script", nargs="?", help="the script to run (-: read it from stdin)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     return p
@@ -285,6 +305,7 @@ class Program:
         self.opts = opts
         self.target: Optional[str] = None
         self.module = False
+        self.command = False            # -c: `target` is the program's text
         self.args: List[str] = []
         self.help = False
 
@@ -292,9 +313,10 @@ class Program:
 def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
                    valued: _Valued) -> Program:
     """Parsed by hand, like `python` does: our options come before the script (or
-    -m module, or - for stdin); everything after it is the script's, --help
-    included. Our options are spelled out in full (no abbreviations, no
-    --opt=value). UsageError for what is refused."""
+    -m module, -c code, or - for stdin); everything after it is the script's,
+    --help included. Our options are spelled out in full (no abbreviations); a
+    valued one as ``--opt value`` or ``--opt=value``. UsageError for what is
+    refused."""
     p = Program(opts)
     i = 0
     while i < len(argv):
@@ -302,19 +324,25 @@ def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
         if a in ("-h", "--help"):
             p.help = True
             return p
+        name, eq, value = a.partition("=")
         if a in flags:
             p.opts[flags[a]] = True
         elif a in valued:
             key, convert = valued[a]
             p.opts[key] = convert(a, argv[i + 1] if i + 1 < len(argv) else None)
             i += 1
-        elif a == "-m" or (a.startswith("-m") and len(a) > 2):
+        elif eq and a.startswith("--") and name in valued:
+            key, convert = valued[name]
+            p.opts[key] = convert(name, value)
+        elif a in ("-m", "-c") or (a[:2] in ("-m", "-c") and len(a) > 2):
             p.target = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
-            p.module, p.args = True, argv[i + (1 if a[2:] else 2):]
+            p.module, p.command = a[:2] == "-m", a[:2] == "-c"
+            p.args = argv[i + (1 if a[2:] else 2):]
             break
         elif a in ("--", "-") or not a.startswith("-"):
             j = i + 1 if a == "--" else i
             p.target, p.args = (argv[j], argv[j + 1:]) if j < len(argv) else (None, [])
+            _not_the_interpreter(p)
             break
         else:
             raise UsageError("unknown option %s (options go before the script; the script's "
@@ -322,6 +350,7 @@ def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
         i += 1
     if not p.target:
         raise UsageError("-m needs a module name" if p.module else
+                         "-c needs the program's text" if p.command else
                          "a script (or -m module) is required")
     if p.module and not _is_module_name(p.target):
         raise UsageError("-m %s: not a module name (dotted Python identifiers, as python -m "
@@ -329,14 +358,23 @@ def _parse_program(argv: List[str], opts: Dict[str, Any], flags: Dict[str, str],
     return p
 
 
+def _not_the_interpreter(p: Program) -> None:
+    """``run python train.py``: the command already is python (a usage error
+    that says what was meant)."""
+    name = os.path.basename(p.target or "")
+    if p.args and (name == os.path.basename(sys.executable) or
+                   name.rstrip("0123456789.") in ("python", "python.exe")) and \
+            not os.path.isfile(p.target or ""):
+        raise UsageError("%s: run runs the program with this Python itself: leave it out "
+                         "(run %s)" % (p.target, " ".join(p.args)))
+
+
 def _check_program_file(p: Program) -> None:
     """The script must be there (not checked when only parsing)."""
-    if p.module or p.target == "-" or p.target is None:
+    if p.module or p.command or p.target == "-" or p.target is None:
         return
     if not os.path.exists(p.target):
         raise UsageError("no such file: %s" % p.target)
-    if os.path.isdir(p.target) and not os.path.exists(os.path.join(p.target, "__main__.py")):
-        raise UsageError("%s is a folder without __main__.py" % p.target)
 
 
 def _program(parse: Callable[[List[str]], Program], parser: argparse.ArgumentParser,
@@ -396,13 +434,14 @@ def run_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     status = _run(p.target, p.args, module=p.module, mode=mode, all_threads=o["all_threads"],
                   full_traceback=o["traceback"], prog=prog,
                   guard=o["guard"] or _options.OPTIONS.guard, hang_after=o.get("hang_after"),
-                  exact=o["exact"] or None)
+                  exact=o["exact"] or None, command=p.command)
     if o["replay"] and status == EXIT_STICKY:
-        _replay_after(p.target, p.args, p.module, prog)
+        _replay_after(p.target, p.args, p.module, prog, p.command)
     return status
 
 
-def _replay_after(target: str, args: List[str], module: bool, prog: str) -> None:
+def _replay_after(target: str, args: List[str], module: bool, prog: str,
+                  command: bool = False) -> None:
     """run --replay: the script died of a sticky fault; when the report can be
     explained by a replay, run it in a fresh process (this one's CUDA context
     is dead), its output going where ours goes."""
@@ -423,7 +462,7 @@ def _replay_after(target: str, args: List[str], module: bool, prog: str) -> None
     if opts is None:
         return
     cmd = [sys.executable, "-m", "cuda_debug", "replay"] + opts + \
-        (["-m", target] if module else [target]) + list(args)
+        (["-m", target] if module else ["-c", target] if command else [target]) + list(args)
     sys.stderr.write("\n%s run: replaying it to find the thread, the address and the "
                      "allocation: %s\n" % (prog, err.replay_command))
     sys.stderr.flush()
@@ -457,17 +496,24 @@ def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None,
     return scope
 
 
-def _exec_stdin() -> None:
-    """Run the program on stdin as ``__main__``, as ``python -`` does (``__file__``
-    is ``<stdin>``); its lines go into linecache, so tracebacks show them."""
-    import linecache
+def _main_module(**attrs: Any):
+    """A fresh ``__main__`` as `python` makes one: ``__builtins__`` the builtins
+    module (not its dict, as runpy's), no spec, no package, an empty
+    ``__annotations__`` where this interpreter's own ``__main__`` has one (before
+    3.14), `attrs` (the file, the loader)."""
+    import builtins
     import types
-    source = sys.stdin.read()
-    code = compile(source, "<stdin>", "exec")
-    linecache.cache["<stdin>"] = (len(source), None, source.splitlines(True), "<stdin>")
     main = types.ModuleType("__main__")
-    main.__dict__.update(__file__="<stdin>", __cached__=None, __loader__=None, __spec__=None,
-                         __package__=None)
+    main.__dict__.update(__builtins__=builtins, __spec__=None, __package__=None)
+    if "__annotations__" in getattr(sys.modules.get("__main__"), "__dict__", {}):
+        main.__dict__["__annotations__"] = {}
+    main.__dict__.update(attrs)
+    return main
+
+
+def _exec_main(code, main) -> None:
+    """Run `code` in `main`, sys.modules' ``__main__`` while it runs (pickle finds
+    the program's classes there)."""
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = main
     try:
@@ -477,28 +523,113 @@ def _exec_stdin() -> None:
             sys.modules["__main__"] = saved
 
 
+def _exec_stdin() -> None:
+    """Run the program on stdin as ``__main__``, as ``python -`` does (``__file__``
+    is ``<stdin>``); its lines go into linecache, so tracebacks show them."""
+    import linecache
+    from importlib.machinery import BuiltinImporter
+    source = sys.stdin.read()
+    code = compile(source, "<stdin>", "exec")
+    linecache.cache["<stdin>"] = (len(source), None, source.splitlines(True), "<stdin>")
+    _exec_main(code, _main_module(__file__="<stdin>", __cached__=None,
+                                  __loader__=BuiltinImporter))
+
+
+def _exec_command(text: str) -> None:
+    """``-c text``, as ``python -c`` runs it: file name ``<string>``, no ``__file__``."""
+    from importlib.machinery import BuiltinImporter
+    _exec_main(compile(text, "<string>", "exec"), _main_module(__loader__=BuiltinImporter))
+
+
+def _runs_as_file(target: str) -> bool:
+    """A source file `python` reads itself (not a folder, a zip or a .pyc: runpy
+    runs those, as python does)."""
+    if os.path.isdir(target) or target.endswith((".pyc", ".pyo")):
+        return False
+    if not os.path.isfile(target):      # a pipe (`run <(...)`): read once, as source
+        return True
+    with open(target, "rb") as f:
+        head = f.read(4)
+    if head == b"PK\x03\x04" or not target.endswith(".py"):
+        import zipfile
+        return not zipfile.is_zipfile(target)
+    return True
+
+
+def _exec_file(target: str) -> None:
+    """The script as ``python script.py`` runs it: ``__file__`` and the code's file
+    name absolute (relative file names are library code to the user-frame rule:
+    _report.is_user_file), a SourceFileLoader, sys.argv[0] as typed."""
+    from importlib.machinery import SourceFileLoader
+    path = os.path.abspath(target)
+    with open(path, "rb") as f:
+        source = f.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    _exec_main(code, _main_module(__file__=path, __cached__=None,
+                                  __loader__=SourceFileLoader("__main__", path)))
+
+
+class _NoMain(Exception):
+    """A folder or zip without ``__main__.py``: python's words, exit status 1."""
+
+
+def _run_path(target: str) -> None:
+    """A folder or zip file with ``__main__.py`` (or a .pyc): runpy runs it, as
+    python does; sys.path[0] is the folder (runpy puts it there)."""
+    del sys.path[0:1]
+    try:
+        runpy.run_path(target, run_name="__main__")
+    except ImportError as e:
+        if "can't find '__main__' module" in str(e):
+            raise _NoMain(str(e)) from None
+        raise
+
+
+def _interrupted(e: KeyboardInterrupt) -> "NoReturn":
+    """Ctrl-C: raise it on, out of the command, once everything here is closed, as
+    `python` would: the interpreter prints it (through sys.excepthook: the
+    program's frames only), runs atexit, and dies of SIGINT (exit status 130 in
+    a shell) so that the shell and the caller see the interruption."""
+    tb = e.__traceback__
+    hook = sys.excepthook
+
+    def print_it(kind, value, traceback_):
+        sys.excepthook = hook
+        if value is e:
+            traceback.print_exception(type(e), e, _user_tb(tb), file=sys.stderr)
+        else:
+            hook(kind, value, traceback_)
+    sys.excepthook = print_it
+    raise e
+
+
 def _run(target: str, args: List[str], module: bool, mode: str, all_threads: bool,
          full_traceback: bool, prog: str = MODULE_PROG, guard: bool = False,
          hang_after: Optional[float] = None, exact: Optional[bool] = None,
-         on_exception=None) -> int:
-    """Run the program as __main__; its exit status. `on_exception(e)` (default
-    _report) prints what an exception means and returns the status."""
+         on_exception=None, command: bool = False) -> int:
+    """Run the program as __main__, as `python` would (the same sys.argv,
+    sys.path[0], ``__main__`` attributes); its exit status. `command`: -c, the
+    program is `target`'s text. `on_exception(e)` (default _report) prints what
+    an exception means and returns the status. Ctrl-C (KeyboardInterrupt) is
+    raised on, once the scopes are closed: _interrupted."""
     from . import _replay_command
-    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
     _replay_command.prog = prog
-    _replay_command.program = (["-m", target] if module else [target]) + list(args) \
-        if target != "-" else None
+    _replay_command.program = (["-m", target] if module else ["-c", target] if command else
+                               [target]) + list(args) if target != "-" else None
+    interrupted = None
     try:
         if module:
             sys.argv = [target] + args          # runpy sets argv[0] to the module's file
             # `python -m` puts the current directory first on sys.path.
-            sys.path[0:1] = [os.getcwd()] if sys.path else [os.getcwd()]
-        elif target == "-":
-            sys.argv = ["-"] + args
-            sys.path[0:1] = [""]                # as `python -`: the current directory
+            sys.path[0:1] = [os.getcwd()]
+        elif command or target == "-":
+            sys.argv = ["-c" if command else "-"] + args
+            sys.path[0:1] = [""]                # as `python -c`/`python -`: the current dir
         else:
-            sys.argv = [target] + args
-            sys.path[0:1] = [os.path.dirname(os.path.abspath(target))]
+            sys.argv = [target] + args          # as typed, as python leaves it
+            # the folder of the script itself (a symlink's target), as python puts it
+            sys.path[0:1] = [os.path.dirname(os.path.realpath(target))]
         try:
             scope = _enter(mode, all_threads, hang_after, exact, prog)
             with contextlib.ExitStack() as stack:
@@ -509,24 +640,29 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
                     stack.enter_context(guard_region(all_threads=True))
                 if module:
                     runpy.run_module(target, run_name="__main__", alter_sys=True)
+                elif command:
+                    _exec_command(target)
                 elif target == "-":
                     _exec_stdin()
+                elif _runs_as_file(target):
+                    _exec_file(target)
                 else:
-                    # absolute, as `python script.py` makes it: relative file names
-                    # are library code to the user-frame rule (_report.is_user_file)
-                    runpy.run_path(os.path.abspath(target), run_name="__main__")
+                    _run_path(target)
         except SystemExit as e:
             return _exit_status(e.code)
-        except KeyboardInterrupt:
-            traceback.print_exc()
-            return 130
+        except KeyboardInterrupt as e:
+            interrupted = e
+        except _NoMain as e:
+            sys.stderr.write("%s run: %s\n" % (prog, e))
+            return EXIT_ERROR
         except BaseException as e:
-            return (on_exception or (lambda exc: _report(exc, full_traceback, prog)))(e)
+            return (on_exception or (lambda exc: _report(exc, full_traceback, prog, mode)))(e)
         return 0
     finally:
         sys.argv = saved_argv
-        if saved_path0 is not None and sys.path:
-            sys.path[0] = saved_path0
+        sys.path[:] = saved_path
+        if interrupted is not None:
+            _interrupted(interrupted)
 
 
 def _ranked(text: str) -> str:
@@ -579,8 +715,10 @@ def _print_traceback(e: BaseException) -> None:
     traceback.print_exception(type(e), e, _user_tb(e.__traceback__), file=sys.stderr)
 
 
-def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG) -> int:
-    """Print what happened; the exit status."""
+def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG,
+            mode: Optional[str] = None) -> int:
+    """Print what happened; the exit status. `mode`: how run ran the program
+    (watch, block, none), for the advice."""
     from . import _report as rep, _sticky
     from ._errors import CudaError, GuardError
     from ._scope import watch_epoch
@@ -602,16 +740,26 @@ def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG) -> 
         sys.stderr.write(_ranked(text) + "\n")
         _write_elastic_error(text, prog)
         return EXIT_STICKY if err.sticky else EXIT_ERROR
-    code = _sticky.sticky_code(e)
     _print_traceback(e)
+    # Words alone do not make the context dead (a program may raise them, or relay a
+    # child's): only the driver, asked now, says so, as pytest's fail fast asks it.
+    named = _sticky.sticky_code(e)
+    if named is None and not (_sticky.is_gpu_exception(e) and _sticky.speaks_of_cuda(e)):
+        return EXIT_ERROR
+    from . import _environment
+    code = _environment.context_dead()
     if code is None:
         return EXIT_ERROR
+    from . import _replay_command
+    program = " ".join(_replay_command.program or ["-"])
+    advice = "%s run --launch-blocking %s (the fault raised at its launching line)" % (
+        prog, program) if mode == "watch" else \
+        "%s run %s (watch, the default) or --launch-blocking" % (prog, program)
     sys.stderr.write(
         "\ncuda_debug: %s is a sticky CUDA error: the CUDA context is dead.\n"
         "Kernels run asynchronously: the line above may not be where the faulting kernel was "
-        "launched.\nTo name the kernel, the line and the assert text: %s run "
-        "%s (watch, the default) or --launch-blocking\n"
-        % (_sticky.describe(code), prog, " ".join(sys.argv) or "..."))
+        "launched.\nTo name the kernel, the line and the assert text: %s\n"
+        % (_sticky.describe(code), advice))
     return EXIT_STICKY
 
 
@@ -816,11 +964,11 @@ def replay_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         window=o["window"] if o["window"] is not None else _replay.DEFAULT_WINDOW,
         from_watch=o["from_watch"], launches=o["launches"])
     return _replay_run(spec, p.target, p.args, p.module, prog, o["traceback"],
-                       torch=not o["no_torch"])
+                       torch=not o["no_torch"], command=p.command)
 
 
 def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
-                full_traceback: bool, torch: bool = True) -> int:
+                full_traceback: bool, torch: bool = True, command: bool = False) -> int:
     from . import _replay, _sticky
     found = _replay.find_library()
     if not found.path:
@@ -833,7 +981,8 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
         return EXIT_ERROR
     note = _replay.record_torch_history_at_import() if torch else None
     sys.stderr.write("%s replay: re-running %s, instrumenting %s (NVIDIA's Sanitizer API: "
-                     "%s)%s\n" % (prog, " ".join(([("-m " + target) if module else target]
+                     "%s)%s\n" % (prog, " ".join(([("-m " + target) if module else
+                                                   ("-c " + target) if command else target]
                                                   + list(args))[:4]),
                                   spec.describe(), found.path,
                                   "" if note is None else "; " + note))
@@ -860,7 +1009,8 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
         return EXIT_NOT_REPRODUCED
 
     status = _run(target, args, module=module, mode="none", all_threads=False,
-                  full_traceback=full_traceback, prog=prog, on_exception=on_exception)
+                  full_traceback=full_traceback, prog=prog, on_exception=on_exception,
+                  command=command)
     if "exc" in outcome:
         return status
     inst = _replay.found()

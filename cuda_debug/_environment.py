@@ -285,3 +285,19 @@ def libcuda_mapped() -> bool:
             return any("libcuda.so" in line for line in f)
     except OSError:
         return False
+
+
+def context_dead() -> Optional[int]:
+    """After a failure that speaks of CUDA, in a process that already loaded
+    libcuda: is the current (or an active primary) context dead? The sticky code
+    cuCtxSynchronize returns, else None. A framework's words are not enough (a
+    program may raise them, or relay a child process's): only the driver, asked
+    now, says whether the context is dead (pytest's fail fast and `run`'s exit
+    status 3 both ask it here)."""
+    if not libcuda_mapped():
+        return None
+    if not _libraries.load(_libraries.CUDA).loaded or _core.driver_init() != 0:
+        return None
+    from . import _cuda_errors
+    rc = _core.synchronize(-1)
+    return rc if _cuda_errors.is_sticky(rc) else None

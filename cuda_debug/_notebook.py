@@ -36,7 +36,7 @@ import contextlib
 import sys
 from typing import List, Optional
 
-from . import _core, _locations, _report, _sticky
+from . import _core, _locations, _options, _report, _sticky
 from ._errors import CudaError, GuardError
 
 _RED, _BOLD, _RESET = "\x1b[0;31m", "\x1b[1m", "\x1b[0m"
@@ -223,7 +223,9 @@ WATCH = ("cuda_watch", ())
 GUARD = ("cuda_guard", ())
 
 
-_ON, _OFF = ("on", "1", "true"), ("off", "0", "false")
+# the words the CUDA_DEBUG_* switches take (_options._BOOL): one vocabulary
+_ON = tuple(w for w, on in _options._BOOL.items() if on)
+_OFF = tuple(w for w, on in _options._BOOL.items() if not on)
 
 
 def _switch(words: List[str], name: str, now: bool, more: str = "") -> bool:

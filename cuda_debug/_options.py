@@ -177,16 +177,49 @@ def _outside_frame():
     return frame
 
 
+#: where the first frame outside cuda_debug is a test runner's plugin loading, not a
+#: line of the user's: pytest imports cuda_debug through its pytest11 entry point
+_LOADERS = ("_pytest", "pluggy", "pytest")
+
+
+def _variable(message: str) -> str:
+    """The CUDA_DEBUG_* name a setting warning is about (the first in `message`)."""
+    i = message.find("CUDA_DEBUG_")
+    j = i
+    while j < len(message) and (message[j].isupper() or message[j].isdigit() or
+                                message[j] == "_"):
+        j += 1
+    return message[i:j] if i >= 0 else "CUDA_DEBUG_*"
+
+
 def _warn(message: str) -> None:
     """A RuntimeWarning at the caller's line outside cuda_debug and importlib
     (what ``warnings.warn(stacklevel=...)`` does, with the level found by walking
-    the frames: it depends on how cuda_debug was reached)."""
+    the frames: it depends on how cuda_debug was reached). Where a test runner
+    imported cuda_debug (pytest loads its plugin in every run of the
+    environment), no line of the user's did: the warning points at the variable.
+    A setting never stops a program: where a filter makes warnings errors
+    (``-W error``, pytest's ``filterwarnings = error``), it is written to stderr
+    as the warning would have been, and nothing is raised."""
     import warnings
     frame = _outside_frame()
     g = frame.f_globals
-    warnings.warn_explicit(message, RuntimeWarning, frame.f_code.co_filename, frame.f_lineno,
-                           module=g.get("__name__", "<string>"),
-                           registry=g.setdefault("__warningregistry__", {}))
+    module = g.get("__name__", "<string>")
+    if str(module).split(".")[0] in _LOADERS:
+        filename, lineno, module, registry = "<environment %s>" % _variable(message), 0, \
+            "cuda_debug", None
+    else:
+        filename, lineno = frame.f_code.co_filename, frame.f_lineno
+        registry = g.setdefault("__warningregistry__", {})
+    try:
+        warnings.warn_explicit(message, RuntimeWarning, filename, lineno, module=module,
+                               registry=registry)
+    except Exception:
+        try:
+            sys.stderr.write(warnings.formatwarning(message, RuntimeWarning, filename, lineno,
+                                                    line=""))
+        except Exception:
+            pass
 
 
 def launch_hooks_wanted(environ=os.environ) -> bool:

@@ -391,13 +391,15 @@ class watch(_Region):
                     ) -> "watch": ...
         def __new__(cls, *args: Any, **kwargs: Any) -> Any: ...
     else:
-        def __new__(cls, *args, **kwargs):
+        def __new__(cls, enabled=True, *, ops=None, hang_after=None, exact=None):
             # watch(False) is no watch: an object whose block opens nothing
-            # (_WatchOff), checked by the same __init__.
-            enabled = args[0] if args else kwargs.get("enabled", True)
+            # (_WatchOff), checked by the same __init__. (Parameters named, not
+            # *args: inspect.signature and help() read them from here.)
             if cls is watch and _is_bool(enabled) and not enabled:
                 return _Region.__new__(_WatchOff)
-            return _Region.__new__(cls, *args, **kwargs)
+            given = {k: v for k, v in (("ops", ops), ("hang_after", hang_after),
+                                       ("exact", exact)) if v is not None}
+            return _Region.__new__(cls, enabled, **given)
 
         def __init__(self, enabled: bool = True, *, ops: Optional[bool] = None,
                      hang_after=None, exact=None):

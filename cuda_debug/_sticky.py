@@ -137,3 +137,4 @@ def first_line(exc: BaseException) -> str:
     name = t.__qualname__ if mod in ("builtins", "") else "%s.%s" % (mod.split(".")[0], t.__qualname__)
     msg = _safe_str(exc).strip().splitlines()
     return "%s: %s" % (name, msg[0]) if msg else name
+

@@ -52,7 +52,7 @@ from __future__ import annotations     # (pytest's types, for type checkers only
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Generator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Generator, List, Optional, Tuple
 
 import pytest
 
@@ -115,6 +115,7 @@ SURFACED = "surfaced"                    # _Culprit.blame: the test where the fa
 _SEQ = pytest.StashKey[int]()            # fault_seq() when the test started
 _WANT = pytest.StashKey[bool]()          # the fixture was requested (maybe dynamically)
 _WANT_WATCH = pytest.StashKey[bool]()    # the cuda_watch fixture was requested
+_BAD_MARK = pytest.StashKey[bool]()      # a marker's arguments were refused (at setup)
 _SEEN = pytest.StashKey[bool]()          # this test's poisoning is already handled
 _PLUGIN = pytest.StashKey["CudaDebugPlugin"]()
 
@@ -157,7 +158,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "cuda_launch_blocking(enabled=True, *, all_threads=False): run this test inside "
         "cuda_debug.launch_blocking(); False opts it out of --cuda-launch-blocking")
     config.addinivalue_line(
-        "markers", "cuda_watch: run this test inside cuda_debug.watch()")
+        "markers", "cuda_watch(enabled=True, *, hang_after=None, exact=None): run this test "
+                   "inside cuda_debug.watch(hang_after=, exact=); False: no watch of its own")
     config.addinivalue_line(
         "markers", "cuda_guard(enabled=True): run this test inside cuda_debug.guard(); False "
                    "opts it out of --cuda-guard")
@@ -224,6 +226,31 @@ def _plural(n: int, word: str = "test") -> str:
     return "%d %s%s" % (n, word, "" if n == 1 else "s")
 
 
+def _marker_call(item: pytest.Item, mark: Any, keywords: Tuple[str, ...]
+                 ) -> Tuple[bool, Dict[str, Any]]:
+    """(enabled, the other keywords) of ``@pytest.mark.NAME(enabled=True, **keywords)``:
+    the test fails at its setup for anything else (a keyword the marker does not
+    take, a second argument, an `enabled` that is not True or False), rather than
+    being silently ignored; its later phases then run without a scope."""
+    if item.stash.get(_BAD_MARK, False):
+        return False, {}
+    item.stash[_BAD_MARK] = True
+    name = "@pytest.mark.%s" % mark.name
+    unknown = sorted(k for k in mark.kwargs if k != "enabled" and k not in keywords)
+    if unknown:
+        pytest.fail("%s: unknown keyword%s %s (it takes enabled%s)" % (
+            name, "s" if len(unknown) > 1 else "", ", ".join(unknown),
+            "".join(", " + k for k in keywords)), pytrace=False)
+    if len(mark.args) > 1 or (mark.args and "enabled" in mark.kwargs):
+        pytest.fail("%s takes one argument, enabled (True or False); the others are "
+                    "keywords" % name, pytrace=False)
+    enabled = mark.args[0] if mark.args else mark.kwargs.get("enabled", True)
+    if not isinstance(enabled, bool):
+        pytest.fail("%s(%r): enabled is True or False" % (name, enabled), pytrace=False)
+    item.stash[_BAD_MARK] = False
+    return enabled, {k: v for k, v in mark.kwargs.items() if k != "enabled"}
+
+
 def _fault_seq() -> int:
     """The C core's count of recorded faults; 0 while the core is not loaded
     (nothing of cuda_debug's ran, so nothing was recorded): unused, the plugin
@@ -255,18 +282,10 @@ def _new_report(item: pytest.Item, exc: Optional[BaseException]) -> Optional[Cud
 
 
 def _probe_context(exc: BaseException) -> Optional[int]:
-    """After a failure that speaks of CUDA, in a process that already loaded
-    libcuda: is the current (or an active primary) context dead? (the sticky
-    code cuCtxSynchronize returns, else None)"""
-    from . import _environment, _libraries
-    if not _environment.libcuda_mapped():
-        return None
-    from . import _core
-    if not _libraries.load(_libraries.CUDA).loaded or _core.driver_init() != 0:
-        return None
-    from . import _cuda_errors
-    rc = _core.synchronize(-1)
-    return rc if _cuda_errors.is_sticky(rc) else None
+    """After a failure that speaks of CUDA: the driver's word
+    (_environment.context_dead; `run` asks the same)."""
+    from . import _environment
+    return _environment.context_dead()
 
 
 def _cudaish(exc: Optional[BaseException]) -> bool:
@@ -433,23 +452,30 @@ class CudaDebugPlugin:
 
     # -- scopes -----------------------------------------------------------------------
 
-    def _wanted(self, item: pytest.Item) -> Optional[Tuple[str, bool]]:
-        """("block", all_threads) or ("watch", False) when this test runs in a
-        scope of its own, else None."""
+    def _wanted(self, item: pytest.Item) -> Optional[Tuple[str, bool, Dict[str, Any]]]:
+        """("block", all_threads, {}) or ("watch", False, watch()'s keywords) when
+        this test runs in a scope of its own, else None."""
         m = item.get_closest_marker(MARKER)
         if m is not None:
-            enabled = m.args[0] if m.args else m.kwargs.get("enabled", True)
-            return ("block", bool(m.kwargs.get("all_threads", False))) if enabled else None
+            enabled, kw = _marker_call(item, m, ("all_threads",))
+            return ("block", bool(kw.get("all_threads", False)), {}) if enabled else None
         if self.every_test or item.stash.get(_WANT, False) or \
                 FIXTURE in getattr(item, "fixturenames", ()):
-            return ("block", False)
-        if item.get_closest_marker(WATCH_MARKER) is not None or \
-                item.stash.get(_WANT_WATCH, False) or \
+            return ("block", False, {})
+        m = item.get_closest_marker(WATCH_MARKER)
+        if m is not None:
+            # cuda_watch(False): no watch of this test's own (as watch(False) is none;
+            # the session's, with --cuda-watch, goes on: watch is process-wide)
+            enabled, kw = _marker_call(item, m, ("hang_after", "exact"))
+            if enabled:
+                return ("watch", False, kw)
+        if item.stash.get(_WANT_WATCH, False) or \
                 WATCH_FIXTURE in getattr(item, "fixturenames", ()):
-            return ("watch", False)
+            return ("watch", False, {})
         return None
 
-    def _enter(self, item: pytest.Item, kind: str, all_threads: bool) -> Any:
+    def _enter(self, item: pytest.Item, kind: str, all_threads: bool,
+               watch_keywords: Optional[Dict[str, Any]] = None) -> Any:
         """An entered scope, or None where it cannot be had (said once, as a
         warning; the test then runs as it would without the plugin: the rule of
         every cuda_debug entry point), or after a test poisoned the context."""
@@ -458,7 +484,7 @@ class CudaDebugPlugin:
         _arm()                          # (a fixture may be asked for at run time)
         from . import _scope
         from ._errors import CudaUnavailableError, ToolConflictError
-        scope = _scope.watch() if kind == "watch" else \
+        scope = _scope.watch(**(watch_keywords or {})) if kind == "watch" else \
             _scope.launch_blocking(True, all_threads=all_threads)
         try:
             scope.__enter__()
@@ -733,8 +759,7 @@ class _Guard:
     def enter(self, item: pytest.Item) -> Optional[_GuardRegion]:
         """The entered guard() for this phase of `item`, or None."""
         m = item.get_closest_marker(GUARD_MARKER)
-        on = (m.args[0] if m.args else m.kwargs.get("enabled", True)) if m is not None \
-            else self.every_test
+        on = _marker_call(item, m, ())[0] if m is not None else self.every_test
         if not on:
             return None
         from ._guard import guard

@@ -156,6 +156,10 @@ def run_child(code, env=None, timeout=120, args=(), prelude=""):
     with open(script, "w") as f:
         f.write(source)
     full_env = dict(os.environ)
+    # the cuda_debug under test, not an installed one (a script's folder, not the cwd,
+    # is sys.path[0])
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [PKG_PARENT,
+                                                           os.environ.get("PYTHONPATH")]))
     full_env.update(env or {})
     try:
         proc = subprocess.run([sys.executable, script] + list(args), capture_output=True,

@@ -268,19 +268,6 @@ def test_run_traceback_option_adds_the_traceback(tmp_path):
         "DeviceAssertError: device-side assert in check_index<int>"
 
 
-def test_run_recognises_a_framework_sticky_error(tmp_path):
-    p = script(tmp_path, '''
-        raise RuntimeError("CUDA error: an illegal memory access was encountered\\n"
-                           "CUDA kernel errors might be asynchronously reported")
-    ''')
-    r = cli("run", str(p), "arg1")
-    assert r.returncode == 3
-    assert "RuntimeError: CUDA error: an illegal memory access was encountered" in r.stderr
-    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in r.stderr
-    assert "python -m cuda_debug run %s arg1 (watch, the default) or --launch-blocking" % p \
-        in r.stderr
-
-
 def test_run_module(tmp_path):
     (tmp_path / "mymod.py").write_text(
         "import sys, json\nprint(json.dumps([__name__, sys.argv[1:]]))\n")
@@ -317,15 +304,46 @@ def test_run_stdin_tracebacks_show_the_lines(tmp_path):
     assert r.returncode == 5
 
 
-def test_run_stdin_sticky_error(tmp_path):
-    r = cli("run", "--no-watch", "-", input='raise RuntimeError("CUDA error: an illegal memory '
-                                             'access was encountered")\n')
-    assert r.returncode == 3
-    assert "python -m cuda_debug run - (watch, the default)" in r.stderr, r.stderr
+def test_run_words_alone_do_not_kill_the_context(tmp_path):
+    """No CUDA here: a program raising a framework's words is an ordinary
+    exception (exit 1), as under pytest; only the driver says the context is
+    dead (issue 46 item 6: it was exit 3, "the CUDA context is dead")."""
+    r = cli("run", "-", input='raise RuntimeError("CUDA error: an illegal memory '
+                              'access was encountered")\n')
+    assert r.returncode == 1, r.stderr
+    assert "RuntimeError: CUDA error: an illegal memory access" in r.stderr
+    assert "context is dead" not in r.stderr and "sticky" not in r.stderr, r.stderr
+
+
+_WORDS_AFTER = '''
+    from cuda_debug import _cli
+    rc = _cli.main(["run", %s"-c", "import cuda_debug.testing as t\\n%s"
+                    "raise RuntimeError('CUDA error: an illegal memory access was encountered')"])
+    report(dict(rc=rc))
+'''
+
+
+def test_run_words_on_a_dead_context_exit_3(fake_child):
+    """The fake driver's context really dead (a faulting kernel launched
+    outside any scope, not watched), then the framework's words: the driver
+    confirms, exit 3, with the advice to watch."""
+    c = fake_child(_WORDS_AFTER % ('"--no-watch", ', "t.illegal_address()\\n"))
+    assert c.result == {"rc": 3}, c
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered) is a sticky " \
+           "CUDA error: the CUDA context is dead." in c.stderr, c.stderr
+    assert "python -m cuda_debug run -c import cuda_debug.testing as t" in c.stderr, c.stderr
+    assert "(watch, the default) or --launch-blocking" in c.stderr, c.stderr
+
+
+def test_run_words_on_a_live_context_exit_1(fake_child):
+    c = fake_child(_WORDS_AFTER % ('"--no-watch", ', ""))
+    assert c.result == {"rc": 1}, c
+    assert "context is dead" not in c.stderr, c.stderr
 
 
 @pytest.mark.parametrize("args,message", [
     ((), "a script (or -m module) is required"),
+    (("-c",), "-c needs the program's text"),
     (("--bogus", "x.py"), "unknown option --bogus"),
     (("no_such_script.py",), "no such file: no_such_script.py"),
     # Options are spelled in full: no underscores, abbreviations or values.
@@ -336,7 +354,6 @@ def test_run_stdin_sticky_error(tmp_path):
     (("-m",), "-m needs a module name"),
     (("-m", "pkg/mod.py"), "-m pkg/mod.py: not a module name"),
     (("-m", "1abc"), "-m 1abc: not a module name"),
-    ((".",), ". is a folder without __main__.py"),
 ])
 def test_run_usage_errors(tmp_path, args, message):
     (tmp_path / "x.py").write_text("print('ran')\n")
@@ -350,6 +367,173 @@ def test_run_a_folder_with_main(tmp_path):
     (tmp_path / "app" / "__main__.py").write_text("import sys; print('app', sys.argv[1:])\n")
     r = cli("run", "app", "a", cwd=str(tmp_path))
     assert (r.returncode, r.stdout) == (0, "app ['a']\n"), r.stderr
+
+
+# -- `run X` is `python X` (docs/cli.md; issue 46 item 5) ----------------------------------
+
+#: what a program sees of how it was started
+_SEES = '''
+import json, sys
+g = globals()
+print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "file": g.get("__file__"),
+                  "builtins": type(__builtins__).__name__,
+                  "loader": [getattr(__loader__, "__name__", type(__loader__).__name__),
+                             getattr(__loader__, "name", None), getattr(__loader__, "path", None)],
+                  "spec": repr(__spec__), "package": __package__,
+                  "names": sorted(g)}))
+'''
+
+
+def _ours(stderr: str) -> str:
+    """stderr less run's one line saying it runs without watch() (no GPU here)."""
+    return "".join(l for l in stderr.splitlines(True)
+                   if not l.startswith("python -m cuda_debug run: running without"))
+
+
+def python_and_run(*args, cwd, input=None):
+    """(``python args``, ``python -m cuda_debug run args``), each in a subprocess."""
+    return (subprocess.run([sys.executable] + list(args), cwd=cwd, env=cli_env(),
+                           capture_output=True, text=True, timeout=120, input=input or ""),
+            cli("run", *args, cwd=cwd, input=input))
+
+
+def test_run_leaves_argv0_as_typed(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "s.py").write_text(_SEES)
+    py, run = python_and_run(os.path.join("sub", "s.py"), "a", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["argv"] == json.loads(py.stdout)["argv"] == \
+        [os.path.join("sub", "s.py"), "a"]
+
+
+def test_run_a_symlinked_script_gets_its_targets_folder(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "s.py").write_text(_SEES)
+    (tmp_path / "link.py").symlink_to(os.path.join("real", "s.py"))
+    (tmp_path / "real" / "helper.py").write_text("")
+    py, run = python_and_run("link.py", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == json.loads(py.stdout)
+    assert json.loads(run.stdout)["path0"] == str((tmp_path / "real").resolve())
+
+
+def test_run_main_globals_are_pythons(tmp_path):
+    """``__builtins__`` the module (runpy's was a dict), ``__loader__`` a
+    SourceFileLoader (runpy's was None), the same names, no spec, no package."""
+    (tmp_path / "s.py").write_text(_SEES)
+    py, run = python_and_run("s.py", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 0, run.stderr
+    ours, theirs = json.loads(run.stdout), json.loads(py.stdout)
+    assert ours == theirs
+    assert ours["builtins"] == "module" and ours["loader"][0] == "SourceFileLoader"
+
+
+def test_run_c_code_is_python_c(tmp_path):
+    py, run = python_and_run("-c", _SEES, "x", "-y", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == json.loads(py.stdout)
+    assert json.loads(run.stdout)["argv"] == ["-c", "x", "-y"]
+    py, run = python_and_run("-c", "def f():\n    1/0\nf()", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 1, run.stderr
+    assert _ours(run.stderr) == py.stderr
+
+
+def test_run_stdin_is_python_stdin(tmp_path):
+    py, run = python_and_run("-", "x", cwd=str(tmp_path), input=_SEES)
+    assert py.returncode == run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == json.loads(py.stdout)
+
+
+def test_run_a_script_from_a_pipe_is_read_once(tmp_path):
+    """``run <(...)``: a script that is a pipe is read once, as python reads it."""
+    outs = []
+    for command in ([sys.executable], [sys.executable, "-m", "cuda_debug", "run"]):
+        r, w = os.pipe()
+        os.write(w, b"import sys; print('piped', sys.argv[1:])\n")
+        os.close(w)
+        p = subprocess.run(command + ["/dev/fd/%d" % r, "x"], pass_fds=(r,), cwd=str(tmp_path),
+                           env=cli_env(), capture_output=True, text=True, timeout=120)
+        os.close(r)
+        outs.append((p.returncode, p.stdout))
+    assert outs[0] == outs[1] == (0, "piped ['x']\n"), outs
+
+
+def test_run_ctrl_c_dies_of_sigint_as_python_does(tmp_path):
+    """The program's traceback (not the runner's frames), then death by SIGINT
+    (exit status 130 in a shell), where it exited 130 showing runpy's frames."""
+    import signal
+    (tmp_path / "k.py").write_text(textwrap.dedent('''
+        import os, signal, time
+        def interrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(10)
+        interrupt()
+    ''').lstrip())
+    py, run = python_and_run("k.py", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == -signal.SIGINT, run.stderr
+    assert _ours(run.stderr) == py.stderr
+    assert "KeyboardInterrupt" in py.stderr and "runpy" not in run.stderr
+
+
+def test_run_a_folder_without_main_fails_as_python_does(tmp_path):
+    (tmp_path / "d").mkdir()
+    py, run = python_and_run("d", cwd=str(tmp_path))
+    assert py.returncode == run.returncode == 1, run.stderr
+    assert "can't find '__main__' module in" in py.stderr
+    assert "can't find '__main__' module in" in run.stderr
+    assert run.stdout == ""
+
+
+# -- habits (issue 46 item 7) ---------------------------------------------------------------
+
+def test_run_and_replay_take_option_equals_value(tmp_path):
+    """``--opt=value``, as dump and bench take it (it was refused)."""
+    from cuda_debug import _cli
+    p = _cli.parse_run(["--hang-after=60", "train.py", "--x=1"])
+    assert (p.opts["hang_after"], p.target, p.args) == (60.0, "train.py", ["--x=1"])
+    p = _cli.parse_replay(["--kernel-name=gather", "--launch=3", "train.py"])
+    assert (p.opts["kernel"], p.opts["launch"], p.target) == ("gather", 3, "train.py")
+    (tmp_path / "s.py").write_text("print('ran')\n")
+    r = cli("run", "--hang-after=60", "s.py", cwd=str(tmp_path))
+    assert (r.returncode, r.stdout) == (0, "ran\n"), r.stderr
+    r = cli("run", "--hang-after=0.0001", "s.py", cwd=str(tmp_path))
+    assert r.returncode == 2 and "--hang-after 0.0001: " in r.stderr, r.stderr
+    r = cli("run", "--traceback=1", "s.py", cwd=str(tmp_path))      # a flag takes no value
+    assert r.returncode == 2 and "unknown option --traceback=1" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (("train.py", "--epochs", "1"),
+     "unknown command 'train.py' (a script: python -m cuda_debug run train.py --epochs 1)"),
+    (("-m", "mypkg.train"),
+     "unknown command '-m' (a module: python -m cuda_debug run -m mypkg.train)"),
+    (("run", "python", "train.py", "-x"),
+     "error: python: run runs the program with this Python itself: leave it out "
+     "(run train.py -x)"),
+    (("run", "python3", "train.py"), "error: python3: run runs the program with this Python"),
+    (("help", "nope"), "help takes a command (run, replay, dump, doctor, bench), not nope"),
+])
+def test_habits_get_a_hint_and_status_2(args, said):
+    r = cli(*args)
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert said in r.stderr, r.stderr
+
+
+def test_bench_subcommand_errors_name_it_and_the_option_meant():
+    pytest.importorskip("numpy")
+    r = cli("bench", "gemm", "--size", "256")
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert r.stderr.startswith("usage: python -m cuda_debug bench gemm "), r.stderr
+    assert "python -m cuda_debug bench gemm: error: unrecognized arguments: --size 256 " \
+           "(--size: did you mean --sizes?)" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "replay", "dump", "doctor"])
+def test_help_command_prints_that_commands_help(command):
+    r = cli("help", command)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: python -m cuda_debug %s " % command), r.stdout
+    assert r.stdout == cli(command, "--help").stdout
 
 
 @pytest.mark.parametrize("args,message", [

@@ -15,8 +15,10 @@ that the examples run or say why not.
 The pages are plain Markdown (GitHub and the sdist render them; no site build)."""
 import ast
 import glob
+import importlib.util
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -252,7 +254,7 @@ def command_lines():
                 code = line.split("  #", 1)[0].split(" # ", 1)[0].strip()
                 m = re.search(r"(?:-m cuda_debug|^cuda-debug)\s+(.*)$", code)
                 if m:
-                    out.append((name, m.group(1).split()))
+                    out.append((name, shlex.split(m.group(1))))
     return out
 
 
@@ -260,7 +262,7 @@ def test_documented_run_and_doctor_commands_run(tmp_path):
     """`run` with an empty script (and module) in place of yours: the options
     are accepted (exit 0, no usage error); `doctor`: 0, or 1 without a GPU."""
     script = tmp_path / "train.py"
-    script.write_text("pass\n")
+    script.write_text("def main():\n    pass\n")
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
     (tmp_path / "mypkg" / "train.py").write_text("pass\n")
@@ -309,7 +311,12 @@ def _commands_in(code, prose=False):
         m = _COMMAND.search(text) or (_BARE.match(text) if prose else None)
         if not m:
             continue
-        words = m.group(m.lastindex).split()
+        try:                                             # run -c 'import train'
+            words = shlex.split(m.group(m.lastindex))
+        except ValueError:
+            words = m.group(m.lastindex).split()
+        if not words:
+            continue
         if words[0].endswith(":") or "/" in words[:2] or "..." in words:
             continue
         argv = []
@@ -464,3 +471,104 @@ def test_the_readme_session_runs_and_prints_what_the_readme_shows(fake_child):
     ''' % (typed,))
     assert c.returncode == 0, c
     assert shown in c.stderr, c
+
+
+# -- every public name, flag and variable is on a page (issue 46 item 8) -------------------
+
+def _inline_code(text):
+    """The text of the pages' code: fenced blocks and inline spans."""
+    fences = [body for _, body in blocks(text)]
+    prose = FENCE.sub("", text)
+    return "\n".join(fences + re.findall(r"`([^`]+)`", prose))
+
+
+def _public_surface():
+    """(what, the word a page must show, kind) of everything a user can name: the
+    public names of cuda_debug, cuda_debug.testing and cuda_debug.bench and the
+    parameters of their callables; every option of every command; the pytest
+    options, ini settings, markers and fixtures; the CUDA_DEBUG_* variables; the
+    attributes of the errors (those of CudaError in reports.md, GuardError's in
+    guard.md). kind: "flag" (found anywhere), "name" (in code), or a page's name."""
+    import argparse
+    import inspect
+    import cuda_debug.testing
+    from cuda_debug import _cli, _errors, _options, pytest_plugin
+    out = []
+    modules = [cuda_debug, cuda_debug.testing]
+    if importlib.util.find_spec("numpy") is not None:
+        import cuda_debug.bench
+        modules.append(cuda_debug.bench)
+    for mod in modules:
+        for n in mod.__all__:
+            out.append(("%s.%s" % (mod.__name__, n), n, "name"))
+            obj = getattr(mod, n)
+            if not callable(obj):
+                continue
+            try:
+                params = inspect.signature(obj).parameters.values()
+            except (TypeError, ValueError):
+                continue
+            out += [("%s.%s(%s=)" % (mod.__name__, n, p.name), p.name, "name") for p in params
+                    if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+    def flags(p, where):
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub, sp in a.choices.items():
+                    yield from flags(sp, where + " " + sub)
+            for o in a.option_strings:
+                if o.startswith("--") and o != "--help":
+                    yield ("%s %s" % (where, o), o, "flag")
+    parsers = [("run", _cli._run_parser()), ("replay", _cli._replay_parser()),
+               ("dump", _cli._dump_parser()), ("doctor", _cli._doctor_parser())]
+    if importlib.util.find_spec("numpy") is not None:
+        from cuda_debug.bench import _cli as bench_cli
+        parsers.append(("bench", bench_cli.parser()))
+    for command, parser in parsers:
+        out += list(flags(parser, command))
+    pp = pytest_plugin
+    out += [(w, w, "flag") for w in (pp.OPTION, pp.WATCH_OPTION, pp.GUARD_OPTION)]
+    out += [(w, w, "name") for w in (pp.INI, pp.MARKER, pp.FIXTURE, pp.WATCH_INI,
+                                     pp.WATCH_MARKER, pp.WATCH_FIXTURE, pp.GUARD_INI,
+                                     pp.GUARD_MARKER)]
+    known = set(_options._CHOICES) | set(_options._FREE) | set(_options._SPECIAL)
+    out += [(v, v, "flag") for v in sorted(known)]
+    out += [("CudaError." + f, f, "reports.md") for f in _errors.REPORT_FIELDS]
+    out += [("GuardError." + f, f, "guard.md") for f in _errors.GUARD_FIELDS]
+    return out
+
+
+def _unmentioned(surface, pages):
+    text = "\n".join(pages.values())
+    code = _inline_code(text)
+    missing = []
+    for what, word, kind in surface:
+        if kind == "flag":
+            where = text
+            pattern = r"(?<![\w-])%s(?![\w-])"
+        else:
+            where = code if kind == "name" else _inline_code(pages["docs/" + kind])
+            pattern = r"(?<!\w)%s(?!\w)"
+        if not re.search(pattern % re.escape(word), where):
+            missing.append(what)
+    return missing
+
+
+def test_every_public_name_flag_and_variable_is_on_a_page():
+    """What the code offers a user (a name, a parameter, an option, a variable, an
+    error's attribute) is said on some page of docs/ or the README, or it is
+    private (issue 46 item 8: 55 were on no page)."""
+    surface = _public_surface()
+    assert len(surface) > 250, len(surface)
+    assert _unmentioned(surface, _pages()) == []
+
+
+def test_the_public_surface_check_finds_what_no_page_says():
+    pages = dict(_pages())
+    pages["docs/reports.md"] = pages["docs/reports.md"].replace("`kernel_mangled`", "")
+    surface = [("run --no-such-flag", "--no-such-flag", "flag"),
+               ("cuda_debug.no_such_name", "no_such_name", "name"),
+               ("CudaError.kernel_mangled", "kernel_mangled", "reports.md"),
+               ("run --hang-after", "--hang-after", "flag")]
+    assert _unmentioned(surface, pages) == ["run --no-such-flag", "cuda_debug.no_such_name",
+                                            "CudaError.kernel_mangled"]

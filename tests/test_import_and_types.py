@@ -59,16 +59,72 @@ def test_import_loads_only_cuda_debug_and_its_options():
 _REPORT_ONLY = ("inspect", "shutil", "bz2", "lzma", "ast")
 
 
-def test_the_first_watch_imports_what_a_report_needs_only_when_reporting():
-    """``cuda_debug.watch()``, made and decorating nothing: inspect (the
-    decorator's checks), shutil (the replay command's which), ast (a report's
-    call inputs) come later (issue 37 item 9: the first watch() cost 39 ms)."""
-    code = ("import sys, cuda_debug\nw = cuda_debug.watch()\n"
-            "print(repr(sorted(m for m in %r if m in sys.modules)))\n" % (_REPORT_ONLY,))
+def _report_only_added(code_before: str) -> "list[str]":
+    """The modules of _REPORT_ONLY that ``cuda_debug.watch()`` (made, decorating
+    nothing) brings itself: those the interpreter had at start (`site`, .pth
+    files), and those the other modules it imported bring by themselves (on
+    3.14 `traceback` imports `inspect` and `ast`; torch imports both), are not
+    cuda_debug's doing. A second interpreter imports those other modules alone."""
+    code = (code_before + "import sys\nbefore = set(sys.modules)\nimport cuda_debug\n"
+            "w = cuda_debug.watch()\nprint(repr(sorted(set(sys.modules) - before)))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=_env(), cwd=PKG_PARENT, timeout=60)
     assert p.returncode == 0, p.stderr
-    assert ast.literal_eval(p.stdout.strip()) == []
+    added = ast.literal_eval(p.stdout.strip())
+    others = [m for m in added if m.split(".")[0] != "cuda_debug" and m not in _REPORT_ONLY]
+    code = ("import sys, importlib\nbefore = set(sys.modules)\n"
+            "for m in %r:\n    try:\n        importlib.import_module(m)\n"
+            "    except Exception:\n        pass\n"
+            "print(repr(sorted(set(sys.modules) - before)))\n" % (others,))
+    p = subprocess.run([sys.executable, "-c", code_before + code], capture_output=True,
+                       text=True, env=_env(), cwd=PKG_PARENT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    brought = set(ast.literal_eval(p.stdout.strip()))
+    return sorted(m for m in _REPORT_ONLY if m in added and m not in brought)
+
+
+def test_the_first_watch_imports_what_a_report_needs_only_when_reporting():
+    """``cuda_debug.watch()``, made and decorating nothing: inspect (the
+    decorator's checks), shutil (the replay command's which), ast (a report's
+    call inputs) come later (issue 37 item 9: the first watch() cost 39 ms).
+    What cuda_debug adds is measured, not what the interpreter or a library
+    brings (issue 46 item 1: Python 3.14's traceback imports inspect and ast)."""
+    assert _report_only_added("") == []
+
+
+def test_the_import_measure_counts_cuda_debugs_own_imports():
+    """The measure above is not blind: inspect and ast imported while cuda_debug
+    imports its own modules are counted; imported before it (as `site` or a
+    .pth file may), they are not."""
+    assert _report_only_added("import inspect, ast\n") == []
+    # cuda_debug itself importing them after `before`: counted
+    # (where `site` or a .pth file imported them already, they are imported afresh)
+    code = ("import sys\nsys.modules.pop('inspect', None)\nsys.modules.pop('ast', None)\n"
+            "class F:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'cuda_debug._scope':\n"
+            "            import inspect, ast\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, F())\n")
+    assert _report_only_added(code) == ["ast", "inspect"]
+
+
+def test_the_import_measure_excuses_what_the_standard_library_brings():
+    """As on Python 3.14, where `traceback` imports `inspect` and `ast` itself: the
+    watch's own imports bring them, cuda_debug does not (the old measure said
+    ['ast', 'inspect'] there)."""
+    code = ("import sys\nsys.modules.pop('traceback', None)\nclass F:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'traceback':\n"
+            "            import inspect, ast\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, F())\n")
+    check = code + ("import cuda_debug\nw = cuda_debug.watch()\n"
+                    "print(sorted(m for m in ('inspect', 'ast', 'traceback') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                       env=_env(), cwd=PKG_PARENT, timeout=60)
+    assert p.stdout.strip() == "['ast', 'inspect', 'traceback']", p.stdout + p.stderr
+    assert _report_only_added(code) == []
 
 
 def test_bench_import_loads_no_process_or_file_machinery():
@@ -94,6 +150,18 @@ def test_a_bad_setting_is_warned_about_without_importing_more(tmp_path):
                        env=_env(CUDA_DEBUG_WAIT="bogus"), cwd=PKG_PARENT, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "True" and "CUDA_DEBUG_WAIT='bogus'" in p.stderr
+
+
+def test_a_bad_setting_under_w_error_is_said_not_raised():
+    """``python -W error``: the setting warning is written as a warning would be,
+    and the program goes on (issue 46 item 3: a setting never stops a program)."""
+    code = "import cuda_debug  # line 1\nprint('lived')\n"
+    p = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
+                       text=True, env=_env(CUDA_DEBUG_WAIT="bogus"), cwd=PKG_PARENT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "lived"
+    assert p.stderr.startswith("<string>:1: RuntimeWarning: cuda_debug: CUDA_DEBUG_WAIT='bogus'"), \
+        p.stderr
 
 
 # -- where setting warnings point ------------------------------------------------------------
@@ -325,7 +393,7 @@ def test_mypy_strict_accepts_every_public_name_as_the_docs_use_it(tmp_path):
     """tests/typing_user_script.py: no error under --strict; the one mistake of
     typo.py is found, so the names are checked, not taken as Any."""
     if importlib.util.find_spec("mypy") is None:
-        pytest.skip("mypy is not installed (it is in the [test] extra)")
+        pytest.skip("mypy is not installed (it is in the [dev] extra)")
     env = _installed_env(tmp_path)
     p = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
                         "--cache-dir", str(tmp_path / "cache")] + _user_files(tmp_path),
@@ -337,7 +405,7 @@ def test_mypy_strict_accepts_every_public_name_as_the_docs_use_it(tmp_path):
 
 def test_pyright_strict_accepts_every_public_name_as_the_docs_use_it(tmp_path):
     if importlib.util.find_spec("pyright") is None:
-        pytest.skip("pyright is not installed (it is in the [test] extra)")
+        pytest.skip("pyright is not installed (it is in the [dev] extra)")
     if not shutil.which("node"):
         pytest.skip("pyright needs Node.js on PATH (without it, the pyright wheel downloads one)")
     env = _installed_env(tmp_path)
@@ -367,7 +435,7 @@ def test_mypy_strict_is_clean_on_the_public_modules(tmp_path):
     these (the private modules they import are read, not checked: --follow-imports
     silent)."""
     if importlib.util.find_spec("mypy") is None:
-        pytest.skip("mypy is not installed (it is in the [test] extra)")
+        pytest.skip("mypy is not installed (it is in the [dev] extra)")
     env = _installed_env(tmp_path)
     args = [a for m in PUBLIC_MODULES for a in ("-m", m)]
     p = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
@@ -380,7 +448,7 @@ def test_pyright_verifytypes_scores_at_least_90_percent(tmp_path):
     """`pyright --verifytypes cuda_debug --ignoreexternal` (the completeness of
     cuda_debug's own public types: pytest's and NumPy's are theirs) scored 47%."""
     if importlib.util.find_spec("pyright") is None:
-        pytest.skip("pyright is not installed (it is in the [test] extra)")
+        pytest.skip("pyright is not installed (it is in the [dev] extra)")
     if not shutil.which("node"):
         pytest.skip("pyright needs Node.js on PATH (without it, the pyright wheel downloads one)")
     env = _installed_env(tmp_path)
@@ -421,3 +489,68 @@ def test_readme_documents_every_option_and_setting():
     wanted += ["%s=" % name for name in _options._CHOICES]
     missing = sorted({w for w in wanted if w not in readme})
     assert missing == []
+
+
+# -- what help() and IDEs show -------------------------------------------------------------
+
+def _public_callables():
+    """Each public callable of cuda_debug, cuda_debug.testing and cuda_debug.bench,
+    and each public method of their public classes: (name, object)."""
+    import inspect
+    import cuda_debug.testing
+    modules = [cuda_debug, cuda_debug.testing]
+    if importlib.util.find_spec("numpy") is not None:
+        import cuda_debug.bench
+        modules.append(cuda_debug.bench)
+    for mod in modules:
+        names = getattr(mod, "__all__", None) or [n for n in vars(mod) if not n.startswith("_")]
+        for name in names:
+            obj = getattr(mod, name)
+            if inspect.ismodule(obj) or not callable(obj):
+                continue
+            yield "%s.%s" % (mod.__name__, name), obj
+            if isinstance(obj, type):
+                for attr, value in vars(obj).items():
+                    if not attr.startswith("_") and callable(value):
+                        yield "%s.%s.%s" % (mod.__name__, name, attr), getattr(obj, attr)
+
+
+def _unnamed(sig) -> bool:
+    """A signature that hides what the callable takes: *args, or **kwargs alone."""
+    import inspect
+    kinds = [p.kind for p in sig.parameters.values()]
+    return inspect.Parameter.VAR_POSITIONAL in kinds or \
+        kinds == [inspect.Parameter.VAR_KEYWORD]
+
+
+def test_every_public_callable_names_its_parameters():
+    """help(cuda_debug.watch) and inspect.signature() (IDEs, notebooks) show the
+    parameters, not (*args, **kwargs) (issue 46 item 4)."""
+    import inspect
+    hidden = []
+    for name, obj in _public_callables():
+        try:
+            sig = inspect.signature(obj)
+        except (TypeError, ValueError) as e:
+            hidden.append("%s: no signature (%s)" % (name, e))
+            continue
+        if _unnamed(sig):
+            hidden.append("%s%s" % (name, sig))
+    assert hidden == []
+    sig = inspect.signature(cuda_debug.watch)
+    assert list(sig.parameters) == ["enabled", "ops", "hang_after", "exact"], sig
+    assert list(inspect.signature(cuda_debug.launch_blocking).parameters) == \
+        ["enabled", "all_threads"]
+    assert list(inspect.signature(cuda_debug.guard).parameters) == ["enabled", "all_threads"]
+
+
+def test_the_signature_check_sees_args_and_kwargs():
+    import inspect
+
+    def hidden(*args, **kwargs):
+        pass
+
+    def named(a, *, b=1, **fields):
+        pass
+    assert _unnamed(inspect.signature(hidden))
+    assert not _unnamed(inspect.signature(named))

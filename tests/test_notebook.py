@@ -175,7 +175,7 @@ def test_gpu_line_magic_device_assert(notebook):
         "%launch_blocking on",
         "import cuda_debug.testing as t\nt.device_assert()",
     ])
-    assert "launch blocking: on" in cells[1].stdout, cells[1]
+    assert "launch_blocking: on" in cells[1].stdout, cells[1]
     _short_report_ok(cells[2], "DeviceAssertError",
                      "DeviceAssertError: device-side assert in check_index<int>",
                      "at Cell In[3], line 2:  t.device_assert()")

@@ -97,3 +97,19 @@ report(dict(seen=seen))
         "cuda_watch: on", "cuda_watch: off", "cuda_guard: on", "cuda_guard: off",
         "cuda_launch_blocking: on", "cuda_launch_blocking: off", "cuda_launch_blocking: on",
         "cuda_launch_blocking: on (all threads)", "cuda_launch_blocking: off"], c.stdout
+
+
+def test_line_magics_take_the_words_the_variables_take(fake_child):
+    """%cuda_guard yes / no, as CUDA_DEBUG_GUARD=yes takes them (issue 46 item 7:
+    refused); every word of _options' booleans, either case."""
+    needs("IPython")
+    c = fake_child(SHELL + '''
+states = []
+for word in ["yes", "no", "ON", "0", "true", "False", "1", "off"]:
+    r = cell("%cuda_guard " + word)
+    states.append([r.success, cuda_debug.is_guarding()])
+report(dict(states=states))
+''')
+    assert c.result == {"states": [[True, True], [True, False], [True, True], [True, False],
+                                   [True, True], [True, False], [True, True],
+                                   [True, False]]}, c

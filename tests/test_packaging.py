@@ -307,3 +307,52 @@ def test_every_subpackage_is_packaged():
              for d, _, files in os.walk(os.path.join(root, "cuda_debug"))
              if "__init__.py" in files and "__pycache__" not in d}
     assert found == listed, (found, listed)
+
+
+def _extras():
+    root = need_source_tree("reading pyproject.toml")
+    try:
+        import tomllib
+    except ImportError:
+        pytest.skip("tomllib needs Python 3.11")
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]["optional-dependencies"]
+
+
+def _names(requirements):
+    import re
+    return {re.split(r"[<>=!~\[ ;]", r, 1)[0].lower().replace("_", "-") for r in requirements}
+
+
+def test_the_test_extra_holds_what_the_tests_need_and_no_type_checker():
+    """The README installs `.[test]`: what the suite needs to run (pytest, xdist,
+    the notebook kernel, build, the schema and classifier checks); the type
+    checkers (mypy; pyright and the Node.js it fetches) are in `.[dev]`, and
+    their tests skip without them (issue 46 item 9: 57 packages, 315 MB)."""
+    extras = _extras()
+    test, dev = _names(extras["test"]), _names(extras["dev"])
+    assert not test & {"mypy", "pyright", "nodeenv"}, test
+    assert {"pytest", "pytest-xdist", "ipython", "ipykernel", "nbclient", "nbformat", "build",
+            "trove-classifiers", "jsonschema"} <= test
+    assert {"mypy", "pyright", "cuda-debug"} <= dev        # dev: the test extra and both
+
+
+def test_every_optional_import_of_the_tests_is_in_an_extra():
+    """Each package a test imports or skips without is in `.[test]` or `.[dev]`."""
+    import glob
+    import re
+    extras = _extras()
+    listed = _names(extras["test"]) | _names(extras["dev"]) | {"numpy", "cuda-pathfinder"}
+    here = os.path.dirname(os.path.abspath(__file__))
+    wanted = set()
+    for path in glob.glob(os.path.join(here, "*.py")):
+        text = open(path, encoding="utf-8").read()
+        wanted |= set(re.findall(r'importorskip\("([\w.]+)"', text))
+        wanted |= set(re.findall(r'find_spec\("([\w.]+)"\) is None', text))
+    # the frameworks and the GPU's own packages: tested where installed, never required
+    optional = {"torch", "cupy", "triton", "matplotlib", "IPython", "nvidia", "cuda"}
+    dist = {"IPython": "ipython", "trove_classifiers": "trove-classifiers", "xdist": "pytest-xdist"}
+    missing = sorted(m for m in wanted if m.split(".")[0] not in optional and
+                     dist.get(m.split(".")[0], m.split(".")[0]).lower().replace("_", "-")
+                     not in listed)
+    assert missing == []

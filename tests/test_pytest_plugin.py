@@ -195,6 +195,11 @@ _UNTOUCHED = '''
         assert 1 == 2           # the plugin's fail-fast check looks at it: no CUDA in it
 
     def hooked():
+        """The graph-capture hook: a sys.meta_path entry waiting for torch.cuda.graphs,
+        or, where torch was imported first, its CUDAGraph wrapped already."""
+        graphs = sys.modules.get("torch.cuda.graphs")
+        if graphs is not None and getattr(graphs.CUDAGraph.capture_end, "_cuda_debug", False):
+            return ["wrapped"]
         return [type(f).__name__ for f in sys.meta_path if "cuda_debug" in type(f).__module__]
 
     def test_untouched():
@@ -204,17 +209,39 @@ _UNTOUCHED = '''
 '''
 
 
+#: a stand-in for an installed torch that the tested project imports before any
+#: test (issue 46 item 2): the hook is then the wrapped class, not a meta_path entry
+_FAKE_TORCH = {
+    "torch/__init__.py": ("from . import cuda, nn\nclass Tensor:\n    def __getitem__(self, i):\n"
+                          "        pass\n    def __setitem__(self, i, v):\n        pass\n"),
+    "torch/cuda/__init__.py": "from . import graphs\n",
+    "torch/cuda/graphs.py": ("class CUDAGraph:\n    def capture_end(self):\n        pass\n"
+                             "    def reset(self):\n        pass\n"),
+    "torch/nn/__init__.py": "from . import functional\n",
+    "torch/nn/functional.py": "",
+}
+
+
+@pytest.mark.parametrize("torch_first", [False, True], ids=["no-torch", "torch-imported"])
 @pytest.mark.parametrize("args, marked, armed", [
     ((), False, False),                 # unused: no C extension, no import hook
     (("--cuda-guard",), False, True),   # asked by an option
     ((), True, True),                   # asked by a marker of another test
 ])
 def test_unused_the_plugin_loads_no_extension_and_sets_no_import_hook(inner, args, marked,
-                                                                      armed):
+                                                                      armed, torch_first):
     """Unused, the plugin (in every pytest run of the environment) loads only its
     own Python modules: not cuda_debug._core, no sys.meta_path entry wrapping
     torch's graph capture (issue 37 item 3). An option, a marker or a fixture
-    asks: then the hook is set, as `import cuda_debug` sets it outside pytest."""
+    asks: then the hook is set, as `import cuda_debug` sets it outside pytest:
+    a meta_path entry, or where torch was imported already, its class wrapped."""
+    if torch_first:
+        for name, text in _FAKE_TORCH.items():
+            path = inner.path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        inner.makeconftest("import sys\nsys.path.insert(0, %r)\nimport torch\n"
+                           % str(inner.path))
     inner.makepyfile(_UNTOUCHED + ("""
     import pytest
 
@@ -227,11 +254,40 @@ def test_unused_the_plugin_loads_no_extension_and_sets_no_import_hook(inner, arg
     (line,) = [l[l.index("LOADED"):] for l in result.outlines if "LOADED [" in l]
     loaded = eval(line.split("LOADED ", 1)[1].split(" HOOKS ")[0])
     hooks = eval(line.split(" HOOKS ", 1)[1])
-    assert hooks == (["_TorchGraphsFinder"] if armed else []), line
+    expected = ["wrapped" if torch_first else "_TorchGraphsFinder"] if armed else []
+    assert hooks == expected, line
     if not armed:       # (_sticky, _errors: the check of the failure, pure Python)
         assert set(loaded) <= {"cuda_debug", "cuda_debug._options", "cuda_debug.pytest_plugin",
                                "cuda_debug._sticky", "cuda_debug._cuda_errors",
                                "cuda_debug._errors"}, line
+
+
+@pytest.mark.parametrize("how", ["ini", "pytest -W", "PYTHONWARNINGS", "no filter"])
+def test_a_bad_setting_never_stops_another_projects_pytest(inner, monkeypatch, how):
+    """A stray CUDA_DEBUG_* variable in a project that makes warnings errors: the
+    plugin (loaded in every pytest run of the environment) warns on stderr, pointing
+    at the variable (not at pytest's import machinery), and the run goes on (issue
+    46 item 3: it was "Error while loading plugin", exit 3)."""
+    monkeypatch.setenv("CUDA_DEBUG_NO_SUCH", "1")
+    monkeypatch.setenv("CUDA_DEBUG_WAIT", "bogus")
+    args = []
+    if how == "ini":
+        inner.makeini("[pytest]\nfilterwarnings = error\n")
+    elif how == "pytest -W":
+        args = ["-W", "error"]
+    elif how == "PYTHONWARNINGS":
+        monkeypatch.setenv("PYTHONWARNINGS", "error")
+    inner.makepyfile("def test_a():\n    pass\n")
+    result = run(inner, *args)
+    assert result.ret == 0, out(result)
+    result.assert_outcomes(passed=1)
+    # (on stderr; without a filter, pytest lists them in its warnings summary)
+    warned = [l.strip() for l in result.errlines + result.outlines
+              if "RuntimeWarning: cuda_debug: " in l]
+    assert len(warned) == 2, out(result)
+    assert warned[0].startswith("<environment CUDA_DEBUG_WAIT>:0: RuntimeWarning: "), warned
+    assert warned[1].startswith("<environment CUDA_DEBUG_NO_SUCH>:0: RuntimeWarning: "), warned
+    assert "rewrite.py" not in out(result) and "Error while loading" not in out(result)
 
 
 #: modules other engineers own this round: the lead adds the line to each (issue 37 item 9)
@@ -414,6 +470,72 @@ def test_option_marker_fixture_open_scopes(inner, every_test):
     inner.makepyfile(test_wiring="EVERY_TEST = %r\n" % every_test + _WIRING_TESTS)
     result = run(inner, "-v", *(["--cuda-launch-blocking"] if every_test else []))
     result.assert_outcomes(passed=6)
+
+
+_FAKE_WATCH_CONFTEST = '''
+import cuda_debug._scope as scope_module
+
+WATCHES = []     # the keywords of each open fake watch
+
+class FakeWatch:
+    def __init__(self, **keywords):
+        self.keywords = keywords
+    def __enter__(self):
+        WATCHES.append(self.keywords)
+        return self
+    def __exit__(self, *exc):
+        WATCHES.pop()
+        return False
+
+scope_module.watch = FakeWatch
+'''
+
+
+def test_watch_marker_false_opts_out_and_keywords_reach_watch(inner):
+    """``cuda_watch(False)`` is no watch (it turned watching on), as the two other
+    markers' False; keywords reach watch() (they were ignored); a keyword a marker
+    does not take fails the test, naming it (issue 46 item 7)."""
+    inner.makeconftest(_FAKE_WATCH_CONFTEST)
+    inner.makepyfile('''
+        import pytest
+        from conftest import WATCHES
+
+        @pytest.mark.cuda_watch
+        def test_on():
+            assert WATCHES == [{}]
+
+        @pytest.mark.cuda_watch(False)
+        def test_off():
+            assert WATCHES == []
+
+        @pytest.mark.cuda_watch(enabled=False)
+        def test_off_keyword():
+            assert WATCHES == []
+
+        @pytest.mark.cuda_watch(hang_after=60, exact=True)
+        def test_keywords():
+            assert WATCHES == [{"hang_after": 60, "exact": True}]
+
+        @pytest.mark.cuda_watch(bogus=1)
+        def test_unknown_keyword():
+            pass
+
+        @pytest.mark.cuda_launch_blocking(hang_after=60)
+        def test_keyword_of_another_marker():
+            pass
+
+        @pytest.mark.cuda_guard("yes")
+        def test_not_a_bool():
+            pass
+    ''')
+    result = run(inner, "-rE")
+    result.assert_outcomes(passed=4, errors=3)
+    result.stdout.fnmatch_lines_random([
+        "@pytest.mark.cuda_watch: unknown keyword bogus (it takes enabled, hang_after, exact)",
+        "@pytest.mark.cuda_launch_blocking: unknown keyword hang_after (it takes enabled, "
+        "all_threads)",
+        "@pytest.mark.cuda_guard('yes'): enabled is True or False",
+    ])
 
 
 def test_ini_option_opens_scopes(inner):

@@ -247,6 +247,21 @@ def _run(args) -> int:
     return EXIT_OK
 
 
+def _unrecognized(top: argparse.ArgumentParser, what: str, extra: List[str]) -> UsageError:
+    """``bench gemm --size 256``: the subcommand's usage, and the option meant."""
+    import difflib
+    sub = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)][0]
+    p = sub.choices[what]
+    known = [o for o in p._option_string_actions if o.startswith("--")]
+    hints = []
+    for a in extra:
+        if a.startswith("--"):
+            hints += ["%s: did you mean %s?" % (a.split("=")[0], m)
+                      for m in difflib.get_close_matches(a.split("=")[0], known, n=1)]
+    return UsageError("unrecognized arguments: %s%s" % (
+        " ".join(extra), " (%s)" % "; ".join(hints) if hints else ""), usage=p.format_usage())
+
+
 def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
     """``python -m cuda_debug bench ...``; `argv` is what follows ``bench``, `prog`
     the command as invoked (``cuda-debug bench``), for help and usage."""
@@ -255,8 +270,11 @@ def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
         argv = argv[1:]
     what = prog                       # messages name the command as typed
     try:
-        args = parser(prog).parse_args(argv)
+        top = parser(prog)
+        args, extra = top.parse_known_args(argv)
         what = "%s %s" % (prog, args.what)
+        if extra:                     # said by the command that refused them: bench gemm
+            raise _unrecognized(top, args.what, extra)
         (validate_gemm if args.what == "gemm" else validate_latency)(args)
         check_outputs(args)
     except (UsageError, ValueError, TypeError) as e:
