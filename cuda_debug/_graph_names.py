@@ -1,7 +1,7 @@
 """Names for the nodes of CUDA graphs, shared by the exception (cuda_debug/_report.py)
 and the in-flight records (cuda_debug/_hangs.py): why a replay's nodes are not
 named, the tag torch.cuda.graph_annotations gave a node, and a node's candidates
-as dicts (host memory only: csrc/capture/graph_markers.c).
+as dicts (host memory only: csrc/capture/graph_read.c).
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 import re

@@ -12,7 +12,7 @@ made while nothing watched, while the stream still captures, C reads the graph
 being captured through the driver's graph API (cuStreamGetCaptureInfo,
 cuGraphGetNodes, cuGraphKernelNodeGetParams, cuFuncGetName: no CUPTI) and keeps
 its kernel nodes with the line that captured the graph
-(csrc/capture/graph_markers.c, cd_graph_adopt); the executable torch made is
+(csrc/capture/graph_adopt.c, cd_graph_adopt); the executable torch made is
 paired with them (the executable table that replays look up). A fault in a
 replay of such a graph, inside watch(), is named when the device's assert text
 names one of its kernels: that node, its number, the capture line, the replay

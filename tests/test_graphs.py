@@ -1,7 +1,7 @@
 """Markers inside CUDA graphs, on the fake driver: CPU only.
 
 While watching, a launch captured into a graph gets a node record and a
-completion marker captured right behind it (csrc/capture/graph_markers.c);
+completion marker captured right behind it (csrc/capture/graph_capture.c);
 the capture gets a start marker first and a memset of its slots last, so
 every replay starts clear. The fake driver (tests/fake_cuda) records stream
 writes and memsets into the graph and runs them at replay, in capture order;

@@ -2,7 +2,7 @@
  * report/graph_report.c: a CUDA graph replay in a block on fd 2. The fault
  * block, the watch culprit (fault_report.c), the hang report and the dump
  * (inflight_report.c) all name a replay the same way: the nodes of its graph
- * the markers leave as the faulting or running one (capture/graph_markers.c),
+ * the markers leave as the faulting or running one (capture/graph_read.c),
  * each by its kernel (an NCCL kernel by its collective), its node number and
  * the line that captured it, then the line that replayed the graph; or the
  * replay, and why its nodes are not known.
