@@ -433,6 +433,26 @@ int cd_graph_release_exec(CUgraphExec exec);
 long cd_graph_adopt(CUstream s);
 int cd_graph_adopt_exec(uint32_t token, CUgraphExec exec);
 void cd_graph_adopt_drop(uint32_t token);
+/* Each node's own line in such a graph: the capture is followed from its
+ * beginning (s now capturing; why 0) on the calling thread, or why it is not
+ * (why: CD_ADOPT_LINE_*; s is then not read): 0 following, -1 not, -2 the
+ * capture is tracked (begun while watching). Then Python's trace function
+ * calls cd_graph_adopt_event at each event of a user frame on that thread
+ * (CD_ADOPT_CALL, _LINE, _RETURN): 0, or -1 when the capture is over (stop
+ * tracing). cd_graph_adopt gives each node the user's line that made it.
+ * Why a node's line is not its own (cd_graph_node_line): the capture's
+ * beginning was not seen (it began before cuda_debug was imported, or not
+ * through torch.cuda.CUDAGraph.capture_begin); a tracer (a debugger,
+ * coverage) was set then; more runs of nodes than followed; no user frame
+ * launched it; this Python's frames cannot be read. */
+enum { CD_ADOPT_LINE_OWN = 0, CD_ADOPT_LINE_UNSEEN = 1, CD_ADOPT_LINE_TRACED = 2,
+       CD_ADOPT_LINE_FULL = 3, CD_ADOPT_LINE_NO_USER = 4, CD_ADOPT_LINE_NO_FRAMES = 5 };
+enum { CD_ADOPT_CALL = 0, CD_ADOPT_LINE = 1, CD_ADOPT_RETURN = 2 };
+int cd_graph_adopt_follow(CUstream s, int why);
+int cd_graph_adopt_event(int event);
+/* The trace function was replaced (a debugger): the nodes made since the last
+ * event it saw have no line (CD_ADOPT_LINE_TRACED). */
+void cd_graph_adopt_lost(void);
 
 
 /* graph_read.c. What a replay's capture says (reads host memory only: no CUDA call, no
@@ -461,6 +481,10 @@ unsigned long long cd_graph_node_tools_id(uint32_t g);
 /* Node g's innermost frames of any kind (CD_NODE_FRAMES at most; its record
  * keeps the innermost few and the user's): the count. */
 int cd_graph_node_frames(uint32_t g, uint32_t *ids, int max);
+/* Node g's line (its record's user frame): CD_ADOPT_LINE_OWN when it is the
+ * line that launched it, else why it is the line that ended its capture (a
+ * graph captured before watching). */
+int cd_graph_node_line(uint32_t g);
 typedef struct {
     uint64_t id;                   /* the driver's capture id */
     uint32_t n_nodes, unmarked;    /* kernel nodes; of which without a record or marker */
@@ -472,6 +496,9 @@ typedef struct {
     uint32_t exec_ids[4];          /* its executables' ids for tools (cuGraphExecGetId), 0 */
 } cd_graph_capture_info;
 int cd_graph_capture(int capture, cd_graph_capture_info *out);
+/* An adopted capture's line: the frames that ended it (the `with` of
+ * torch.cuda.graph), into ids (max): the count, 0 none. */
+int cd_graph_capture_ended_at(int capture, uint32_t *ids, int max);
 typedef struct {
     uint64_t nodes_marked, nodes_unmarked, nodes_recorded, captures_untracked, captures_freed;
     int captures;                  /* live now */
@@ -479,6 +506,7 @@ typedef struct {
     int clear_rc, write_rc;        /* the last refused memset (then cleared by writes) / write */
     int kernel_rc;                 /* the last failed marker-kernel load or launch */
     int adopt_rc;                  /* the last failed graph API call of an adoption */
+    uint64_t adopt_events;         /* user-frame events seen following captures' lines */
     unsigned execs, execs_refused, exec_reach;  /* graph_execs.c */
 } cd_graph_counters;
 void cd_graph_stats(cd_graph_counters *out);

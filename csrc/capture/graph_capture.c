@@ -201,6 +201,7 @@ int cd_graph_launch_captured(const cd_launch *l)
     node_info *ni = &cd_gp_info[g];
     ni->index = index;
     ni->start = 0;
+    ni->line_why = CD_ADOPT_LINE_OWN;
     /* The record keeps the innermost frames and the user's; the frames between
      * (a torch.compile'd graph's generated code, whose line Inductor's line map
      * turns into the source line the kernel fused) are kept here. */

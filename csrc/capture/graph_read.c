@@ -186,6 +186,11 @@ int cd_graph_node_frames(uint32_t g, uint32_t *ids, int max)
     return n;
 }
 
+int cd_graph_node_line(uint32_t g)
+{
+    return g < CD_GRAPH_NODES ? cd_gp_info[g].line_why : CD_ADOPT_LINE_OWN;
+}
+
 int cd_graph_capture(int c, cd_graph_capture_info *out)
 {
     if (c < 0 || c >= atomic_load_explicit(&cd_gp_caps_hw, memory_order_acquire))
@@ -202,6 +207,16 @@ int cd_graph_capture(int c, cd_graph_capture_info *out)
     for (int i = 0; i < CAP_CLONES; i++)
         out->exec_ids[i] = atomic_load(&k->exec_ids[i]);
     return out->state == CAP_FREE ? -1 : 0;
+}
+
+int cd_graph_capture_ended_at(int c, uint32_t *ids, int max)
+{
+    if (c < 0 || c >= atomic_load_explicit(&cd_gp_caps_hw, memory_order_acquire) ||
+        atomic_load(&cd_gp_caps[c].state) != CAP_ADOPTED)
+        return 0;
+    int n = cd_gp_caps[c].n_ended_at < max ? cd_gp_caps[c].n_ended_at : max;
+    memcpy(ids, cd_gp_caps[c].ended_at, (size_t)n * sizeof *ids);
+    return n;
 }
 
 void cd_graph_stats(cd_graph_counters *out)

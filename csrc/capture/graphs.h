@@ -76,6 +76,8 @@ typedef struct {
     } streams[CAP_STREAMS];
     int n_streams;
     _Atomic uint32_t exec_ids[CAP_CLONES];  /* its executables' ids for tools (CUDA 13.1) */
+    uint32_t ended_at[CD_RING_FRAMES];      /* adopted: the frames that ended the capture */
+    uint8_t n_ended_at;
 } capture_t;
 
 typedef struct {
@@ -83,6 +85,7 @@ typedef struct {
     uint32_t gen;                  /* the chunk's generation when written */
     uint8_t start;                 /* the start marker, not a kernel */
     uint8_t n_deep;
+    uint8_t line_why;              /* CD_ADOPT_LINE_*: its record's line is its launch's, or why not */
     uint32_t deep[CD_NODE_FRAMES]; /* the capturing thread's innermost frames, all kinds */
     unsigned long long tools_id;   /* the driver's id of its node for tools (CUDA 13.1), 0 */
 } node_info;
