@@ -80,6 +80,9 @@ size_t cd_frames_copy_name(void *str, char *out, size_t cap);
 /* CD_LOC_* of a code object (a PyCodeObject *): its file's kind, or
  * CD_LOC_COMPILED. Safe without the GIL while the code object is alive. */
 int cd_code_kind(void *code);
+/* The same from the table of code objects (the kind found at its first sight:
+ * a lookup, where cd_code_kind reads the file name each time). */
+int cd_code_kind_cached(void *code);
 
 /* With the GIL, at module init: retire the cached entries of code objects as
  * they are freed (a code watcher on Python 3.12+, the code type's deallocator
@@ -453,6 +456,9 @@ int cd_graph_adopt_event(int event);
 /* The trace function was replaced (a debugger): the nodes made since the last
  * event it saw have no line (CD_ADOPT_LINE_TRACED). */
 void cd_graph_adopt_lost(void);
+/* The child: no capture followed (the parent's is not the child's; its trace
+ * function stops at its next event). */
+void cd_graph_adopt_fork(int op);
 
 
 /* graph_read.c. What a replay's capture says (reads host memory only: no CUDA call, no

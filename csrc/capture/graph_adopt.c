@@ -325,3 +325,11 @@ void cd_gp_adopt_stats(cd_graph_counters *out)
     out->adopt_rc = atomic_load(&adopt_rc);
     out->adopt_events = atomic_load(&n_events);
 }
+
+void cd_graph_adopt_fork(int op)
+{
+    if (op == CD_FORK_CHILD) {
+        tls_follow = NULL;         /* the parent's (its copy stays allocated) */
+        tls_unfollowed_why = CD_ADOPT_LINE_UNSEEN;
+    }
+}
