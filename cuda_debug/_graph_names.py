@@ -1,7 +1,7 @@
 """Names for the nodes of CUDA graphs, shared by the exception (cuda_debug/_report.py)
 and the in-flight records (cuda_debug/_hangs.py): why a replay's nodes are not
 named, the tag torch.cuda.graph_annotations gave a node, and a node's candidates
-as dicts (host memory only: csrc/capture/graph_markers.c).
+as dicts (host memory only: csrc/capture/graph_read.c).
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 import re
@@ -55,6 +55,29 @@ def graph_annotation(tools_id: int, exec_ids=()) -> Optional[dict]:
     return None
 
 
+#: Why a node of a graph captured before watching is named at the line that
+#: ended its capture, not at the line that launched it (csrc/capture/capture.h:
+#: CD_ADOPT_LINE_*; report/graph_report.c writes the same words on fd 2).
+LINE_NOTES = {
+    _core.ADOPT_LINE_UNSEEN: "the capture's beginning was not seen (it began before cuda_debug "
+                             "was imported, or not by torch.cuda.CUDAGraph.capture_begin)",
+    _core.ADOPT_LINE_TRACED: "a tracer (a debugger, coverage) was set during the capture, so "
+                             "its launches' lines were not followed",
+    _core.ADOPT_LINE_FULL: "the capture made more runs of nodes than are followed (4096)",
+    _core.ADOPT_LINE_NO_USER: "no frame of the user's made it",
+    _core.ADOPT_LINE_NO_FRAMES: "this Python's frames cannot be read",
+}
+
+
+def line_note(node: int) -> Optional[str]:
+    """None when node's ``captured_at`` is the line that launched it (always, for
+    a graph captured while watching), else why it is the line that ended its
+    capture instead."""
+    why = _core.graph_node_line(node)
+    return None if why == _core.ADOPT_LINE_OWN else \
+        "the line that ended its capture, not the launch's: " + LINE_NOTES.get(why, "unknown")
+
+
 #: A graph captured before watching whose node the device's text names.
 ADOPTED_NAMED = "captured before watching (no markers inside it): named by the device's text"
 
@@ -84,6 +107,7 @@ def node_candidates(info):
         nodes.append(dict(node=index, kernel=name,
                           short=_core.short_kernel_name(name) if name else None,
                           collective=collective, captured_at=_locations.where(stack),
+                          captured_note=line_note(g),
                           annotation=graph_annotation(tools_id, cap[7] if cap else ())))
     return tuple(nodes), (None if nodes else GRAPH_NOTES.get(status))
 

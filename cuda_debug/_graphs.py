@@ -12,17 +12,28 @@ made while nothing watched, while the stream still captures, C reads the graph
 being captured through the driver's graph API (cuStreamGetCaptureInfo,
 cuGraphGetNodes, cuGraphKernelNodeGetParams, cuFuncGetName: no CUPTI) and keeps
 its kernel nodes with the line that captured the graph
-(csrc/capture/graph_markers.c, cd_graph_adopt); the executable torch made is
+(csrc/capture/graph_adopt.c, cd_graph_adopt); the executable torch made is
 paired with them (the executable table that replays look up). A fault in a
 replay of such a graph, inside watch(), is named when the device's assert text
-names one of its kernels: that node, its number, the capture line, the replay
-line. Nothing else can say which node of a graph without markers faulted or
-hangs: the report says so, with the graph's capture line.
+names one of its kernels: that node, its number, the line that launched it
+during the capture, the replay line. Nothing else can say which node of a
+graph without markers faulted or hangs: the report says so, with the graph's
+capture line.
 
-The wrapper costs nothing on the launch path and nothing at replay: it runs at
-the end of each capture (and at ``reset()``/``instantiate()``). CUPTI stays
-untouched outside watch(), free for profilers. ``CUDA_DEBUG_GRAPH_ADOPT=0``
-leaves torch alone.
+Each node's own line: nothing sees a launch outside watch(), so from
+``capture_begin`` to ``capture_end`` a trace function on the capturing thread
+(C, python/py_capture.c) reads the graph's node count at each event of a user
+frame: the nodes made since the last one are the current user line's. Where a
+node's line could not be known, it keeps the line that ended the capture and
+``_core.graph_node_line(node)`` says why (``ADOPT_LINE_*``: the capture's
+beginning was not seen; a tracer such as a debugger or coverage was set;
+...). No tracer is replaced: with one set, lines are not followed.
+
+The wrapper costs nothing on the launch path and nothing at replay: it runs
+during each capture made while nothing watched (a driver call per event of a
+user frame) and at ``reset()``/``instantiate()``. CUPTI stays untouched
+outside watch(), free for profilers. ``CUDA_DEBUG_GRAPH_ADOPT=0`` leaves torch
+alone.
 
 It also ties a graph's executable to its CUDAGraph object: when the object goes
 (or is reset), the executable's entry and its capture's hold on the markers are
@@ -48,15 +59,21 @@ def stats() -> dict:
 
 
 def install(module=None) -> bool:
-    """Wrap torch.cuda.CUDAGraph's capture_end, reset and instantiate (once)."""
+    """Wrap torch.cuda.CUDAGraph's capture_begin, capture_end, reset and
+    instantiate (once)."""
     if not _options.OPTIONS.graph_adopt:
         return False
     module = module or sys.modules.get("torch.cuda.graphs")
     cls = getattr(module, "CUDAGraph", None)
     if cls is None or cls in _installed or getattr(cls.capture_end, "_cuda_debug", False):
         return False
-    orig_end, orig_reset = cls.capture_end, cls.reset
+    orig_begin, orig_end, orig_reset = cls.capture_begin, cls.capture_end, cls.reset
     orig_instantiate = getattr(cls, "instantiate", None)
+
+    def capture_begin(self, *args, **kwargs):
+        out = orig_begin(self, *args, **kwargs)
+        _follow(self)
+        return out
 
     def capture_end(self):
         token = _before_end(self)
@@ -67,10 +84,12 @@ def install(module=None) -> bool:
         _release(self)
         return orig_reset(self)
 
-    capture_end._cuda_debug = reset._cuda_debug = True
+    capture_begin._cuda_debug = capture_end._cuda_debug = reset._cuda_debug = True
+    capture_begin.__wrapped__ = orig_begin
     capture_end.__wrapped__, reset.__wrapped__ = orig_end, orig_reset
+    capture_begin.__doc__ = orig_begin.__doc__
     capture_end.__doc__, reset.__doc__ = orig_end.__doc__, orig_reset.__doc__
-    cls.capture_end, cls.reset = capture_end, reset
+    cls.capture_begin, cls.capture_end, cls.reset = capture_begin, capture_end, reset
     if orig_instantiate is not None:
         def instantiate(self, *args, **kwargs):
             out = orig_instantiate(self, *args, **kwargs)
@@ -89,6 +108,20 @@ def install(module=None) -> bool:
 def _stream_of(graph) -> int:
     import torch
     return torch.cuda.current_stream().cuda_stream
+
+
+def _follow(graph) -> None:
+    """At the beginning of a capture (the stream capturing): follow which user
+    line makes each node, unless a watch() tracks the capture (C says so) or a
+    tracer is set (then only why)."""
+    try:
+        if not _libraries.load(_libraries.CUDA).loaded:
+            return
+        _locations.configure()              # which frames are the user's
+        why = _core.ADOPT_LINE_TRACED if sys.gettrace() is not None else 0
+        _core.graph_adopt_follow(_stream_of(graph), why)
+    except Exception:
+        _stats["failed"] += 1
 
 
 def _before_end(graph) -> int:

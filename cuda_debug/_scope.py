@@ -340,7 +340,7 @@ class watch(_Region):
 
     A CUDA graph captured inside the block gets a marker behind every kernel
     node: a fault during a replay names the node (``graph_node``, its
-    ``kernel``), ``captured_at`` and ``replayed_at`` (csrc/capture/graph_markers.c).
+    ``kernel``), ``captured_at`` and ``replayed_at`` (csrc/capture/graph_capture.c).
 
     Always on by default: a launch gets a marker of its own only every 16th
     launch of its stream (``CUDA_DEBUG_WATCH_EVERY``), and the stream the host

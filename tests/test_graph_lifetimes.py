@@ -4,7 +4,7 @@ Serving engines keep a graph per batch size and recapture (recompiles, new
 shapes) for as long as they run. The executable table (csrc/capture/
 graph_execs.c) frees an entry when its executable is destroyed and finds one
 in a few reads however many came and went; a capture's markers
-(csrc/capture/graph_markers.c) go back to the pool when its graph and every
+(csrc/capture/graph_pool.c) go back to the pool when its graph and every
 executable made from it are destroyed, so a process that captures and
 destroys graphs for ever stays watched. In the fake driver a graph is its own
 executable; it is freed once both are destroyed.

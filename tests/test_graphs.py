@@ -1,7 +1,7 @@
 """Markers inside CUDA graphs, on the fake driver: CPU only.
 
 While watching, a launch captured into a graph gets a node record and a
-completion marker captured right behind it (csrc/capture/graph_markers.c);
+completion marker captured right behind it (csrc/capture/graph_capture.c);
 the capture gets a start marker first and a memset of its slots last, so
 every replay starts clear. The fake driver (tests/fake_cuda) records stream
 writes and memsets into the graph and runs them at replay, in capture order;
@@ -462,8 +462,10 @@ torch.cuda.current[0] = s
 out = {"wrapped": getattr(torch.cuda.CUDAGraph.capture_end, "_cuda_debug", False)}
 g = torch.cuda.CUDAGraph()
 with torch.cuda.graph(g):  # CAPTURED
-    for i in range(5):
-        fake.fake_launch(b"pre_bad" if i == 3 else b"pre_ok_%d" % i, s, *L)
+    for i in range(3):
+        fake.fake_launch(b"pre_ok_%d" % i, s, *L)
+    fake.fake_launch(b"pre_bad", s, *L)  # BAD LAUNCH
+    fake.fake_launch(b"pre_ok_4", s, *L)
 g.replay()
 assert fake.fake_stream_sync(s) == 0
 out["subscribes"] = _core.stats()["subscribes"]          # CUPTI untouched outside watch()
@@ -490,11 +492,11 @@ report(out)
 
 
 def test_a_torch_graph_captured_before_watch_is_named_by_the_device_text(fake_child, tmp_path):
-    """Issue 27 item 3: a graph torch captured while nothing watched (no
-    markers, no CUPTI) was replayed inside watch() as "kernel None". Its
-    kernels are read at the end of its capture (the driver's graph API), so the
-    device's assert text names the node: kernel, node number, capture line,
-    replay line."""
+    """A graph torch captured while nothing watched (no markers, no CUPTI):
+    its kernels are read at the end of its capture (the driver's graph API), so
+    the device's assert text names the node: kernel, node number, the line that
+    launched it during the capture (not the capture's `with` line), the replay
+    line."""
     c = _memop(fake_child)(ADOPT, args=[_fake_torch(tmp_path), "assert"])
     r = c.result
     assert r is not None, c
@@ -502,13 +504,16 @@ def test_a_torch_graph_captured_before_watch_is_named_by_the_device_text(fake_ch
     assert r["graphs"] == {"adopted": 1, "paired": 1, "released": 0, "failed": 0}, r
     assert r["cls"] == "DeviceAssertError" and r["kernel"] == "pre_bad" and r["node"] == 3, r
     assert r["exact"] is True, r
-    cap, rep = c.line_of("# CAPTURED"), c.line_of("# REPLAYED")
-    assert r["captured_at"] == "%s:%d" % (c.script, cap), r
+    bad, rep = c.line_of("# BAD LAUNCH"), c.line_of("# REPLAYED")
+    assert r["captured_at"] == "%s:%d" % (c.script, bad), r
+    assert r["filename"] == c.script and r["lineno"] == bad, r
     assert r["replayed_at"] == "%s:%d" % (c.script, rep), r
     assert "captured before watching" in r["note"] and "device's text" in r["note"], r
     assert "culprit (named by the device's text): pre_bad (node 3 of a CUDA graph captured " \
            "before watching; replay launch #" in c.stderr, c.stderr
-    assert "captured at %s:%d in <module>" % (c.script, cap) in c.stderr, c.stderr
+    assert "captured at %s:%d in <module>\n" % (c.script, bad) in c.stderr, c.stderr
+    assert "captured at %s:%d" % (c.script, c.line_of("# CAPTURED")) not in c.stderr, c.stderr
+    assert "the line that ended its capture" not in c.stderr, c.stderr
 
 
 def test_a_torch_graph_captured_before_watch_without_device_text_says_why(fake_child, tmp_path):
@@ -520,7 +525,91 @@ def test_a_torch_graph_captured_before_watch_without_device_text_says_why(fake_c
     assert r["lineno"] == c.line_of("# REPLAYED"), r
     assert "a CUDA graph replay (captured before watching: no markers inside it (5 kernel " \
            "nodes, none named by the device's text)" in c.stderr, c.stderr
+    # no node named: the graph's own line, where its capture ended
     assert "captured at %s:%d in <module>" % (c.script, c.line_of("# CAPTURED")) in c.stderr
+
+
+FOLLOW = PRE + '''
+HOW = sys.argv[2]
+sys.path.insert(0, sys.argv[1])
+import torch
+torch.cuda.current[0] = s
+def layer(i):
+    fake.fake_launch(b"pre_ok_%d" % i, s, *L)
+def head():
+    fake.fake_launch(b"pre_bad", s, *L)  # IN HEAD
+tracer = lambda *a: None
+out = {}
+g = torch.cuda.CUDAGraph()
+if HOW == "traced":
+    sys.settrace(tracer)
+elif HOW == "unseen":                         # its beginning not through capture_begin
+    torch.cuda.CUDAGraph.capture_begin.__wrapped__(g)
+if HOW != "unseen":
+    g.capture_begin()
+for i in range(3):
+    layer(i)
+head()  # CALLS HEAD
+g.capture_end()  # ENDED
+if HOW == "traced":
+    out["tracer_kept"] = sys.gettrace() is tracer
+    sys.settrace(None)
+out["events"] = _core.graph_stats()["adopt_events"]
+for i in range(50):                           # after the capture: not followed
+    layer_free = i * 2
+out["events_after"] = _core.graph_stats()["adopt_events"]
+fake.fake_set_kernel(b"pre_bad", 710, 1, b"idx < n", -1, 0)
+try:
+    with cuda_debug.watch():
+        g.replay()  # REPLAYED
+        cuda_debug.check()
+except cuda_debug.CudaError as e:
+    out.update(describe(e))
+out["lines"] = [_core.graph_node_line(n) for n in range(4)   # the only capture: nodes 0-3
+                if _core.graph_node(n) is not None]
+out["note"] = cuda_debug._graph_names.line_note(3)
+report(out)
+'''
+
+
+def test_each_node_of_a_graph_captured_before_watch_has_its_own_launch_line(fake_child,
+                                                                             tmp_path):
+    """The capture is followed from torch's capture_begin to capture_end (a
+    trace function on the capturing thread reads the graph's node count at each
+    event of a user frame): the faulting node is named at the line that launched
+    it, the innermost user frame then (inside the user's function head(), not
+    the line that called it, nor where the capture ended); once the capture
+    ends nothing is followed."""
+    c = _memop(fake_child)(FOLLOW, args=[_fake_torch(tmp_path), "followed"])
+    r = c.result
+    assert r is not None, c
+    assert r["kernel"] == "pre_bad" and r["node"] == 3 and r["exact"] is True, r
+    inside = "%s:%d" % (c.script, c.line_of("# IN HEAD"))
+    assert r["captured_at"] == inside + " in head", r
+    assert "captured at %s in head\n" % inside in c.stderr, c.stderr
+    assert r["events"] > 0 and r["events_after"] == r["events"], r
+    assert r["lines"] == [0] * 4 and r["note"] is None, r    # ADOPT_LINE_OWN, every node
+
+
+@pytest.mark.parametrize("how, why", [("traced", "a tracer (a debugger, coverage) was set"),
+                                      ("unseen", "the capture's beginning was not seen")])
+def test_a_node_whose_launch_line_is_unknown_says_why(fake_child, tmp_path, how, why):
+    """With a tracer set (a debugger, coverage: never replaced), or a capture
+    begun other than by torch's capture_begin, no launch line is followed: the
+    node keeps the line that ended the capture, and the report says why."""
+    c = _memop(fake_child)(FOLLOW, args=[_fake_torch(tmp_path), how])
+    r = c.result
+    assert r is not None, c
+    assert r["kernel"] == "pre_bad" and r["node"] == 3, r
+    ended = "%s:%d" % (c.script, c.line_of("# ENDED"))
+    assert r["captured_at"] == ended, r
+    assert r.get("tracer_kept", True) is True, r
+    from cuda_debug import _core
+    code = _core.ADOPT_LINE_TRACED if how == "traced" else _core.ADOPT_LINE_UNSEEN
+    assert r["lines"] == [code] * 4, r
+    assert r["note"].startswith("the line that ended its capture, not the launch's: " + why), r
+    assert "captured at %s in <module>\n    (the line that ended its capture, not the " \
+           "launch's: %s" % (ended, why) in c.stderr, c.stderr
 
 
 def test_an_adopted_graph_is_forgotten_when_its_torch_object_goes(fake_child, tmp_path):

@@ -34,6 +34,18 @@ torch.cuda.synchronize()
 """
 
 
+# A graph `g` captured before watch(), replayed inside watch().
+REPLAY_IN_WATCH = """
+try:
+    with cuda_debug.watch():
+        g.replay()  # REPLAY
+        torch.cuda.synchronize()
+except cuda_debug.CudaError as e:
+    out.update(describe(e))
+report(out)
+"""
+
+
 def _where(c, marker):
     return "%s:%d" % (c.script, c.line_of(marker))
 
@@ -177,10 +189,11 @@ report(out)
 
 
 def test_graph_captured_before_watch_is_named_by_the_device_text(child):
-    """Issue 27 item 3: a graph torch captured before watch() (no markers) is read
-    at the end of its capture (the driver's graph API, no CUPTI); its replay
-    inside watch() with a bad index is named by the device's assert text: the
-    kernel, node 3, the line that captured the graph, the replay line."""
+    """A graph torch captured before watch() (no markers) is read at the end of
+    its capture (the driver's graph API, no CUPTI); its replay inside watch()
+    with a bad index is named by the device's assert text: the kernel, node 3,
+    the line that launched it during the capture (not the `with` line), the
+    replay line."""
     needs("torch")
     c = child(TORCH + """
 xs = [torch.zeros(16, device="cuda") for _ in range(5)]
@@ -188,32 +201,56 @@ g = torch.cuda.CUDAGraph()
 with torch.cuda.graph(g):  # CAPTURED
     for i in range(5):
         if i == 3:
-            torch.index_select(w, 0, idx, out=o)
+            torch.index_select(w, 0, idx, out=o)  # BAD LAUNCH
         else:
             xs[i].add_(1)
 g.replay()
 torch.cuda.synchronize()
 out = {"subscribes": _core.stats()["subscribes"], "adopted": cuda_debug._graphs.stats()}
 idx.fill_(1000)
-try:
-    with cuda_debug.watch():
-        g.replay()  # REPLAY
-        torch.cuda.synchronize()
-except cuda_debug.CudaError as e:
-    out.update(describe(e))
-report(out)
-""")
+""" + REPLAY_IN_WATCH)
     r = c.result
     assert r is not None, c
     assert r["subscribes"] == 0, r                           # CUPTI untouched before watch()
     assert r["adopted"]["adopted"] == 1 and r["adopted"]["paired"] == 1, r
     assert r["node"] == 3 and "indexSelect" in r["kernel"], r
     assert r["exact"] is True and "captured before watching" in r["note"], r
-    assert r["captured_at"] == _where(c, "# CAPTURED"), r
-    assert r["replayed_at"] == _where(c, "# REPLAY") and r["lineno"] == c.line_of("# CAPTURED")
+    assert r["captured_at"] == _where(c, "# BAD LAUNCH"), r
+    assert r["replayed_at"] == _where(c, "# REPLAY") and r["lineno"] == c.line_of("# BAD LAUNCH")
     # the block on fd 2 (written when the driver logs the fault, maybe before the
     # device's text is in): the node, or why not
     assert "captured before watching" in c.stderr, c.stderr[-3000:]
+
+
+def test_graph_captured_before_watch_names_the_line_in_the_users_function(child):
+    """Each node of a graph captured before watch() gets the user's line that
+    launched it while capturing (a trace function follows the capture outside
+    watch()): kernels launched by operators (`x + 1`, no call event) before the
+    faulting one do not shift it; the faulting index_select is named inside
+    pick(), where it was called, not at the `with` line or pick()'s caller."""
+    needs("torch")
+    c = child(TORCH + """
+xs = [torch.zeros(16, device="cuda") for _ in range(2)]
+def pick():
+    torch.index_select(w, 0, idx, out=o)  # PICK
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):  # CAPTURED
+    y = xs[0] + 1
+    z = y * 2
+    pick()  # CALLS PICK
+    xs[1].add_(z)
+g.replay()
+torch.cuda.synchronize()
+out = {"events": _core.graph_stats()["adopt_events"]}
+idx.fill_(1000)
+""" + REPLAY_IN_WATCH)
+    r = c.result
+    assert r is not None, c
+    assert r["events"] > 0, r
+    assert r["node"] == 2 and "indexSelect" in r["kernel"], r
+    assert r["captured_at"] == _where(c, "# PICK") + " in pick", r
+    assert r["replayed_at"] == _where(c, "# REPLAY"), r
+    assert "the line that ended its capture" not in c.stderr, c.stderr[-3000:]
 
 
 def test_graph_captured_before_watch_without_device_text_says_why(child):
@@ -232,14 +269,7 @@ with torch.cuda.graph(g):  # CAPTURED
     x.add_(1)
 torch.cuda.synchronize()
 out = {}
-try:
-    with cuda_debug.watch():
-        g.replay()  # REPLAY
-        torch.cuda.synchronize()
-except cuda_debug.CudaError as e:
-    out.update(describe(e))
-report(out)
-""")
+""" + REPLAY_IN_WATCH)
     r = c.result
     assert r is not None, c
     assert r["cls"] == "IllegalAddressError" and r["node"] is None, r

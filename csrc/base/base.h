@@ -4,7 +4,8 @@
  *
  *   state.c          the one process-wide state struct (cd_state)
  *   loader.c         dlopen/dlsym of libcuda, CUPTI, cuBLAS
- *   contexts.c       primary contexts; synchronising the current or active ones
+ *   devices.c        each device's primary context (retained once); synchronising
+ *                    the current or active ones
  *   launch_params.c  a launch's stream and configuration, from CUPTI's params
  *   subscription.c   taking CUPTI (subscribe, enable the ids), giving it back
  *   intern.c         the string arena: file, function and kernel names
@@ -61,7 +62,7 @@
 /* Entry points that older drivers lack: NULL when absent. cuStreamGetCaptureInfo
  * is the versioned one of these headers (_v3 for CUDA >= 12.3, _v2 before);
  * cuCtxGetId is CUDA >= 12.0; cuFuncGetName and cuKernelGetName 12.3; the graph
- * API reads the nodes of a graph captured before watching (capture/graph_markers.c). */
+ * API reads the nodes of a graph captured before watching (capture/graph_adopt.c). */
 #define CD_DRIVER_OPTIONAL(X) X(cuLogsRegisterCallback) X(cuStreamGetCaptureInfo) X(cuCtxGetId) \
     X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams) X(cuFuncGetName)    \
     X(cuKernelGetName) X(cuGraphNodeGetToolsId) X(cuGraphExecGetId) X(cuLaunchKernelEx_ptsz) \
@@ -200,7 +201,7 @@ enum { CD_FORK_CHILD = 0, CD_FORK_TEST_TAKE = 1, CD_FORK_TEST_GIVE = 2 };
 void cd_fork_locks(pthread_mutex_t *const *locks, size_t n, int op);
 void cd_fork_lock(pthread_mutex_t *lock, int op);
 
-/* -------------------------------------------------------- contexts.c -- */
+/* --------------------------------------------------------- devices.c -- */
 
 /* The primary context of device `ordinal` (retained once per device for the
  * life of the process, shared with PyTorch/CuPy). Callers push/pop it around
@@ -212,7 +213,7 @@ int cd_device_context(int ordinal, CUcontext *ctx);
 int cd_sync_current_or_active(void);
 /* cuCtxSynchronize of one device's primary context (pushed, then popped). */
 int cd_sync_device(int ordinal);
-void cd_contexts_fork(int op);
+void cd_devices_fork(int op);
 
 /* ----------------------------------------------------------- state.c -- */
 

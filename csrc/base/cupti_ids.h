@@ -33,7 +33,7 @@
     CD_BEGIN_CAPTURE_CBIDS(X)                                                   \
     X(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent, 0) X(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz, 1)
 
-/* The end of a capture (graph_markers.c: at API enter, the memset that clears
+/* The end of a capture (graph_capture.c: at API enter, the memset that clears
  * the graph's markers is captured as its last node; at exit, the graph
  * handle). Optional, like the capture ids; without them a capture is never
  * closed and its replays are reported without nodes. */

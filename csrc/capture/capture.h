@@ -7,12 +7,16 @@
  *                 code locations interned once; the user-frame rule
  *   frame_readers.c  the one frame reader for this Python (3.10 frame objects,
  *                 3.11-3.12 internal frames, 3.13 on CPython's _Py_DebugOffsets)
+ *   contexts.c    watch mode's context table: the contexts launches were
+ *                 seen in (keyed by CUPTI's id), each with its completion slots
  *   watch_ring.c  watch mode: the launch ring, completion markers, the
- *                 search for unfinished launches (host memory only); the
- *                 context table (slots keyed by context id)
- *   graph_markers.c  watch mode inside CUDA graphs: captured launches get
- *                 node records and markers captured with them
- *   graph_execs.c which captured graph each graph executable runs
+ *                 search for unfinished launches (host memory only)
+ *   graph_*.c     watch mode inside CUDA graphs (their private header:
+ *                 graphs.h): graph_capture.c, captured launches get node
+ *                 records and markers captured with them; graph_adopt.c,
+ *                 graphs captured before watching; graph_execs.c, which
+ *                 capture each executable runs; graph_read.c, what a
+ *                 replay's capture says; graph_pool.c, entries and nodes
  *   coverage.c    what the watch did not see: the gaps while a profiler held CUPTI
  *   inflight.c    every stream's oldest unfinished launch, its age and queue
  *                 (hangs; host memory only), and the collective an NCCL launch ran
@@ -76,6 +80,9 @@ size_t cd_frames_copy_name(void *str, char *out, size_t cap);
 /* CD_LOC_* of a code object (a PyCodeObject *): its file's kind, or
  * CD_LOC_COMPILED. Safe without the GIL while the code object is alive. */
 int cd_code_kind(void *code);
+/* The same from the table of code objects (the kind found at its first sight:
+ * a lookup, where cd_code_kind reads the file name each time). */
+int cd_code_kind_cached(void *code);
 
 /* With the GIL, at module init: retire the cached entries of code objects as
  * they are freed (a code watcher on Python 3.12+, the code type's deallocator
@@ -179,12 +186,62 @@ int cd_tee_text_affinity(const char *text, size_t n, const char *kernel);
  * unknown), as an identifier, into out: its length, 0 when none. */
 size_t cd_tee_text_function(const char *text, size_t n, char *out, size_t cap);
 
+/* -------------------------------------------------------- contexts.c -- */
+
+#define CD_MAX_CONTEXTS 64         /* contexts with slots at one time */
+#define CD_WATCH_SLOTS 65536       /* completion slots per context for launches (by seq) */
+#define CD_GRAPH_NODES 131072      /* captured graph nodes with markers, per process */
+
+/* Completion slots for the contexts that exist now (watch entry, no GIL);
+ * retires a context found behind another id than its entry's. */
+void cd_watch_prepare(void);
+/* CUPTI's CONTEXT_DESTROY_STARTING: the context's slots are never read again. */
+void cd_watch_context_destroyed(CUcontext context);
+/* The launch's context entry (registered on first sight: never call it while
+ * the launch's stream captures), or -1. */
+int cd_watch_context_index(CUcontext context, uint32_t uid);
+/* The live entry of a context id, or -1; registers nothing. */
+int cd_watch_context_find(uint32_t uid);
+/* The entry's generation, as records keep it (16 bits); its device (-1). */
+uint32_t cd_watch_context_gen(int ctx_index);
+int cd_watch_context_device(int ctx_index);
+/* 1 when entry ci no longer holds generation gen's context (retired, taken
+ * again), 0 while it does. */
+int cd_watch_context_retired(int ctx_index, uint32_t gen);
+int cd_watch_contexts_live(void);
+/* An entry's completion slots: host memory (readable after the context
+ * died, from a signal handler) and the same memory's address in the context. */
+typedef struct {
+    volatile uint32_t *host;
+    CUdeviceptr dev;
+} cd_slots;
+/* The slots of entry ci in generation gen: 0 with *out set, -1 when the
+ * entry is gone, of another generation, or has none. */
+int cd_watch_context_slots(int ci, uint32_t gen, cd_slots *out);
+/* Where a launch's marker goes (its seq's slot), and a graph node's (node g
+ * of the graph pool): the only places that know the buffer's layout. */
+static inline volatile uint32_t *cd_launch_slot(const cd_slots *s, uint64_t seq)
+{
+    return s->host + (seq & (CD_WATCH_SLOTS - 1));
+}
+static inline CUdeviceptr cd_launch_slot_dev(const cd_slots *s, uint64_t seq)
+{
+    return s->dev + (seq & (CD_WATCH_SLOTS - 1)) * sizeof(uint32_t);
+}
+static inline volatile uint32_t *cd_node_slot(const cd_slots *s, uint32_t g)
+{
+    return s->host + CD_WATCH_SLOTS + g;
+}
+static inline CUdeviceptr cd_node_slot_dev(const cd_slots *s, uint32_t g)
+{
+    return s->dev + ((size_t)CD_WATCH_SLOTS + g) * sizeof(uint32_t);
+}
+/* The child: ctx_lock free, every entry retired (the parent's contexts). */
+void cd_contexts_fork(int op);
+
 /* ------------------------------------------------------ watch_ring.c -- */
 
 #define CD_WATCH_RING 65536        /* launch records kept (a power of two) */
-#define CD_WATCH_SLOTS 65536       /* completion slots per context */
-#define CD_MAX_CONTEXTS 64         /* contexts with slots at one time */
-#define CD_GRAPH_NODES 131072      /* captured graph nodes with markers, per process */
 #define CD_NODE_FRAMES 16          /* innermost frames kept with a node, besides its record's */
 
 typedef struct {
@@ -213,22 +270,6 @@ typedef struct {
 enum { CD_WATCH_MARKED = 1, CD_WATCH_GRAPH = 2, CD_WATCH_USER_LAST = 4, CD_WATCH_CAPTURED = 8,
        CD_WATCH_CLOSED = 16 };
 
-/* Completion slots for the contexts that exist now (watch entry, no GIL);
- * retires a context found behind another id than its entry's. */
-void cd_watch_prepare(void);
-/* CUPTI's CONTEXT_DESTROY_STARTING: the context's slots are never read again. */
-void cd_watch_context_destroyed(CUcontext context);
-/* The launch's context entry (registered on first sight: never call it while
- * the launch's stream captures), or -1. */
-int cd_watch_context_index(CUcontext context, uint32_t uid);
-/* The live entry of a context id, or -1; registers nothing. */
-int cd_watch_context_find(uint32_t uid);
-uint32_t cd_watch_context_gen(int ctx_index);
-/* The slots of entry ci in generation gen: 0 with host (and dev) set, -1
- * when the entry is gone, of another generation, or has none. Slots
- * [0, CD_WATCH_SLOTS) are the launches', then CD_GRAPH_NODES graph nodes'. */
-int cd_watch_context_slots(int ci, uint32_t gen, volatile uint32_t **host, CUdeviceptr *dev);
-int cd_watch_contexts_live(void);
 /* The hot path, at a launch's API exit, while watching (hooks/launch_callback.c's
  * pipeline): record, then mark. cd_watch_record_launch writes the launch's
  * record into the ring, unpublished, and decides whether it gets a marker of
@@ -280,10 +321,9 @@ typedef struct {
  * sorted by first candidate; returns the count; *streams_cut: streams that
  * did not fit. Host memory only: async-signal-safe. */
 int cd_watch_scan(uint64_t since, cd_stream_scan *out, int max, uint32_t *streams_cut);
-int cd_watch_context_device(int ctx_index);
-/* The child: ctx_lock free; the parent's launches are never read again
+/* The child: the parent's launches are never read again
  * (cd_watch_get refuses them: their markers would never come, the device
- * writes the parent's memory, not the child's copy); its contexts retired. */
+ * writes the parent's memory, not the child's copy). */
 void cd_watch_fork(int op);
 /* CLOCK_MONOTONIC in ns (vDSO: ~25 ns; async-signal-safe). */
 static inline uint64_t cd_clock_ns(void)
@@ -366,9 +406,9 @@ int cd_watch_likeliness(const cd_watch_record *r, uint64_t first);
  * (and "") when the kernel is not NCCL's. Async-signal-safe. */
 size_t cd_collective_name(const cd_watch_record *r, char *out, size_t cap);
 
-/* --------------------------------------------------- graph_markers.c -- */
+/* ---------------------------------------------------- graph_*.c -- */
 
-/* The hooks call these on the capturing thread (cold paths):
+/* graph_capture.c. The hooks call these on the capturing thread (cold paths):
  * at the entry of a capture's beginning (the context's slots, and its marker
  * kernel, made while nothing captures yet); at its exit (s now capturing); for a launch on a capturing stream (1 when
  * recorded as a node of a tracked capture, 0 when not tracked); at the entry
@@ -379,8 +419,8 @@ void cd_graph_capture_begun(const CUpti_CallbackData *cb, CUstream s);
 int cd_graph_launch_captured(const cd_launch *l);
 void cd_graph_capture_ending(const CUpti_CallbackData *cb, CUstream s);
 void cd_graph_capture_ended(const CUpti_CallbackData *cb, CUgraph graph);
-/* CUPTI's resource callbacks: executables made and destroyed, graphs destroyed
- * and cloned. A capture's chunks and entry are freed when its graph, its
+/* graph_execs.c. CUPTI's resource callbacks: executables made and destroyed,
+ * graphs destroyed and cloned. A capture's chunks and entry are freed when its graph, its
  * clones and its executables are all gone. */
 void cd_graph_exec_created(CUgraph graph, CUgraphExec exec);
 void cd_graph_exec_destroyed(CUgraphExec exec);
@@ -390,7 +430,7 @@ void cd_graph_cloned(CUgraph original, CUgraph clone);
  * freed or reset, perhaps while nothing was subscribed): as
  * cd_graph_exec_destroyed; 0, or -1 when it was not known. */
 int cd_graph_release_exec(CUgraphExec exec);
-/* A graph captured while nothing watched, adopted by Python at the end of
+/* graph_adopt.c. A graph captured while nothing watched, adopted by Python at the end of
  * its capture (s still capturing): its kernel nodes from the driver's graph
  * API (cuGraphGetNodes, cuGraphKernelNodeGetParams, cuFuncGetName), the
  * calling thread's frames as where it was captured, no markers. The
@@ -401,9 +441,32 @@ int cd_graph_release_exec(CUgraphExec exec);
 long cd_graph_adopt(CUstream s);
 int cd_graph_adopt_exec(uint32_t token, CUgraphExec exec);
 void cd_graph_adopt_drop(uint32_t token);
+/* Each node's own line in such a graph: the capture is followed from its
+ * beginning (s now capturing; why 0) on the calling thread, or why it is not
+ * (why: CD_ADOPT_LINE_*; s is then not read): 0 following, -1 not, -2 the
+ * capture is tracked (begun while watching). Then Python's trace function
+ * calls cd_graph_adopt_event at each event of a user frame on that thread
+ * (CD_ADOPT_CALL, _LINE, _RETURN): 0, or -1 when the capture is over (stop
+ * tracing). cd_graph_adopt gives each node the user's line that made it.
+ * Why a node's line is not its own (cd_graph_node_line): the capture's
+ * beginning was not seen (it began before cuda_debug was imported, or not
+ * through torch.cuda.CUDAGraph.capture_begin); a tracer (a debugger,
+ * coverage) was set then; more runs of nodes than followed; no user frame
+ * launched it; this Python's frames cannot be read. */
+enum { CD_ADOPT_LINE_OWN = 0, CD_ADOPT_LINE_UNSEEN = 1, CD_ADOPT_LINE_TRACED = 2,
+       CD_ADOPT_LINE_FULL = 3, CD_ADOPT_LINE_NO_USER = 4, CD_ADOPT_LINE_NO_FRAMES = 5 };
+enum { CD_ADOPT_CALL = 0, CD_ADOPT_LINE = 1, CD_ADOPT_RETURN = 2 };
+int cd_graph_adopt_follow(CUstream s, int why);
+int cd_graph_adopt_event(int event);
+/* The trace function was replaced (a debugger): the nodes made since the last
+ * event it saw have no line (CD_ADOPT_LINE_TRACED). */
+void cd_graph_adopt_lost(void);
+/* The child: no capture followed (the parent's is not the child's; its trace
+ * function stops at its next event). */
+void cd_graph_adopt_fork(int op);
 
 
-/* What a replay's capture says (reads host memory only: no CUDA call, no
+/* graph_read.c. What a replay's capture says (reads host memory only: no CUDA call, no
  * lock; safe in a signal handler). */
 enum {
     CD_GRAPH_FOUND = 0,            /* out[] holds the candidates */
@@ -429,6 +492,10 @@ unsigned long long cd_graph_node_tools_id(uint32_t g);
 /* Node g's innermost frames of any kind (CD_NODE_FRAMES at most; its record
  * keeps the innermost few and the user's): the count. */
 int cd_graph_node_frames(uint32_t g, uint32_t *ids, int max);
+/* Node g's line (its record's user frame): CD_ADOPT_LINE_OWN when it is the
+ * line that launched it, else why it is the line that ended its capture (a
+ * graph captured before watching). */
+int cd_graph_node_line(uint32_t g);
 typedef struct {
     uint64_t id;                   /* the driver's capture id */
     uint32_t n_nodes, unmarked;    /* kernel nodes; of which without a record or marker */
@@ -440,6 +507,9 @@ typedef struct {
     uint32_t exec_ids[4];          /* its executables' ids for tools (cuGraphExecGetId), 0 */
 } cd_graph_capture_info;
 int cd_graph_capture(int capture, cd_graph_capture_info *out);
+/* An adopted capture's line: the frames that ended it (the `with` of
+ * torch.cuda.graph), into ids (max): the count, 0 none. */
+int cd_graph_capture_ended_at(int capture, uint32_t *ids, int max);
 typedef struct {
     uint64_t nodes_marked, nodes_unmarked, nodes_recorded, captures_untracked, captures_freed;
     int captures;                  /* live now */
@@ -447,14 +517,14 @@ typedef struct {
     int clear_rc, write_rc;        /* the last refused memset (then cleared by writes) / write */
     int kernel_rc;                 /* the last failed marker-kernel load or launch */
     int adopt_rc;                  /* the last failed graph API call of an adoption */
+    uint64_t adopt_events;         /* user-frame events seen following captures' lines */
     unsigned execs, execs_refused, exec_reach;  /* graph_execs.c */
 } cd_graph_counters;
 void cd_graph_stats(cd_graph_counters *out);
-/* The child: graph_lock free, this thread in no capture (base.h). */
-void cd_graph_markers_fork(int op);
+/* graph_pool.c. The child: cd_gp_lock free, this thread in no capture (base.h). */
+void cd_graph_pool_fork(int op);
 
-/* ----------------------------------------------------- graph_execs.c -- */
-
+/* graph_execs.c, the executables' table: */
 /* Executable -> the token of the capture whose graph it runs: 0, or -1 when
  * no slot is free near its home; *old the token it had (0 none). */
 int cd_graph_exec_set(CUgraphExec exec, uint32_t token, uint32_t *old);

@@ -551,6 +551,8 @@ static uint32_t intern_location(PyCodeObject *code, int offset)
  * their locations. */
 static int code_kind(PyCodeObject *code) { return (int)(code_entry(code) & 3); }
 
+int cd_code_kind_cached(void *code) { return code_kind((PyCodeObject *)code); }
+
 /* ----------------------------------------------------------- the walk -- */
 
 static int walk(uint32_t *ids, int max, int to_user, int *complete)

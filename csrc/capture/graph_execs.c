@@ -1,10 +1,11 @@
 /*
- * capture/graph_execs.c: which captured graph each graph executable runs.
+ * capture/graph_execs.c: which captured graph each graph executable runs, and
+ * what holds a capture (its graph, its clones, its executables).
  *
- * graph_markers.c pairs an executable with the capture that made its graph
- * (CUPTI's GRAPHEXEC_CREATED, or Python for a graph captured before watching)
- * and drops the pair when the executable is destroyed (GRAPHEXEC_DESTROY_
- * STARTING); watch_ring.c asks, for a cuGraphLaunch's record, which capture the
+ * An executable is paired with the capture that made its graph (CUPTI's
+ * GRAPHEXEC_CREATED, or Python for a graph captured before watching:
+ * graph_adopt.c) and the pair dropped when the executable is destroyed
+ * (GRAPHEXEC_DESTROY_STARTING); watch_ring.c asks, for a cuGraphLaunch's record, which capture the
  * replay runs (cd_graph_replayed: every graph launch while watching).
  *
  * An open-addressed table of EXEC_SLOTS entries keyed by the executable's
@@ -20,14 +21,14 @@
  * executables hashing into one region of 32 slots: not seen in practice) the
  * executable is not known (its replays: capture unknown; counted).
  */
-#include "capture/capture.h"
+#include "capture/graphs.h"
 
 #define EXEC_SLOTS 8192                /* a power of two */
 #define EXEC_REACH 32
 
 static struct {
     _Atomic uintptr_t exec;            /* 0: free */
-    _Atomic uint32_t token;            /* the capture's token (graph_markers.c) */
+    _Atomic uint32_t token;            /* the capture's token (graph_pool.c) */
 } slots[EXEC_SLOTS];
 static _Atomic uint8_t reach[EXEC_SLOTS];
 static pthread_mutex_t exec_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -135,6 +136,117 @@ void cd_graph_exec_stats(unsigned *live, unsigned *refused, unsigned *max_reach)
         if (atomic_load_explicit(&reach[i], memory_order_relaxed) > m)
             m = atomic_load_explicit(&reach[i], memory_order_relaxed);
     *max_reach = m;
+}
+
+/* ---------------------------------------- what holds a capture -- */
+
+/* Executable exec runs capture c's graph (cd_gp_lock held). */
+int cd_gp_pair_exec(int c, CUgraphExec exec)
+{
+    uint16_t token = cd_gp_token_now(c);
+    uint32_t old = 0;
+    if (cd_graph_exec_set(exec, token, &old) != 0)
+        return -1;
+    cd_gp_caps[c].refs++;
+    int was = cd_gp_entry_of(old); /* a destruction we did not see: that capture's hold goes */
+    if (old && old != token && was >= 0)
+        cd_gp_unref_locked(was);
+    unsigned id;
+    if (cd_drv.cuGraphExecGetId && cd_drv.cuGraphExecGetId(exec, &id) == CUDA_SUCCESS)
+        for (int i = 0; i < CAP_CLONES; i++)
+            if (!atomic_load(&cd_gp_caps[c].exec_ids[i]) || i == CAP_CLONES - 1) {
+                atomic_store(&cd_gp_caps[c].exec_ids[i], id);
+                break;
+            }
+    return 0;
+}
+
+
+/* The live capture whose graph (or a clone of it) is `graph`, newest first,
+ * or -1 (cd_gp_lock held). */
+static int capture_of_graph(uintptr_t graph)
+{
+    int n = atomic_load(&cd_gp_caps_hw);
+    for (int c = n - 1; c >= 0 && graph; c--) {
+        int st = atomic_load(&cd_gp_caps[c].state);
+        if (st != CAP_CLOSED && st != CAP_BROKEN)
+            continue;
+        if (atomic_load(&cd_gp_caps[c].graph) == graph)
+            return c;
+        for (int i = 0; i < CAP_CLONES; i++)
+            if (atomic_load(&cd_gp_caps[c].clones[i]) == graph)
+                return c;
+    }
+    return -1;
+}
+
+void cd_graph_exec_created(CUgraph graph, CUgraphExec exec)
+{
+    if (!exec)
+        return;
+    pthread_mutex_lock(&cd_gp_lock);
+    int c = capture_of_graph((uintptr_t)graph);
+    if (c >= 0)
+        cd_gp_pair_exec(c, exec);
+    pthread_mutex_unlock(&cd_gp_lock);
+}
+
+void cd_graph_exec_destroyed(CUgraphExec exec)
+{
+    uint32_t token = cd_graph_exec_take(exec);
+    if (!token)
+        return;
+    pthread_mutex_lock(&cd_gp_lock);
+    int c = cd_gp_entry_of(token);
+    if (c >= 0)
+        cd_gp_unref_locked(c);
+    pthread_mutex_unlock(&cd_gp_lock);
+}
+
+void cd_graph_destroyed(CUgraph graph)
+{
+    if (!graph)
+        return;
+    pthread_mutex_lock(&cd_gp_lock);
+    int c = capture_of_graph((uintptr_t)graph);
+    if (c >= 0) {
+        if (atomic_load(&cd_gp_caps[c].graph) == (uintptr_t)graph)
+            atomic_store(&cd_gp_caps[c].graph, 0);
+        for (int i = 0; i < CAP_CLONES; i++)
+            if (atomic_load(&cd_gp_caps[c].clones[i]) == (uintptr_t)graph)
+                atomic_store(&cd_gp_caps[c].clones[i], 0);
+        cd_gp_unref_locked(c);
+    }
+    pthread_mutex_unlock(&cd_gp_lock);
+}
+
+void cd_graph_cloned(CUgraph original, CUgraph clone)
+{
+    if (!original || !clone)
+        return;
+    pthread_mutex_lock(&cd_gp_lock);
+    int c = capture_of_graph((uintptr_t)original);
+    if (c >= 0) {
+        int i = 0;
+        while (i < CAP_CLONES && atomic_load(&cd_gp_caps[c].clones[i]))
+            i++;
+        if (i < CAP_CLONES) {
+            atomic_store(&cd_gp_caps[c].clones[i], (uintptr_t)clone);
+            cd_gp_caps[c].refs++;
+        } else {
+            cd_gp_caps[c].pinned = 1;     /* a holder of its markers we do not follow */
+        }
+    }
+    pthread_mutex_unlock(&cd_gp_lock);
+}
+
+int cd_graph_release_exec(CUgraphExec exec)
+{
+    uint32_t token = cd_graph_exec_token(exec);
+    if (!token)
+        return -1;
+    cd_graph_exec_destroyed(exec);
+    return 0;
 }
 
 void cd_graph_execs_fork(int op)

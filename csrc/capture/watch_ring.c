@@ -14,13 +14,13 @@
  * arrives. Per stream, the first launch whose slot lacks its number is that
  * stream's culprit, readable from host memory after the context died, with no
  * CUDA call (so also from a signal handler). Launches on a capturing stream
- * become graph nodes with markers of their own (graph_markers.c); a graph
+ * become graph nodes with markers of their own (graph_capture.c); a graph
  * replay is one record here.
  *
  * Memory: CD_WATCH_RING records (96 bytes each, 6 MiB) and, per context, one
  * buffer of CD_WATCH_SLOTS + CD_GRAPH_NODES 32-bit slots (768 KiB), mapped
  * at the first launch seen in that context (cold path, once), registered with
- * it, and never unmapped (the contexts section below). A fault can be named
+ * it, and never unmapped (the context table: contexts.c). A fault can be named
  * while it is among the last 65,536 launches of the process.
  */
 #ifndef _GNU_SOURCE
@@ -29,7 +29,6 @@
 #include "capture/capture.h"
 
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,248 +42,6 @@ static _Thread_local uint64_t tls_last_seq;
 static _Thread_local int32_t tls_tid;
 _Thread_local uint32_t cd_tls_op;
 
-/* ------------------------------------------------------- contexts -- */
-
-/* The context table. A context is known by CUPTI's contextUid (unique in
- * the process), never by its CUcontext pointer: after cuDevicePrimaryCtxReset
- * (cudaDeviceReset) the driver hands back the same pointer for a new context.
- *
- * Each entry has one buffer of slots: CD_WATCH_SLOTS for launches, then
- * CD_GRAPH_NODES for nodes of captured graphs (graph_markers.c). The buffer
- * is our own memory (mmap), registered with the context (cuMemHostRegister,
- * portable, device-mapped): the driver never frees it, so reading slots never
- * faults - after the context died, after a reset, from a signal handler.
- * A buffer is never unmapped; a retired entry's buffer is reused (zeroed,
- * registered again) by the next context that takes the entry.
- *
- * An entry is retired when its context is destroyed (CUPTI's resource
- * callback CONTEXT_DESTROY_STARTING), or, when that callback was missed (a
- * reset while nothing was subscribed), when watch() opens and finds the
- * context's pointer behind another id. A retired entry's records are never
- * read (cd_watch_done: -2). Records keep the entry's generation: an entry
- * taken by another context is a new generation, the old records stay retired.
- * The table has CD_MAX_CONTEXTS entries: more live contexts than that get no
- * markers (counted in n_unmarked). */
-typedef struct {
-    _Atomic int state;             /* CTX_FREE, CTX_LIVE, CTX_RETIRED */
-    _Atomic uint32_t uid;          /* CUPTI contextUid */
-    _Atomic uint32_t gen;          /* moves each time the entry is taken */
-    uintptr_t ctx;                 /* its CUcontext (to match destroy callbacks) */
-    volatile uint32_t *host;       /* the buffer; NULL: no markers (allocation failed) */
-    size_t bytes;
-    CUdeviceptr dev;               /* its device address in this context */
-    int device;
-} ctx_slots;
-enum { CTX_FREE = 0, CTX_LIVE = 1, CTX_RETIRED = 2 };
-#define SLOTS_BYTES (((size_t)CD_WATCH_SLOTS + CD_GRAPH_NODES) * sizeof(uint32_t))
-static ctx_slots ctxs[CD_MAX_CONTEXTS];
-static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_uint ctx_epoch;      /* moves at every retirement: per-thread caches drop */
-static atomic_int ids_agree;       /* cuptiGetContextId == contextUid: 1 yes, -1 no, 0 unknown */
-static _Thread_local uint32_t tls_uid;
-static _Thread_local unsigned tls_epoch;
-static _Thread_local int tls_ctx_index = -1;
-
-/* The entry's buffer registered with the current context (ctx_lock held).
- * 0, or the CUresult of the failure (the entry then has no markers). */
-static int map_slots(ctx_slots *e)
-{
-    int rc = CUDA_ERROR_OUT_OF_MEMORY;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (!e->host) {
-            void *p = mmap(NULL, SLOTS_BYTES, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (p == MAP_FAILED)
-                return CUDA_ERROR_OUT_OF_MEMORY;
-            e->host = p;
-            e->bytes = SLOTS_BYTES;
-        } else {
-            memset((void *)e->host, 0, e->bytes);  /* a reused buffer: no old numbers */
-        }
-        rc = CU_CHECK(cd_drv.cuMemHostRegister((void *)e->host, e->bytes,
-                                               CU_MEMHOSTREGISTER_PORTABLE |
-                                                   CU_MEMHOSTREGISTER_DEVICEMAP));
-        if (rc == 0 && (rc = CU_CHECK(cd_drv.cuMemHostGetDevicePointer(&e->dev,
-                                                                      (void *)e->host, 0))) == 0)
-            return 0;
-        /* Still registered by a context that lives on (an entry retired by
-         * mistake), or refused: keep that buffer mapped, take a fresh one. */
-        e->host = NULL;
-    }
-    return rc;
-}
-
-/* Cold: a context seen for the first time; it is current on this thread.
- * From the launch callback (its first launch), or from watch entry for the
- * contexts that exist then. Never while the thread's stream is capturing (a
- * registration would invalidate the capture). Returns the entry's index, or
- * -1 when every entry holds a live context. */
-static __attribute__((noinline, cold)) int register_context(CUcontext context, uint32_t uid)
-{
-    pthread_mutex_lock(&ctx_lock);
-    int pick = -1;
-    for (int i = 0; i < CD_MAX_CONTEXTS; i++) {
-        int st = atomic_load(&ctxs[i].state);
-        if (st == CTX_LIVE && atomic_load(&ctxs[i].uid) == uid) {
-            pthread_mutex_unlock(&ctx_lock);
-            return i;
-        }
-        if (st == CTX_FREE && (pick < 0 || atomic_load(&ctxs[pick].state) != CTX_FREE))
-            pick = i;
-        else if (st == CTX_RETIRED && pick < 0)
-            pick = i;
-    }
-    if (pick < 0) {
-        pthread_mutex_unlock(&ctx_lock);
-        return -1;
-    }
-    ctx_slots *e = &ctxs[pick];
-    atomic_store(&e->state, CTX_FREE);            /* readers: not this generation yet */
-    atomic_fetch_add(&e->gen, 1);
-    int rc = map_slots(e);
-    if (rc) {
-        atomic_store(&cd_state.watch_alloc_rc, rc);
-        e->host = NULL;
-    }
-    e->ctx = (uintptr_t)context;
-    e->device = -1;
-    uint32_t d;
-    if (cd_cupti.cuptiGetDeviceId && cd_cupti.cuptiGetDeviceId(context, &d) == CUPTI_SUCCESS)
-        e->device = (int)d;
-    atomic_store(&e->uid, uid);
-    atomic_store(&e->state, CTX_LIVE);
-    pthread_mutex_unlock(&ctx_lock);
-    return pick;
-}
-
-/* ctx_lock held. The entry's records are never read again; every thread's
- * cache of its last context drops. */
-static void retire_locked(int i)
-{
-    atomic_store(&ctxs[i].state, CTX_RETIRED);
-    atomic_fetch_add(&ctx_epoch, 1);
-}
-
-void cd_watch_context_destroyed(CUcontext context)
-{
-    pthread_mutex_lock(&ctx_lock);
-    for (int i = 0; i < CD_MAX_CONTEXTS; i++)
-        if (atomic_load(&ctxs[i].state) == CTX_LIVE && ctxs[i].ctx == (uintptr_t)context)
-            retire_locked(i);
-    pthread_mutex_unlock(&ctx_lock);
-}
-
-/* A context current on this thread, at watch entry: retire an entry that
- * holds its pointer under another id (destroyed while nothing was
- * subscribed), then register it. */
-static void prepare_context(CUcontext c)
-{
-    uint32_t uid;
-    if (!cd_cupti.cuptiGetContextId || cd_cupti.cuptiGetContextId(c, &uid) != CUPTI_SUCCESS ||
-        atomic_load(&ids_agree) < 0)
-        return;
-    if (atomic_load(&ids_agree) > 0) {
-        pthread_mutex_lock(&ctx_lock);
-        for (int i = 0; i < CD_MAX_CONTEXTS; i++)
-            if (atomic_load(&ctxs[i].state) == CTX_LIVE && ctxs[i].ctx == (uintptr_t)c &&
-                atomic_load(&ctxs[i].uid) != uid)
-                retire_locked(i);
-        pthread_mutex_unlock(&ctx_lock);
-    }
-    register_context(c, uid);
-}
-
-void cd_watch_prepare(void)
-{
-    if (cd_driver_ready() != 0)
-        return;
-    CUcontext ctx = NULL;
-    if (cd_drv.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
-        prepare_context(ctx);
-    int n = 0;
-    if (cd_drv.cuDeviceGetCount(&n) != CUDA_SUCCESS)
-        return;
-    for (int i = 0; i < n && i < CD_MAX_DEVICES; i++) {
-        CUdevice dev;
-        unsigned flags;
-        int active = 0;
-        CUcontext c, popped;
-        if (cd_drv.cuDeviceGet(&dev, i) || cd_drv.cuDevicePrimaryCtxGetState(dev, &flags, &active) ||
-            !active || cd_device_context(i, &c) || cd_drv.cuCtxPushCurrent(c))
-            continue;
-        prepare_context(c);
-        cd_drv.cuCtxPopCurrent(&popped);
-    }
-}
-
-/* A launch tells whether CUPTI's two ids of a context (the callback's
- * contextUid, cuptiGetContextId) are the same numbers; watch entry relies on
- * the second only when they are. Asked until known (cold: per-thread cache
- * misses only). */
-static __attribute__((noinline, cold)) void learn_ids(CUcontext context, uint32_t uid)
-{
-    uint32_t id;
-    if (cd_cupti.cuptiGetContextId && context &&
-        cd_cupti.cuptiGetContextId(context, &id) == CUPTI_SUCCESS)
-        atomic_store(&ids_agree, id == uid ? 1 : -1);
-}
-
-/* The live entry of a context id, or -1 (no registration: safe while capturing). */
-int cd_watch_context_find(uint32_t uid)
-{
-    for (int i = 0; i < CD_MAX_CONTEXTS; i++)
-        if (atomic_load_explicit(&ctxs[i].state, memory_order_acquire) == CTX_LIVE &&
-            atomic_load_explicit(&ctxs[i].uid, memory_order_relaxed) == uid)
-            return i;
-    return -1;
-}
-
-/* The launch's context entry, registered on first sight (hot: a per-thread
- * cache of the last id, valid until any entry retires). */
-int cd_watch_context_index(CUcontext context, uint32_t uid)
-{
-    unsigned epoch = atomic_load_explicit(&ctx_epoch, memory_order_relaxed);
-    if (uid == tls_uid && epoch == tls_epoch && tls_ctx_index >= 0)
-        return tls_ctx_index;
-    if (!atomic_load_explicit(&ids_agree, memory_order_relaxed))
-        learn_ids(context, uid);
-    int i = cd_watch_context_find(uid);
-    if (i < 0)
-        i = register_context(context, uid);
-    tls_uid = uid;
-    tls_epoch = epoch;
-    tls_ctx_index = i;
-    return i;
-}
-
-int cd_watch_context_slots(int ci, uint32_t gen, volatile uint32_t **host, CUdeviceptr *dev)
-{
-    if (ci < 0 || ci >= CD_MAX_CONTEXTS)
-        return -1;
-    const ctx_slots *e = &ctxs[ci];
-    if (atomic_load_explicit(&e->state, memory_order_acquire) != CTX_LIVE ||
-        ((atomic_load_explicit(&e->gen, memory_order_relaxed) ^ gen) & 0xFFFF) || !e->host)
-        return -1;
-    *host = e->host;
-    if (dev)
-        *dev = e->dev;
-    return 0;
-}
-
-/* The entry's generation, as records keep it (16 bits). */
-uint32_t cd_watch_context_gen(int ci)
-{
-    return ci >= 0 && ci < CD_MAX_CONTEXTS ? atomic_load(&ctxs[ci].gen) & 0xFFFF : 0;
-}
-
-int cd_watch_contexts_live(void)
-{
-    int n = 0;
-    for (int i = 0; i < CD_MAX_CONTEXTS; i++)
-        n += atomic_load(&ctxs[i].state) == CTX_LIVE;
-    return n;
-}
-
 /* --------------------------------------------------------- launches -- */
 
 static inline int32_t thread_id(void)
@@ -295,7 +52,7 @@ static inline int32_t thread_id(void)
 }
 
 /* What a launch's record says of the launch itself, shared by the ring and
- * the captured graph nodes (graph_markers.c): configuration, stream, kernel,
+ * the captured graph nodes (graph_capture.c): configuration, stream, kernel,
  * thread, op, the launching thread's frames; flags USER_LAST and GRAPH. */
 void cd_watch_fill(cd_watch_record *r, const cd_launch *l, int frames, int *early)
 {
@@ -469,10 +226,9 @@ void cd_watch_mark(const cd_launch *l, cd_watch_pending *p)
     cd_watch_record *r = p->r;
     stream_entry *e = p->stream;
     uint8_t flags = r->flags;
-    volatile uint32_t *host;
-    CUdeviceptr base;
-    if (p->want > 0 && cd_watch_context_slots(p->ctx_index, r->ctx_gen, &host, &base) == 0) {
-        CUdeviceptr slot = base + (p->seq & (CD_WATCH_SLOTS - 1)) * sizeof(uint32_t);
+    cd_slots slots;
+    if (p->want > 0 && cd_watch_context_slots(p->ctx_index, r->ctx_gen, &slots) == 0) {
+        CUdeviceptr slot = cd_launch_slot_dev(&slots, p->seq);
         /* Default flags: the _v2 API refuses NO_MEMORY_BARRIER (seen: 1, INVALID_VALUE). */
         uint64_t t0 = cd_state.profile ? cd_clock_ns() : 0;
         CUresult wrc = cd_drv.cuStreamWriteValue32(l->stream, slot, (cuuint32_t)p->seq,
@@ -510,9 +266,8 @@ static int close_stream(stream_entry *e, int check_capture)
     if (!last || cd_watch_get(last, &r) != 0 || r.stream != atomic_load(&e->stream) ||
         (r.flags & (CD_WATCH_MARKED | CD_WATCH_CLOSED)))
         return 0;
-    volatile uint32_t *host;
-    CUdeviceptr base;
-    if (cd_watch_context_slots(r.ctx, r.ctx_gen, &host, &base) != 0)
+    cd_slots slots;
+    if (cd_watch_context_slots(r.ctx, r.ctx_gen, &slots) != 0)
         return 0;
     if (check_capture) {               /* never a write into somebody's capture */
         CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -520,9 +275,7 @@ static int close_stream(stream_entry *e, int check_capture)
             cap != CU_STREAM_CAPTURE_STATUS_NONE)
             return 0;
     }
-    CUresult wrc = cd_drv.cuStreamWriteValue32((CUstream)r.stream,
-                                               base + (last & (CD_WATCH_SLOTS - 1)) *
-                                                          sizeof(uint32_t),
+    CUresult wrc = cd_drv.cuStreamWriteValue32((CUstream)r.stream, cd_launch_slot_dev(&slots, last),
                                                (cuuint32_t)last, CU_STREAM_WRITE_VALUE_DEFAULT);
     if (wrc != CUDA_SUCCESS) {
         atomic_store_explicit(&cd_state.watch_write_rc, (int)wrc, memory_order_relaxed);
@@ -574,23 +327,17 @@ uint64_t cd_watch_seq(void) { return atomic_load(&watch_seq); }
 
 uint64_t cd_watch_thread_last(void) { return tls_last_seq; }
 
-int cd_watch_context_device(int ci)
-{
-    return ci >= 0 && ci < CD_MAX_CONTEXTS ? ctxs[ci].device : -1;
-}
-
 /* Reads host memory only: safe after the context died, and in a signal handler. */
 int cd_watch_done(const cd_watch_record *r, uint64_t seq)
 {
-    volatile uint32_t *host;
+    cd_slots slots;
     if (r->ctx >= CD_MAX_CONTEXTS)
         return -1;
-    if (cd_watch_context_slots(r->ctx, r->ctx_gen, &host, NULL) != 0)
-        return atomic_load(&ctxs[r->ctx].state) == CTX_LIVE &&
-               cd_watch_context_gen(r->ctx) == r->ctx_gen ? -1 : -2;
+    if (cd_watch_context_slots(r->ctx, r->ctx_gen, &slots) != 0)
+        return cd_watch_context_retired(r->ctx, r->ctx_gen) ? -2 : -1;
     if (!(r->flags & (CD_WATCH_MARKED | CD_WATCH_CLOSED)))
         return -1;
-    return host[seq & (CD_WATCH_SLOTS - 1)] == (uint32_t)seq;
+    return *cd_launch_slot(&slots, seq) == (uint32_t)seq;
 }
 
 int cd_watch_get(uint64_t seq, cd_watch_record *out)
@@ -612,28 +359,12 @@ int cd_watch_get(uint64_t seq, cd_watch_record *out)
 
 void cd_watch_fork(int op)
 {
-    switch (op) {
-    case CD_FORK_CHILD:
-        ctx_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-        fork_floor = atomic_load(&watch_seq);
-        /* The contexts are the parent's (the child's copies of the slots never
-         * get a marker): retired, so that a launch of the child's own (a driver
-         * that works after fork) registers its context afresh. */
-        for (int i = 0; i < CD_MAX_CONTEXTS; i++)
-            if (atomic_load(&ctxs[i].state) == CTX_LIVE)
-                atomic_store(&ctxs[i].state, CTX_RETIRED);
-        atomic_fetch_add(&ctx_epoch, 1);
-        tls_last_seq = 0;
-        tls_tid = 0;               /* the child's thread has its own id */
-        memset(streams, 0, sizeof streams);   /* the parent's streams */
-        break;
-    case CD_FORK_TEST_TAKE:
-        pthread_mutex_lock(&ctx_lock);
-        break;
-    case CD_FORK_TEST_GIVE:
-        pthread_mutex_unlock(&ctx_lock);
-        break;
-    }
+    if (op != CD_FORK_CHILD)
+        return;                    /* no lock here (the contexts': cd_contexts_fork) */
+    fork_floor = atomic_load(&watch_seq);
+    tls_last_seq = 0;
+    tls_tid = 0;                   /* the child's thread has its own id */
+    memset(streams, 0, sizeof streams);   /* the parent's streams */
 }
 
 /* Per stream, in one pass over the ring's window after `since`, oldest first
@@ -644,7 +375,7 @@ void cd_watch_fork(int op)
  * of them that did not finish is the stream's culprit). A returned marker
  * after an open one means the open one's marker was lost (a refused write):
  * the stream starts again from there. Records of captured graph nodes are not
- * launches of a stream (graph_markers.c); records of retired contexts are
+ * launches of a stream (graph_capture.c); records of retired contexts are
  * never read. Streams with nothing pending are left out; the rest sorted by
  * their first candidate. */
 int cd_watch_scan(uint64_t since, cd_stream_scan *out, int max, uint32_t *streams_cut)

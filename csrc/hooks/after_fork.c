@@ -46,9 +46,9 @@ static void (*beside)(int op);     /* a layer beside hooks/: the benchmarks' loc
 /* Every file's cd_*_fork, bottom layer first (the order of taking, for the
  * tests; giving back goes the other way). */
 static void (*const forks[])(int op) = {
-    cd_state_fork, cd_subscription_fork, cd_contexts_fork, cd_intern_fork,  /* base */
-    cd_frames_fork, cd_watch_fork, cd_graph_markers_fork, cd_graph_execs_fork,
-    cd_tee_fork, cd_driver_log_fork, cd_coverage_fork,                      /* capture */
+    cd_state_fork, cd_subscription_fork, cd_devices_fork, cd_intern_fork,   /* base */
+    cd_frames_fork, cd_contexts_fork, cd_watch_fork, cd_graph_pool_fork, cd_graph_execs_fork,
+    cd_graph_adopt_fork, cd_tee_fork, cd_driver_log_fork, cd_coverage_fork, /* capture */
     cd_faults_fork, cd_report_fork, cd_inflight_report_fork, cd_inflight_doc_fork, /* report */
     cd_scopes_fork, cd_thread_fork, cd_hang_watch_fork, cd_dump_server_fork, /* hooks */
     cd_runtime_hooks_fork,

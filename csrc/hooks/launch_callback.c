@@ -15,7 +15,7 @@
  *     refusal is the moment to write the culprit report;
  *   - the stream is being captured into a graph: no wait (a sync would
  *     break the capture); while watching, a graph node record and a marker
- *     captured behind the kernel (capture/graph_markers.c);
+ *     captured behind the kernel (capture/graph_capture.c);
  *   - record, then mark, while watching: a ring record and, where one is due,
  *     a completion marker (capture/watch_ring.c);
  *   - check, if this thread blocks: wait for the stream, the thread's stderr
@@ -205,7 +205,7 @@ wait_and_check(const cd_launch *l)
 
 
 /* The capture APIs, at enter and exit (cold): a capture beginning while
- * watching is tracked, its end closes it (capture/graph_markers.c). Every
+ * watching is tracked, its end closes it (capture/graph_capture.c). Every
  * one of these calls takes the capturing stream first in its params. */
 static __attribute__((noinline, cold)) void
 capture_api(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, int at_exit)
@@ -336,7 +336,7 @@ void cd_launch_entering(const cd_launch *l)
  * in order:
  *   gate     neither watching nor blocking this thread: return (two loads);
  *   refused  the driver refused it: cold (launch_refused);
- *   capture  its stream captures: a graph node (capture/graph_markers.c), no wait;
+ *   capture  its stream captures: a graph node (capture/graph_capture.c), no wait;
  *   record   its record in the watch ring (capture/watch_ring.c);
  *   mark     a completion marker behind it where one is due; the record published;
  *   check    this thread blocks: wait for the stream; only a failed wait goes

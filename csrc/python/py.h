@@ -70,6 +70,10 @@
     X(graph_stats, NOARGS, "graph-marker and context-table counters") \
     X(graph_adopt, O, "graph_adopt(stream) -> token: a graph captured before watching") \
     X(graph_adopt_exec, VARARGS, "graph_adopt_exec(token, exec) -> bool") \
+    X(graph_adopt_follow, VARARGS, "graph_adopt_follow(stream, why) -> 0 following the " \
+      "capture's lines, -1 not, -2 tracked") \
+    X(graph_node_line, O, "graph_node_line(node) -> ADOPT_LINE_*: its line is its launch's, " \
+      "or why not") \
     X(graph_adopt_drop, O, "graph_adopt_drop(token): an adopted capture no executable holds") \
     X(graph_release_exec, O, "graph_release_exec(exec) -> bool: an executable is gone") \
     X(graph_exec_token, O, "graph_exec_token(exec) -> the token of its capture, 0 unknown") \

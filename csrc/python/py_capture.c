@@ -285,7 +285,7 @@ PyObject *cd_py_graph_stats(PyObject *self, PyObject *noargs)
     cd_graph_counters g;
     cd_graph_stats(&g);
     return Py_BuildValue(
-        "{sKsKsKsKsKsisisisisKsisisisisIsIsI}", "nodes_marked",
+        "{sKsKsKsKsKsisisisisKsisisisisIsIsIsK}", "nodes_marked",
         (unsigned long long)g.nodes_marked, "nodes_unmarked", (unsigned long long)g.nodes_unmarked,
         "nodes_recorded", (unsigned long long)g.nodes_recorded, "captures_untracked",
         (unsigned long long)g.captures_untracked, "captures_freed",
@@ -294,7 +294,52 @@ PyObject *cd_py_graph_stats(PyObject *self, PyObject *noargs)
         "graph_ids_refused", (unsigned long long)atomic_load(&cd_state.n_graph_ids_refused),
         "clear_rc", g.clear_rc, "write_rc", g.write_rc, "kernel_rc", g.kernel_rc, "adopt_rc",
         g.adopt_rc, "execs", g.execs, "execs_refused", g.execs_refused, "exec_reach",
-        g.exec_reach);
+        g.exec_reach, "adopt_events", (unsigned long long)g.adopt_events);
+}
+
+/* Following a capture made while nothing watched (capture/graph_adopt.c): a
+ * trace function on the capturing thread, from the capture's beginning to its
+ * end, that hands each event of a user frame to cd_graph_adopt_event. Library
+ * frames cost a code-kind lookup (the code objects' table: ~0.1 us). */
+static int adopt_trace(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+    int event = what == PyTrace_CALL ? CD_ADOPT_CALL : what == PyTrace_LINE ? CD_ADOPT_LINE
+              : what == PyTrace_RETURN ? CD_ADOPT_RETURN : -1;
+    if (event < 0)
+        return 0;
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    int kind = cd_code_kind_cached(code);
+    Py_DECREF(code);
+    if (kind == CD_LOC_USER && cd_graph_adopt_event(event) < 0)
+        PyEval_SetTrace(NULL, NULL);            /* the capture is over */
+    return 0;
+}
+
+static int adopt_tracing(void) { return PyThreadState_Get()->c_tracefunc == adopt_trace; }
+
+/* graph_adopt_follow(stream, why) -> 0 following, -1 not (why: ADOPT_LINE_*,
+ * recorded for its nodes), -2 the capture is tracked. At the beginning of a
+ * capture (the stream capturing), on the capturing thread; no other tracer. */
+PyObject *cd_py_graph_adopt_follow(PyObject *self, PyObject *args)
+{
+    unsigned long long s;
+    int why, rc;
+    if (!PyArg_ParseTuple(args, "Ki", &s, &why))
+        return NULL;
+    if (!why && PyThreadState_Get()->c_tracefunc && !adopt_tracing())
+        why = CD_ADOPT_LINE_TRACED;
+    if (adopt_tracing())
+        PyEval_SetTrace(NULL, NULL);            /* an older capture's, never ended */
+    rc = cd_driver_ready() == 0 ? cd_graph_adopt_follow((CUstream)(uintptr_t)s, why)
+                                : cd_graph_adopt_follow(NULL, CD_ADOPT_LINE_UNSEEN);
+    if (rc == 0)
+        PyEval_SetTrace(adopt_trace, NULL);
+    return PyLong_FromLong(rc);
+}
+
+CD_PY_ARG(graph_node_line, unsigned long, g)
+{
+    return PyLong_FromLong(g > UINT32_MAX ? CD_ADOPT_LINE_OWN : cd_graph_node_line((uint32_t)g));
 }
 
 /* graph_adopt(stream) -> token (0: not read, -1: no room): a graph captured while
@@ -302,6 +347,10 @@ PyObject *cd_py_graph_stats(PyObject *self, PyObject *noargs)
 CD_PY_ARG(graph_adopt, unsigned long long, s)
 {
     long token;
+    if (adopt_tracing())
+        PyEval_SetTrace(NULL, NULL);
+    else
+        cd_graph_adopt_lost();                  /* another tracer took over: lines since unknown */
     Py_BEGIN_ALLOW_THREADS
     token = cd_driver_ready() == 0 ? cd_graph_adopt((CUstream)(uintptr_t)s) : 0;
     Py_END_ALLOW_THREADS

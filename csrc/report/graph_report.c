@@ -2,7 +2,7 @@
  * report/graph_report.c: a CUDA graph replay in a block on fd 2. The fault
  * block, the watch culprit (fault_report.c), the hang report and the dump
  * (inflight_report.c) all name a replay the same way: the nodes of its graph
- * the markers leave as the faulting or running one (capture/graph_markers.c),
+ * the markers leave as the faulting or running one (capture/graph_read.c),
  * each by its kernel (an NCCL kernel by its collective), its node number and
  * the line that captured it, then the line that replayed the graph; or the
  * replay, and why its nodes are not known.
@@ -13,7 +13,13 @@
  *
  * Host memory only: async-signal-safe. The device's assert text (a fault
  * found by a call, never from a signal) names a node of a graph captured
- * before watching, which has no markers.
+ * before watching, which has no markers; its line is the one that launched it
+ * during the capture (capture/graph_adopt.c follows the capture), or, where
+ * that is not known, the line that ended the capture, and why:
+ *
+ *   culprit (named by the device's text): bad (node 3 of a CUDA graph captured before watching; ...)
+ *     captured at train.py:40 in step
+ *       (the line that ended its capture, not the launch's: a tracer ...)
  */
 #include "report/report.h"
 
@@ -29,6 +35,30 @@ static const char *const why[] = {
     [CD_GRAPH_BROKEN] = "its markers could not be captured",
     [CD_GRAPH_ADOPTED] = "captured before watching: no markers inside it",
 };
+
+/* Why a node of a graph captured before watching is not at its own line
+ * (CD_ADOPT_LINE_*). */
+static const char *const line_why[] = {
+    [CD_ADOPT_LINE_UNSEEN] = "the capture's beginning was not seen (it began before cuda_debug "
+                             "was imported, or not by torch.cuda.CUDAGraph.capture_begin)",
+    [CD_ADOPT_LINE_TRACED] = "a tracer (a debugger, coverage) was set during the capture, so its "
+                             "launches' lines were not followed",
+    [CD_ADOPT_LINE_FULL] = "the capture made more runs of nodes than are followed (4096)",
+    [CD_ADOPT_LINE_NO_USER] = "no frame of the user's made it",
+    [CD_ADOPT_LINE_NO_FRAMES] = "this Python's frames cannot be read",
+};
+
+/* "    (the line that ended its capture, not the launch's: why)\n" for a node
+ * whose record's line is not its launch's. */
+static void put_line_why(cd_out *o, uint32_t g)
+{
+    int why = cd_graph_node_line(g);
+    if (why <= CD_ADOPT_LINE_OWN || why >= (int)CD_N_OF(line_why) || !line_why[why])
+        return;
+    cd_out_puts(o, "    (the line that ended its capture, not the launch's: ");
+    cd_out_puts(o, line_why[why]);
+    cd_out_puts(o, ")\n");
+}
 
 static void put_node_name(cd_out *o, const cd_watch_record *nr, uint32_t index,
                           const char *tail)
@@ -158,6 +188,7 @@ void cd_out_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq, cons
                                                                 : "; replay ");
         put_replay_launch(o, r, seq);
         cd_out_location_as(o, "captured", nr.frames, nr.n_frames, 0);
+        put_line_why(o, nodes[j]);
         shown++;
     }
     if (k > shown && shown) {
@@ -171,14 +202,11 @@ void cd_out_graph_replay(cd_out *o, const cd_watch_record *r, uint64_t seq, cons
         cd_out_graph_why(o, status, capture);
         cd_out_puts(o, "; ");
         put_replay_launch(o, r, seq);
-        if (status == CD_GRAPH_ADOPTED) {
-            cd_watch_record nr;
-            uint32_t index, all[1];
-            int done, st, cap;
-            if (cd_graph_unfinished(r, all, 1, &st, &cap) == 1 &&
-                cd_graph_node(all[0], &nr, &index, &done) == 0)
-                cd_out_location_as(o, "captured", nr.frames, nr.n_frames, 0);
-        }
+        uint32_t ended_at[CD_RING_FRAMES];
+        int n = status == CD_GRAPH_ADOPTED ? cd_graph_capture_ended_at(capture, ended_at,
+                                                                       CD_RING_FRAMES) : 0;
+        if (n > 0)                     /* the graph's own line: its capture's end */
+            cd_out_location_as(o, "captured", ended_at, n, 0);
     }
     cd_out_location_as(o, "replayed", r->frames, r->n_frames, 0);
 }

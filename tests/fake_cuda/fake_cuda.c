@@ -1457,7 +1457,7 @@ static CUresult launch_body(void *a)
             o->cfg->code == 0)
             o->extra_ns = *(long long *)L->kernelParams[0];   /* spin(ns) */
         if (L->kernelParams && !strcmp(L->fn->name, "cd_graph_marker")) {
-            /* cuda_debug's marker kernel (csrc/capture/graph_markers.c): stores v at p */
+            /* cuda_debug's marker kernel (csrc/capture/graph_capture.c): stores v at p */
             o->addr = (volatile uint32_t *)(uintptr_t)*(CUdeviceptr *)L->kernelParams[0];
             o->value = *(uint32_t *)L->kernelParams[1];
         }

@@ -1,5 +1,8 @@
 /*
- * base/contexts.c: the devices' primary contexts, and synchronising them.
+ * base/devices.c: each device's primary context, and synchronising devices.
+ *
+ * (A "context" elsewhere in the core is an entry of watch mode's context
+ * table, capture/contexts.c: a context launches were seen in, with its slots.)
  *
  * We retain each device's primary context once and never release it: the
  * frameworks share the same primary context and tear it down at exit.
@@ -71,7 +74,7 @@ int cd_sync_current_or_active(void)
     return rc;
 }
 
-void cd_contexts_fork(int op)
+void cd_devices_fork(int op)
 {
     cd_fork_lock(&retain_lock, op);
 }
