@@ -563,6 +563,14 @@ def build_error(inst: Instrumented, tb=None):
         stack = _locations.stack_from(tb=tb)
         fs = _locations.user_frame(stack)
     mangled = inst.kernel
+    kline = kernel_line(inst, lead)
+    provenance = None
+    if mangled.startswith("triton_"):     # an Inductor kernel: the model line it came from
+        try:
+            from ._report import inductor_provenance
+            provenance = inductor_provenance(mangled, stack)
+        except Exception:
+            provenance = None
     fields = dict(
         mechanism="replay", found_at="replay", exact=True,
         kernel=(_core.demangle(mangled) or mangled) if mangled else None, kernel_mangled=mangled,
@@ -573,13 +581,31 @@ def build_error(inst: Instrumented, tb=None):
         address=lead.address, access=lead.access, access_size=lead.size,
         fault_thread=lead.thread, fault_block=lead.block, allocation=w.allocation,
         access_text=access_line(inst, lead, entry), launch_seq=inst.launch,
-        bad_accesses=[a._asdict() for a in inst.accesses],
-        replay={"launch": inst.launch, "original_launch": _target.launch if _target else None,
+        bad_accesses=[a._asdict() for a in inst.accesses], provenance=provenance,
+        replay={"kernel_line": kline.as_dict() if kline else None,"launch": inst.launch, "original_launch": _target.launch if _target else None,
                 "n_bad": inst.n_bad, "more": _more_line(inst, lead),
                 "torch": bool(entry.get("torch")), "torch_note": _torch_note,
                 "hook_error": entry.get("error")},
     )
     return class_for(code)(code=code, **fields)
+
+
+def kernel_line(inst: Instrumented, a: BadAccess):
+    """The source line of access `a` in the kernel (_kernel_lines.KernelLine),
+    from its PC offset and the module image C kept; None without an offset."""
+    if a.pc_offset is None:
+        return None
+    from . import _kernel_lines
+    try:
+        image = _core.replay_module_image(inst.launch)
+    except Exception:
+        image = None
+    try:
+        return _kernel_lines.lookup(image, inst.kernel, a.pc_offset)
+    except Exception as e:             # never instead of the report
+        return _kernel_lines.KernelLine(inst.kernel, a.pc_offset, None, None, None, (), None,
+                                        "", "the line lookup failed: %s: %s"
+                                        % (type(e).__name__, e))
 
 
 # -- outcomes -----------------------------------------------------------------------
