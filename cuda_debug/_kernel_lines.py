@@ -68,7 +68,9 @@ def text(k: "KernelLine", short) -> str:
         if k.source:
             out += "  " + k.source
         for f, n, fn in k.inlined:
-            out += "\n  inlined into %s at %s:%d" % (fn or "?", f, n)
+            out += "\n  inlined at %s:%d%s" % (f, n, " in " + fn if fn else "")
+        if k.note:
+            out += "\n  (%s)" % k.note
         return out
     out = "in the kernel: %s+0x%x" % (short(k.function), k.offset)
     if k.instruction:
@@ -194,12 +196,11 @@ _LINE = re.compile(r'^\s*//##\s*File\s+"([^"]+)",\s*line\s+(\d+)(.*)$')
 _INLINED = re.compile(r'inlined at\s+"([^"]+)",\s*line\s+(\d+)')
 
 
-def nvdisasm_at(cubin: bytes, function: str, offset: int, exe: Optional[str] = None,
-                folder: Optional[str] = None):
-    """(instruction, [(file, line, extra)...]) at `offset` of `function` from
-    ``nvdisasm -g -c`` (the ``//## File "...", line N`` lines above it, the
-    last one the instruction's own, with any ``inlined at`` chain); None when
-    nvdisasm is not found or fails."""
+def nvdisasm_at(cubin: bytes, function: str, offset: int, exe: Optional[str] = None):
+    """(instruction, [(file, line, rest)...]) at `offset` of `function` from
+    ``nvdisasm -gi -c`` (the ``//## File "...", line N`` lines above the
+    instruction: the first its own line, with any ``inlined at`` chain in
+    `rest`, then the callers' lines); None when nvdisasm is not found or fails."""
     exe = exe or find_nvdisasm()
     if not exe:
         return None
@@ -209,11 +210,8 @@ def nvdisasm_at(cubin: bytes, function: str, offset: int, exe: Optional[str] = N
         with os.fdopen(fd, "wb") as f:
             f.write(cubin)
         try:
-            p = subprocess.run([exe, "-g", "-c", "-fun", function, path], capture_output=True,
+            p = subprocess.run([exe, "-gi", "-c", path], capture_output=True,
                                timeout=NVDISASM_TIMEOUT)
-            if p.returncode != 0 or not p.stdout:
-                p = subprocess.run([exe, "-g", "-c", path], capture_output=True,
-                                   timeout=NVDISASM_TIMEOUT)
         except (OSError, subprocess.SubprocessError):
             return None
     finally:
@@ -228,27 +226,31 @@ def nvdisasm_at(cubin: bytes, function: str, offset: int, exe: Optional[str] = N
 
 
 def parse_nvdisasm(out: str, function: str, offset: int):
-    """(instruction, lines) at `offset` in `function` of nvdisasm -g output."""
+    """(instruction, lines) at `offset` in `function` of nvdisasm -gi output:
+    the block of ``//##`` lines last seen above the instruction (a block
+    holds for the instructions after it until the next one)."""
     in_fn = False
-    lines: List[Tuple[str, int, str]] = []
+    block: List[Tuple[str, int, str]] = []
+    current: List[Tuple[str, int, str]] = []
     for raw in out.splitlines():
         m = _FUNC.match(raw)
         if m:
             in_fn = (m.group(1) or m.group(2)) == function
-            lines = []
+            block, current = [], []
             continue
         if not in_fn:
             continue
         m = _LINE.match(raw)
         if m:
-            lines.append((m.group(1), int(m.group(2)), m.group(3).strip()))
+            block.append((m.group(1), int(m.group(2)), m.group(3).strip()))
             continue
         m = _INSN.match(raw)
         if m:
+            if block:
+                current, block = block, []
             if int(m.group(1), 16) == offset:
                 insn = re.sub(r"\s+", " ", m.group(2)).strip().rstrip(";").strip()
-                return insn[:120], lines[-1:] if lines else []
-            continue
+                return insn[:120], list(current)
     return None
 
 
@@ -309,19 +311,13 @@ def lookup(image: Optional[bytes], function: str, offset: Optional[int],
     dis = nvdisasm_at(cubin, function, offset, nvdisasm) if use_nvdisasm else None
     if dis is not None:
         insn, dlines = dis
+        hows.append("nvdisasm")
         if dlines:
-            f0, n0, rest = dlines[-1]
+            f0, n0, rest = dlines[0]
             if file is None:
                 file = f0 if os.path.isabs(f0) or not folder else os.path.join(folder, f0)
                 line = n0
-                hows.append("nvdisasm")
-            chain = []
-            for m in re.finditer(r'inlined at\s+"([^"]+)",\s*line\s+(\d+)(?:[^"]*?'
-                                 r'function\s+"?([^"\s,]+))?', rest):
-                chain.append((m.group(1), int(m.group(2)), m.group(3) or ""))
-            inlined = tuple(chain)
-        if "nvdisasm" not in hows:
-            hows.append("nvdisasm")
+            inlined = tuple((f, int(n), "") for f, n in _INLINED.findall(rest))
     source = source_line(file, line) if file and line else None
     note = None if line else HINT
     return KernelLine(function, offset, file, line, source, inlined, insn,
