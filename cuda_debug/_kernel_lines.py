@@ -59,7 +59,17 @@ class KernelLine(NamedTuple):
         return d
 
 
-def text(k: "KernelLine", short) -> str:
+def short_name(name: str) -> str:
+    """A kernel's name for a line: demangled, without its parameter list."""
+    try:
+        from . import _core
+        d = _core.demangle(name) or name
+    except Exception:
+        d = name
+    return (d.split("(")[0].strip() or d)[:120]
+
+
+def text(k: "KernelLine", short=short_name) -> str:
     """``in the kernel: prog.py:6  tl.store(p + offs, ...)`` with the inline
     chain, or ``in the kernel: store_past+0x1a0 (STG.E ...)`` and the hint.
     `short`: kernel name shortener."""
@@ -103,16 +113,8 @@ def _cupti_library(path: Optional[str] = None):
             return None
     if _cupti is not None:
         return _cupti or None
-    names = []
-    try:
-        from . import _libraries
-        lib = _libraries.status(_libraries.CUPTI)
-        if lib is not None and getattr(lib, "path", None):
-            names.append(lib.path)
-        names += _libraries.SONAMES[_libraries.CUPTI] if hasattr(_libraries, "SONAMES") else []
-    except Exception:
-        pass
-    names += ["libcupti.so.13", "libcupti.so.12", "libcupti.so"]
+    # (a soname finds the copy already loaded: the one cuda_debug or PyTorch opened)
+    names = ["libcupti.so.13", "libcupti.so.12", "libcupti.so"]
     for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if root:
             names += [os.path.join(root, d, "libcupti.so") for d in
@@ -179,8 +181,13 @@ def find_nvdisasm() -> Optional[str]:
         return hit
     dirs = [os.path.join(r, "bin") for r in (os.environ.get("CUDA_HOME"),
                                              os.environ.get("CUDA_PATH"), "/usr/local/cuda") if r]
-    from ._replay import _site_dirs
-    for site_dir in _site_dirs():
+    import site
+    try:
+        site_dirs = site.getsitepackages() + [site.getusersitepackages()]
+    except AttributeError:             # (a virtualenv's old site module)
+        site_dirs = []
+    site_dirs += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    for site_dir in dict.fromkeys(site_dirs):
         dirs += [os.path.join(site_dir, "nvidia", sub, "bin")
                  for sub in ("cu13", "cuda_nvdisasm", "cu12")]
     for d in dirs:

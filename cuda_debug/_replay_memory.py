@@ -337,13 +337,12 @@ def kernel_line_text(d: dict) -> str:
     """``in the kernel: file:line  text`` (and the inline chain), or the
     function, offset, instruction and how to get a line (_kernel_lines)."""
     from . import _kernel_lines
-    from ._replay import _short
     fields = {f: d.get(f) for f in _kernel_lines.KernelLine._fields}
     fields["inlined"] = tuple(tuple(i) for i in d.get("inlined") or ())
     fields["offset"] = fields["offset"] or 0
     fields["function"] = fields["function"] or "?"
     k = _kernel_lines.KernelLine(**fields)
-    return _kernel_lines.text(k, _short)
+    return _kernel_lines.text(k)
 
 
 def report_lines(err) -> List[str]:
