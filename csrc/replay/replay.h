@@ -38,6 +38,7 @@
  * CD_REPLAY_IMAGE_BYTES in all (the oldest dropped first). */
 #define CD_REPLAY_IMAGES 8
 #define CD_REPLAY_IMAGE_MAX (32u << 20)
+#define CD_REPLAY_IMAGE_ANY_MAX (8u << 20)
 #define CD_REPLAY_IMAGE_BYTES (64u << 20)
 
 /* Which launches to instrument (Python arms it before the program starts). */

@@ -314,8 +314,9 @@ static void image_loaded(const Sanitizer_ResourceModuleData *m)
 {
     if (!m->pCubin || !m->cubinSize || m->cubinSize > CD_REPLAY_IMAGE_MAX)
         return;
-    if (rp.image_needle[0] &&
-        !memmem(m->pCubin, m->cubinSize, rp.image_needle, strlen(rp.image_needle)))
+    if (rp.image_needle[0] ?
+            !memmem(m->pCubin, m->cubinSize, rp.image_needle, strlen(rp.image_needle)) :
+            m->cubinSize > CD_REPLAY_IMAGE_ANY_MAX)
         return;
     char *copy = malloc(m->cubinSize);
     if (!copy)
