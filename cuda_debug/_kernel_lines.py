@@ -66,6 +66,7 @@ def short_name(name: str) -> str:
         d = _core.demangle(name) or name
     except Exception:
         d = name
+    d = d[5:] if d.startswith("void ") else d
     return (d.split("(")[0].strip() or d)[:120]
 
 
@@ -77,6 +78,8 @@ def text(k: "KernelLine", short=short_name) -> str:
         out = "in the kernel: %s:%d" % (k.file, k.line)
         if k.source:
             out += "  " + k.source
+        else:
+            out += "  (the source file is not on disk)"
         for f, n, fn in k.inlined:
             out += "\n  inlined at %s:%d%s" % (f, n, " in " + fn if fn else "")
         if k.note:

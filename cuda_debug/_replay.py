@@ -638,7 +638,10 @@ def _triton_moved(k):
     name = k.function
     found = set()
     for m in list(sys.modules.values()):
-        obj = getattr(m, name, None) if m is not None else None
+        try:                            # (a module's own __getattr__ may raise anything)
+            obj = getattr(m, name, None) if m is not None else None
+        except Exception:
+            continue
         if isinstance(obj, cls):
             code = getattr(getattr(obj, "fn", None), "__code__", None)
             if code is not None:
