@@ -17,8 +17,6 @@ PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytes
 """
 import os
 import re
-import shutil
-import subprocess
 import time
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
@@ -51,6 +49,7 @@ def find_cuda_gdb() -> Tuple[Optional[str], List[str]]:
     if env:
         ok = os.path.isfile(env) and os.access(env, os.X_OK)
         return (env if ok else None), ["$%s=%s" % (EXE_ENV, env)]
+    import shutil
     tried = ["PATH"]
     hit = shutil.which("cuda-gdb")
     if hit:
@@ -207,6 +206,7 @@ INSN = 16
 def look(pid: int, exe: str, pcs: Tuple[int, ...] = (), timeout: float = LOOK_TIMEOUT) -> Look:
     """One attach-read-detach of `pid` by cuda-gdb `exe`; `pcs`: where to read
     the instruction before and at (``x/2i``) and the line before, in the same stop."""
+    import subprocess                  # (here: dump without --warps runs none)
     cmd = [exe, "-batch", "-nx", "-q"]
     for c in COMMANDS:
         cmd += ["-ex", c]

@@ -377,3 +377,30 @@ def test_ptrace_scope_and_other_users_are_named(monkeypatch):
     if os.geteuid() == 0:
         pytest.skip("root may attach to anything")
     assert _warps.ptrace_refusal(1) is not None         # init: another user's
+
+
+def test_dump_warps_without_cuda_gdb_says_why_and_the_report_stands(fake_live, tmp_path):
+    """dump --warps on the fake driver: cuda-gdb not found gives one line (text) or
+    the note (--json); without --warps nothing attaches and no "warps" is there."""
+    from test_cli import cli
+    with fake_live('''
+        import cuda_debug, cuda_debug.testing as t
+        fake.fake_set_async(1)
+        with cuda_debug.watch(exact=True):
+            t.spin(60)                      # SPIN
+            print("READY", flush=True)
+            cuda_debug.check()
+    ''') as live:
+        live.wait_for("READY", name="stdout")
+        env = {"CUDA_DEBUG_CUDA_GDB": str(tmp_path / "cuda-gdb")}
+        p = cli("dump", "--warps", "--json", str(live.pid), env=env, timeout=30)
+        assert p.returncode == 0, p
+        doc = json.loads(p.stdout)
+        assert doc["streams"] and doc["warps"]["groups"] == [], doc
+        assert doc["warps"]["note"].startswith("warps: cuda-gdb was not found"), doc
+        p = cli("dump", str(live.pid), env=dict(env, CUDA_DEBUG_WARPS="1"), timeout=30)
+        assert p.returncode == 0, p
+        assert "unfinished" in p.stdout
+        assert "\n  warps: cuda-gdb was not found (looked in $CUDA_DEBUG_CUDA_GDB=" in p.stdout
+        p = cli("dump", "--json", str(live.pid), env=env, timeout=30)
+        assert "warps" not in json.loads(p.stdout)
