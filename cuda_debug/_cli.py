@@ -1071,6 +1071,10 @@ def _dump_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                         "TCPStore (default: MASTER_ADDR:MASTER_PORT here); needs torch")
     p.add_argument("--timeout", metavar="S", type=float, default=None,
                    help="seconds to wait for each answer (default 5; --job: 10)")
+    p.add_argument("--warps", action="store_true", default=None,
+                   help="also where each running kernel's warps are (source line, how many, "
+                        "spinning or at a barrier): cuda-gdb attaches for about a second, "
+                        "twice, and detaches; the process runs on (default: CUDA_DEBUG_WARPS)")
     return p
 
 
@@ -1139,6 +1143,10 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
             _say(where, _run_not_watching(pid, prog) or str(e))
             status = EXIT_ERROR
     docs.sort(key=lambda d: (d.get("rank") is None, d.get("rank") or 0, d["pid"]))
+    from . import _warps
+    if _warps.allowed(ns.warps):       # the user's say: it stops the process for a moment
+        for d in docs:
+            d["warps"] = _warps.warps(d["pid"])
     try:
         _print_dump(docs, ranked, ns.json)
         sys.stdout.flush()
@@ -1255,19 +1263,30 @@ def _print_dump(docs, ranked: bool, as_json: bool) -> None:
     from . import _dump
     if as_json:
         if ranked:
-            out = {"ranks": [_dump.as_json(d) for d in docs],
+            out = {"ranks": [_with_warps(_dump.as_json(d), d) for d in docs],
                    "verdict": _dump.verdict(docs) if docs else None,
                    "flight_recorder": _dump.flight_recorder_lines(docs)}
         else:
-            out = _dump.as_json(docs[0]) if docs else None
+            out = _with_warps(_dump.as_json(docs[0]), docs[0]) if docs else None
         if out is not None:
             print(json.dumps(out, indent=2))
         return
     for d in docs:
         sys.stdout.write(_dump.prefixed(d) if ranked else _dump.report_text(d))
+        if "warps" in d:
+            from . import _warps
+            text = "".join("  " + line + "\n" for line in _warps.lines(d["warps"]))
+            text = "warps (cuda-gdb, two looks):\n" + text
+            sys.stdout.write(_dump.prefixed(d, text) if ranked else text)
     if ranked and docs:
         for line in _dump.verdict_lines(docs):
             print(line)
+
+
+def _with_warps(out: dict, doc: dict) -> dict:
+    if "warps" in doc:
+        out["warps"] = doc["warps"]
+    return out
 
 
 def _write_dump_trace(path: str, docs, where: str = MODULE_PROG + " dump") -> None:

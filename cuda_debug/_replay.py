@@ -563,6 +563,16 @@ def build_error(inst: Instrumented, tb=None):
         stack = _locations.stack_from(tb=tb)
         fs = _locations.user_frame(stack)
     mangled = inst.kernel
+    t_line = time.perf_counter()
+    kline = kernel_line(inst, lead)
+    t_line = time.perf_counter() - t_line
+    provenance = None
+    if mangled.startswith("triton_"):     # an Inductor kernel: the model line it came from
+        try:
+            from ._report import inductor_provenance
+            provenance = inductor_provenance(mangled, stack)
+        except Exception:
+            provenance = None
     fields = dict(
         mechanism="replay", found_at="replay", exact=True,
         kernel=(_core.demangle(mangled) or mangled) if mangled else None, kernel_mangled=mangled,
@@ -573,13 +583,83 @@ def build_error(inst: Instrumented, tb=None):
         address=lead.address, access=lead.access, access_size=lead.size,
         fault_thread=lead.thread, fault_block=lead.block, allocation=w.allocation,
         access_text=access_line(inst, lead, entry), launch_seq=inst.launch,
-        bad_accesses=[a._asdict() for a in inst.accesses],
-        replay={"launch": inst.launch, "original_launch": _target.launch if _target else None,
+        bad_accesses=[a._asdict() for a in inst.accesses], provenance=provenance,
+        replay={"kernel_line": kline.as_dict() if kline else None,
+                "kernel_line_seconds": round(t_line, 4),"launch": inst.launch, "original_launch": _target.launch if _target else None,
                 "n_bad": inst.n_bad, "more": _more_line(inst, lead),
                 "torch": bool(entry.get("torch")), "torch_note": _torch_note,
                 "hook_error": entry.get("error")},
     )
     return class_for(code)(code=code, **fields)
+
+
+def kernel_line(inst: Instrumented, a: BadAccess):
+    """The source line of access `a` in the kernel (_kernel_lines.KernelLine),
+    from its PC offset and the module image C kept; None without an offset."""
+    if a.pc_offset is None:
+        return None
+    from . import _kernel_lines
+    try:
+        image = _core.replay_module_image(inst.launch)
+    except Exception:
+        image = None
+    try:
+        k = _kernel_lines.lookup(image, inst.kernel, a.pc_offset)
+        return _triton_moved(k) if k is not None and (k.file or "").endswith(".py") else k
+    except Exception as e:             # never instead of the report
+        return _kernel_lines.KernelLine(inst.kernel, a.pc_offset, None, None, None, (), None,
+                                        "", "the line lookup failed: %s: %s"
+                                        % (type(e).__name__, e))
+
+
+def _def_line(path: str, name: str, start: int = 1) -> Optional[int]:
+    from ._kernel_lines import SOURCE_MAX
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            rows = f.read(SOURCE_MAX).splitlines()
+    except OSError:
+        return None
+    for i in range(max(start, 1) - 1, len(rows)):
+        if rows[i].lstrip().startswith("def %s(" % name):
+            return i + 1
+    return None
+
+
+def _triton_moved(k):
+    """A Triton kernel's line, as this run defines it: Triton's cache keys a
+    compiled kernel by its source, not its file, so a cubin compiled for the
+    same function elsewhere (another script, the lines above it edited) names
+    that file and line. Where exactly one loaded JITFunction has the kernel's
+    name, the line is moved by the distance between the two ``def`` lines."""
+    jit = sys.modules.get("triton.runtime.jit")
+    cls = getattr(jit, "JITFunction", None)
+    if cls is None:
+        return k
+    name = k.function
+    found = set()
+    for m in list(sys.modules.values()):
+        try:                            # (a module's own __getattr__ may raise anything)
+            obj = getattr(m, name, None) if m is not None else None
+        except Exception:
+            continue
+        if isinstance(obj, cls):
+            code = getattr(getattr(obj, "fn", None), "__code__", None)
+            if code is not None:
+                found.add((code.co_filename, code.co_firstlineno))
+    if len(found) != 1:
+        return k
+    path, first = found.pop()
+    new_def = _def_line(path, name, first)
+    old_def = _def_line(k.file, name)
+    if new_def is None or (os.path.realpath(path) == os.path.realpath(k.file) and
+                           old_def == new_def):
+        return k
+    if old_def is None:                 # the file it was compiled from is gone
+        return k._replace(note="compiled from %s (Triton's cache): the line may have moved"
+                          % k.file)
+    from ._kernel_lines import source_line
+    line = k.line - old_def + new_def
+    return k._replace(file=path, line=line, source=source_line(path, line))
 
 
 # -- outcomes -----------------------------------------------------------------------

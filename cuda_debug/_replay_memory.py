@@ -333,6 +333,18 @@ def describe(access: str, size: int, address: int, where: Where,
     return s
 
 
+def kernel_line_text(d: dict) -> str:
+    """``in the kernel: file:line  text`` (and the inline chain), or the
+    function, offset, instruction and how to get a line (_kernel_lines)."""
+    from . import _kernel_lines
+    fields = {f: d.get(f) for f in _kernel_lines.KernelLine._fields}
+    fields["inlined"] = tuple(tuple(i) for i in d.get("inlined") or ())
+    fields["offset"] = fields["offset"] or 0
+    fields["function"] = fields["function"] or "?"
+    k = _kernel_lines.KernelLine(**fields)
+    return _kernel_lines.text(k)
+
+
 def report_lines(err) -> List[str]:
     """The replay's lines of the short report (_errors.format_report, for an
     error whose mechanism is "replay"): the access, the others, what was not
@@ -341,6 +353,8 @@ def report_lines(err) -> List[str]:
     lines = []
     if getattr(err, "access_text", None):
         lines.append(err.access_text)
+    if r.get("kernel_line"):
+        lines += kernel_line_text(r["kernel_line"]).splitlines()
     if r.get("more"):
         lines.append(r["more"])
     if not r.get("torch") and r.get("torch_note"):

@@ -136,6 +136,9 @@
     X(replay_results, NOARGS, "the instrumented launches, each a tuple") \
     X(replay_allocations, NOARGS, "the Sanitizer's allocation table: [(address, size, flags, " \
       "cbid)]") \
+    X(replay_module_image, O, "replay_module_image(launch) -> the cubin of an instrumented " \
+      "launch's module (bytes), or None when it was not kept") \
+    X(replay_image_stats, NOARGS, "module images kept: (count, bytes)") \
     X(replay_subscribe, KEYWORDS, "subscribe the Sanitizer API for a replay -> 0 or rc")
 
 /* bench/ and testing/ keep theirs beside their C (bench/bench_api.h,

@@ -215,3 +215,35 @@ PyObject *cd_py_replay_allocations(PyObject *self, PyObject *noargs)
     PyMem_Free(buf);
     return out;
 }
+
+PyObject *cd_py_replay_module_image(PyObject *self, PyObject *arg)
+{
+    unsigned long long launch = PyLong_AsUnsignedLongLong(arg);
+    if (launch == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    size_t size;
+    Py_BEGIN_ALLOW_THREADS
+    size = cd_replay_module_image(launch, NULL, 0);
+    Py_END_ALLOW_THREADS
+    if (!size)
+        Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (!out)
+        return NULL;
+    size_t got;
+    Py_BEGIN_ALLOW_THREADS
+    got = cd_replay_module_image(launch, PyBytes_AS_STRING(out), size);
+    Py_END_ALLOW_THREADS
+    if (got != size) {                 /* unloaded or replaced in between */
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
+PyObject *cd_py_replay_image_stats(PyObject *self, PyObject *noargs)
+{
+    size_t n, bytes;
+    cd_replay_image_stats(&n, &bytes);
+    return Py_BuildValue("(nn)", (Py_ssize_t)n, (Py_ssize_t)bytes);
+}

@@ -31,6 +31,15 @@
 #define CD_REPLAY_RESULTS 16       /* instrumented launches kept */
 #define CD_REPLAY_NAME 1024        /* bytes of a kernel name kept */
 #define CD_REPLAY_MAX_ALLOCS (1 << 22)
+/* Module images (cubins) kept from the Sanitizer's module-load callback, for
+ * the faulting access's source line: the modules that hold the target's
+ * kernel name (any module when only launch numbers are known), the newest
+ * CD_REPLAY_IMAGES of them, none over CD_REPLAY_IMAGE_MAX bytes, at most
+ * CD_REPLAY_IMAGE_BYTES in all (the oldest dropped first). */
+#define CD_REPLAY_IMAGES 8
+#define CD_REPLAY_IMAGE_MAX (32u << 20)
+#define CD_REPLAY_IMAGE_ANY_MAX (8u << 20)
+#define CD_REPLAY_IMAGE_BYTES (64u << 20)
 
 /* Which launches to instrument (Python arms it before the program starts). */
 enum cd_replay_match { CD_MATCH_ANY = 0, CD_MATCH_MANGLED_PREFIX = 1, CD_MATCH_SUBSTRING = 2 };
@@ -68,6 +77,7 @@ typedef struct {
     uintptr_t context, stream;
     int device;
     uint64_t function_pc, function_size;
+    uintptr_t module;              /* the kernel's module (cd_replay_module_image) */
     int failed_step;               /* 0 instrumented; else which step the Sanitizer refused */
     int rc;                        /* its SanitizerResult */
     uint32_t n_ranges;
@@ -138,5 +148,12 @@ int cd_replay_launch_result(int i, cd_replay_launch *out);
  * to max; returns how many were written (the table's size may be larger). */
 size_t cd_replay_allocations(uint64_t *out, size_t max);
 size_t cd_replay_allocation_count(void);
+
+/* The image (cubin) of the module of instrumented launch `launch`, as the
+ * module-load callback handed it over: copies up to `max` bytes into `out`
+ * (NULL: none) and returns its whole size; 0 when it was not kept. */
+size_t cd_replay_module_image(uint64_t launch, void *out, size_t max);
+/* Images kept now, and their bytes (tests: the bound holds). */
+void cd_replay_image_stats(size_t *count, size_t *bytes);
 
 #endif

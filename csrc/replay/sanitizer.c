@@ -52,7 +52,9 @@ typedef struct {
  *   results, n_results, patched_ctx, at: inst_lock (the instrumented launches,
  *                    which the Sanitizer wants serialised anyway); results is a
  *                    ring of the last CD_REPLAY_RESULTS, n_results counts them all;
- *   violated         atomic: once set, stays set.
+ *   violated         atomic: once set, stays set;
+ *   images           image_lock: module images kept at module load (the
+ *                    culprit's line table), bounded (replay.h).
  */
 static struct {
     void *lib;
@@ -90,8 +92,15 @@ static struct {
     int read_pinned;               /* read_state() reads through it first (inst_lock) */
     pthread_mutex_t match_lock;    /* the name-match cache */
     struct { CUfunction fn; int match; } cache[512];
+
+    pthread_mutex_t image_lock;
+    struct { CUmodule module; char *bytes; size_t size; uint64_t age; } images[CD_REPLAY_IMAGES];
+    size_t image_bytes;            /* their sizes, summed */
+    uint64_t image_age;
+    char image_needle[CD_REPLAY_NAME];  /* the text a kept image holds ("" any image) */
 } rp = {
     .alloc_lock = PTHREAD_MUTEX_INITIALIZER,
+    .image_lock = PTHREAD_MUTEX_INITIALIZER,
     .inst_lock = PTHREAD_MUTEX_INITIALIZER,
     .match_lock = PTHREAD_MUTEX_INITIALIZER,
 };
@@ -116,7 +125,8 @@ static double now_s(void)
  * the child's. */
 void cd_replay_fork(int op)
 {
-    pthread_mutex_t *const locks[] = {&rp.alloc_lock, &rp.inst_lock, &rp.match_lock};
+    pthread_mutex_t *const locks[] = {&rp.alloc_lock, &rp.inst_lock, &rp.match_lock,
+                                      &rp.image_lock};
     cd_fork_locks(locks, CD_N_OF(locks), op);
     if (op != CD_FORK_CHILD)
         return;
@@ -257,6 +267,132 @@ static cd_replay_range *table_ranges(size_t *n)
     return r;
 }
 
+/* --------------------------------------------------- module images -- */
+
+/* The text an image of the target's module must hold: the kernel name when it
+ * is a plain identifier or a mangled prefix (it is in the image's symbol
+ * table as is); else its longest identifier run ("FillFunctor" of
+ * "FillFunctor<float>"); "" (every image) without a kernel name. */
+static void set_image_needle(const cd_replay_target *t)
+{
+    const char *k = t->kernel, *best = k;
+    size_t best_len = 0;
+    rp.image_needle[0] = 0;
+    if (!k[0])
+        return;
+    for (const char *p = k; *p;) {
+        const char *q = p;
+        while (*q == '_' || *q == '$' || (*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'z') ||
+               (*q >= 'A' && *q <= 'Z'))
+            q++;
+        if ((size_t)(q - p) > best_len) {
+            best = p;
+            best_len = (size_t)(q - p);
+        }
+        p = *q ? q + 1 : q;
+    }
+    if (t->match == CD_MATCH_MANGLED_PREFIX || best_len < 3)
+        best = k, best_len = strlen(k);
+    if (best_len >= sizeof rp.image_needle)
+        best_len = sizeof rp.image_needle - 1;
+    memcpy(rp.image_needle, best, best_len);
+    rp.image_needle[best_len] = 0;
+}
+
+static void image_drop(int i)   /* image_lock held */
+{
+    rp.image_bytes -= rp.images[i].size;
+    free(rp.images[i].bytes);
+    rp.images[i].bytes = NULL;
+    rp.images[i].module = NULL;
+    rp.images[i].size = 0;
+}
+
+/* MODULE_LOADED: keep a copy of the image when it may hold the target's
+ * kernel (cold: once per module). A copy, as the pointer is the driver's. */
+static void image_loaded(const Sanitizer_ResourceModuleData *m)
+{
+    if (!m->pCubin || !m->cubinSize || m->cubinSize > CD_REPLAY_IMAGE_MAX)
+        return;
+    if (rp.image_needle[0] ?
+            !memmem(m->pCubin, m->cubinSize, rp.image_needle, strlen(rp.image_needle)) :
+            m->cubinSize > CD_REPLAY_IMAGE_ANY_MAX)
+        return;
+    char *copy = malloc(m->cubinSize);
+    if (!copy)
+        return;
+    memcpy(copy, m->pCubin, m->cubinSize);
+    pthread_mutex_lock(&rp.image_lock);
+    for (int i = 0; i < CD_REPLAY_IMAGES; i++)      /* a module handle used again */
+        if (rp.images[i].bytes && rp.images[i].module == m->module)
+            image_drop(i);
+    for (;;) {                                       /* room: a free slot, the bytes */
+        int free_slot = -1, oldest = -1;
+        for (int i = 0; i < CD_REPLAY_IMAGES; i++) {
+            if (!rp.images[i].bytes)
+                free_slot = free_slot < 0 ? i : free_slot;
+            else if (oldest < 0 || rp.images[i].age < rp.images[oldest].age)
+                oldest = i;
+        }
+        if (free_slot >= 0 && rp.image_bytes + m->cubinSize <= CD_REPLAY_IMAGE_BYTES) {
+            rp.images[free_slot].module = m->module;
+            rp.images[free_slot].bytes = copy;
+            rp.images[free_slot].size = m->cubinSize;
+            rp.images[free_slot].age = ++rp.image_age;
+            rp.image_bytes += m->cubinSize;
+            copy = NULL;
+            break;
+        }
+        if (oldest < 0)
+            break;
+        image_drop(oldest);
+    }
+    pthread_mutex_unlock(&rp.image_lock);
+    free(copy);
+}
+
+static void image_unloading(const Sanitizer_ResourceModuleData *m)
+{
+    pthread_mutex_lock(&rp.image_lock);
+    for (int i = 0; i < CD_REPLAY_IMAGES; i++)
+        if (rp.images[i].bytes && rp.images[i].module == m->module)
+            image_drop(i);
+    pthread_mutex_unlock(&rp.image_lock);
+}
+
+size_t cd_replay_module_image(uint64_t launch, void *out, size_t max)
+{
+    uintptr_t module = 0;
+    pthread_mutex_lock(&rp.inst_lock);
+    int first = rp.n_results > CD_REPLAY_RESULTS ? rp.n_results - CD_REPLAY_RESULTS : 0;
+    for (int i = first; i < rp.n_results; i++)
+        if (rp.results[i % CD_REPLAY_RESULTS].launch == launch)
+            module = rp.results[i % CD_REPLAY_RESULTS].module;
+    pthread_mutex_unlock(&rp.inst_lock);
+    size_t size = 0;
+    pthread_mutex_lock(&rp.image_lock);
+    for (int i = 0; module && i < CD_REPLAY_IMAGES; i++)
+        if (rp.images[i].bytes && (uintptr_t)rp.images[i].module == module) {
+            size = rp.images[i].size;
+            if (out)
+                memcpy(out, rp.images[i].bytes, size < max ? size : max);
+            break;
+        }
+    pthread_mutex_unlock(&rp.image_lock);
+    return size;
+}
+
+void cd_replay_image_stats(size_t *count, size_t *bytes)
+{
+    pthread_mutex_lock(&rp.image_lock);
+    size_t n = 0;
+    for (int i = 0; i < CD_REPLAY_IMAGES; i++)
+        n += rp.images[i].bytes != NULL;
+    *count = n;
+    *bytes = rp.image_bytes;
+    pthread_mutex_unlock(&rp.image_lock);
+}
+
 /* ------------------------------------------------------ the target -- */
 
 static int name_matches_uncached(const char *name)
@@ -386,6 +522,7 @@ static __attribute__((noinline, cold)) void instrument(uint64_t n, const Sanitiz
     r->context = (uintptr_t)ld->context;
     r->stream = (uintptr_t)ld->stream;
     r->device = (int)ld->device;
+    r->module = (uintptr_t)ld->module;
 
     int rc, step = CD_STEP_ADD_PATCHES, patched = 0;
     void *dstate = NULL;
@@ -674,6 +811,12 @@ static void on_event(void *userdata, int domain, uint32_t cbid, const void *data
     case CD_SAN_RESOURCE_VIRTUAL_RELEASE:
         alloc_remove(((const Sanitizer_ResourceVirtualRange *)data)->address);
         break;
+    case CD_SAN_RESOURCE_MODULE_LOADED:
+        image_loaded(data);
+        break;
+    case CD_SAN_RESOURCE_MODULE_UNLOAD_STARTING:
+        image_unloading(data);
+        break;
     default:
         break;
     }
@@ -686,6 +829,7 @@ static const uint32_t resource_cbids[] = {
     CD_SAN_RESOURCE_HOST_MEMORY_ALLOC, CD_SAN_RESOURCE_HOST_MEMORY_FREE,
     CD_SAN_RESOURCE_MEMORY_ALLOC_ASYNC, CD_SAN_RESOURCE_MEMORY_FREE_ASYNC,
     CD_SAN_RESOURCE_VIRTUAL_RESERVE, CD_SAN_RESOURCE_VIRTUAL_RELEASE,
+    CD_SAN_RESOURCE_MODULE_LOADED, CD_SAN_RESOURCE_MODULE_UNLOAD_STARTING,
 };
 
 /* 0, or the SanitizerResult plus 1000 x the step: 1 subscribe, 2 the launch
@@ -701,6 +845,7 @@ int cd_replay_subscribe(const cd_replay_target *target, cd_replay_ranges_fn rang
     if (rp.target.max_launches <= 0)
         rp.target.max_launches = 1;
     rp.ranges = ranges;
+    set_image_needle(&rp.target);
     int rc;
     if ((rc = rp.f.sanitizerSubscribe(&rp.sub, on_event, NULL)))
         return 1000 + rc;

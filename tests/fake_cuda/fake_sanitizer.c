@@ -396,6 +396,21 @@ static int mapped(uint64_t a, uint32_t size)
     return 0;
 }
 
+/* The module of kernel `name` loaded (RESOURCE MODULE_LOADED, with its image
+ * `image` of `size` bytes), or, `size` 0, about to be unloaded. */
+EXPORT void fake_san_module(const char *name, const void *image, size_t size)
+{
+    int k = kernel_index(name);
+    Sanitizer_ResourceModuleData m;
+    memset(&m, 0, sizeof m);
+    m.context = CONTEXT;
+    m.module = MODULE_OF(k);
+    m.cubinSize = size;
+    m.pCubin = image;
+    fire(CD_SAN_DOMAIN_RESOURCE, size ? CD_SAN_RESOURCE_MODULE_LOADED
+                                      : CD_SAN_RESOURCE_MODULE_UNLOAD_STARTING, &m);
+}
+
 /* One launch of `name` with grid (gx,1,1) and block (bx,1,1), whose threads
  * make the `n` accesses of `acc` (address, size, flags, linear thread id), in
  * order. Returns the launch call's result, as the framework would get it. */

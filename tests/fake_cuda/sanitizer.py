@@ -69,6 +69,7 @@ _SIGNATURES = {
     "fake_san_launch": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32,
                                        ctypes.POINTER(ctypes.c_uint64), ctypes.c_int]),
     "fake_san_sync": (ctypes.c_int, []),
+    "fake_san_module": (None, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
 }
 #: fake_san_stats() indexes
 STATS = ("subscribe", "unsubscribe", "add_patches", "patch_instructions", "patch_module",
