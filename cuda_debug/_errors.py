@@ -46,6 +46,9 @@ REPORT_FIELDS = (
     # cuda-debug replay: the bad access and the memory it missed
     "address", "access", "access_size", "fault_thread", "fault_block", "allocation",
     "access_text", "bad_accesses", "replay",
+    # cuda-debug replay: where in the kernel (file, line, source, inline chain, or the
+    # function, offset and instruction with how to get a line): _kernel_lines.KernelLine
+    "kernel_line",
 )
 
 RESTART = ("The CUDA context is now unusable: restart the process "
@@ -88,6 +91,7 @@ class CudaError(RuntimeError):
 
     # The report fields (REPORT_FIELDS), None where unknown: declared for type
     # checkers and IDEs (__init__ sets them all).
+    kernel_line: Optional[Dict[str, Any]]
     kernel: Optional[str]
     kernel_mangled: Optional[str]
     grid: Optional[Tuple[int, int, int]]
