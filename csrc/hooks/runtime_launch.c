@@ -80,6 +80,7 @@ static void *other_launch;             /* the last walk's first other definition
 enum { ROUTE_OFF = 0, ROUTE_DIRECT = 1, ROUTE_RECORD = 2 };
 static atomic_int route_on;
 static atomic_uint_fast64_t n_routed, n_recorded, n_handed_back, n_asked, n_unresolved;
+static atomic_uint_fast64_t ns_lookup, ns_launch;   /* CUDA_DEBUG_PROFILE=1 */
 static atomic_int unresolved_rc;       /* the driver's last refusal of a handle */
 static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
 static int hooks_wanted = 1;           /* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS */
@@ -245,6 +246,8 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
          atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) <= 1) ||
         cd_thread_wants_blocking() || shmem > 0xFFFFFFFFu)
         return real(kernel, grid, block, args, shmem, stream);
+    const int profile = cd_state.profile;
+    const uint64_t t0 = profile ? cd_clock_ns() : 0;
     CUcontext ctx = NULL;
     CUfunction f;
     uint32_t uid = 0;
@@ -272,7 +275,13 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
         }
         return rrc;
     }
+    const uint64_t t1 = profile ? cd_clock_ns() : 0;
     rc = cd_drv.cuLaunchKernelEx_ptsz(&cfg, f, args, NULL);
+    if (profile) {
+        const uint64_t t2 = cd_clock_ns();
+        atomic_fetch_add_explicit(&ns_lookup, t1 - t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ns_launch, t2 - t1, memory_order_relaxed);
+    }
     if (rc != CUDA_SUCCESS) {
         atomic_fetch_add_explicit(&n_handed_back, 1, memory_order_relaxed);
         return real(kernel, grid, block, args, shmem, stream);
@@ -436,6 +445,8 @@ void cd_runtime_hooks_stats(cd_hook_stats *s)
     s->unresolved = atomic_load(&n_unresolved);
     s->unresolved_rc = atomic_load(&unresolved_rc);
     s->why_off = refused_why;
+    s->ns_lookup = atomic_load(&ns_lookup);
+    s->ns_launch = atomic_load(&ns_launch);
     /* Cold (stats()): the libraries defining the runtime routed through and
      * the one left alone, as the loader names them; "" for none. */
     Dl_info di;

@@ -376,7 +376,7 @@ PyObject *cd_py_stats(PyObject *self, PyObject *noargs)
     static const char *const why[] = {"never on", "CUDA_DEBUG_LAUNCH_HOOKS=0", "no CUPTI",
                                       "driver too old", "a library imports the route",
                                       "no library imports __cudaLaunchKernel"};
-    PyObject *v = Py_BuildValue("{sisisisKsKsKsKsssKsssssKsi}", "on", h.on, "recording", h.recording,
+    PyObject *v = Py_BuildValue("{sisisisKsKsKsKsssKsssssKsisKsK}", "on", h.on, "recording", h.recording,
                                 "entries", h.entries, "routed",
                                 (unsigned long long)h.routed, "recorded",
                                 (unsigned long long)h.recorded, "handed_back",
@@ -386,7 +386,9 @@ PyObject *cd_py_stats(PyObject *self, PyObject *noargs)
                                 "other_runtimes", U(n_hook_other_runtimes), "runtime",
                                 h.runtime, "other_runtime", h.other_runtime, "unresolved",
                                 (unsigned long long)h.unresolved, "unresolved_rc",
-                                h.unresolved_rc);
+                                h.unresolved_rc, "ns_lookup",
+                                (unsigned long long)h.ns_lookup, "ns_launch",
+                                (unsigned long long)h.ns_launch);
     if (!v || PyDict_SetItemString(d, "launch_hooks", v) < 0) {
         Py_XDECREF(v);
         Py_DECREF(d);
