@@ -8,6 +8,16 @@
  * some); the last
  * one to close unsubscribes, so profilers can take CUPTI between. A profiler
  * starting while scopes are open is given CUPTI at once (hand-over).
+ *
+ * Leaving nothing behind: an unsubscribed CUPTI still sits in the driver's
+ * API dispatch (a host-bound loop of tiny launches measured 1.06-1.09x after a
+ * watch() was left: issue 45), so by default the last scope to close detaches
+ * CUPTI from the process (cuptiFinalize, at the next launch's API exit: the
+ * place CUPTI's documentation gives for it) and the next entry subscribes
+ * again (CUPTI initialises anew). Not when another client has used CUPTI in
+ * this process (a profiler: Kineto keeps its CUPTI state between windows and
+ * finalizes it itself), nor in a forked child; stats()["cupti_residue"] says
+ * why the dispatch stays then (cd_cupti_residue).
  */
 #include "base/base.h"
 
@@ -89,6 +99,8 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
  * takes the subscription back (1 -> 0); one that opens while the callback
  * detaches waits for it (bounded). */
 static atomic_int detach_state;
+static int detached;                   /* the last one gave CUPTI up by cuptiFinalize */
+static int finalize_failed;            /* cuptiFinalize refused (unsubscribed instead) */
 
 void cd_subscription_fork(int op)
 {
@@ -105,8 +117,10 @@ void cd_cupti_detach_now(void)
         return;
     if (cd_cupti.cuptiFinalize && CUPTI_CHECK(cd_cupti.cuptiFinalize()) == 0) {
         atomic_fetch_add(&cd_state.n_detaches, 1);
+        detached = 1;
     } else if (cd_state.subscriber) {
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
+        finalize_failed = 1;
     }
     cd_state.subscriber = NULL;
     cd_state.waits_enabled = 0;
@@ -136,7 +150,38 @@ int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size
         return 0;
     int rc = subscribe(callback, holder, holder_len);
     *fresh = rc == 0;
+    if (rc == 0)
+        detached = 0;
+    else if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+        cd_cupti_shared(CD_SHARED_HELD);
     return rc;
+}
+
+void cd_cupti_shared(int why)
+{
+    if (!cd_state.cupti_shared)
+        cd_state.cupti_shared = why;
+}
+
+int cd_cupti_residue(void)
+{
+    if (atomic_load(&cd_state.watching) || atomic_load(&cd_state.active))
+        return CD_RESIDUE_NONE;        /* a scope is open: CUPTI is in use, not left behind */
+    if (cd_state.inherited)
+        return CD_RESIDUE_INHERITED;
+    if (atomic_load(&detach_state))
+        return CD_RESIDUE_PENDING;
+    if (cd_state.cupti_shared == CD_SHARED_PROFILER)
+        return CD_RESIDUE_PROFILER;
+    if (cd_state.cupti_shared == CD_SHARED_HELD)
+        return CD_RESIDUE_HELD;
+    if (detached || atomic_load(&cd_state.n_subscribes) == 0)
+        return CD_RESIDUE_NONE;
+    if (!cd_state.detach)
+        return CD_RESIDUE_OFF;
+    if (!cd_cupti.cuptiFinalize)
+        return CD_RESIDUE_NO_FINALIZE;
+    return finalize_failed ? CD_RESIDUE_FAILED : CD_RESIDUE_NONE;
 }
 
 void cd_cupti_watch_waits(int on)
@@ -196,7 +241,7 @@ void cd_cupti_release(void)
      * driver are the parent's copies there (CUDA does not survive a fork). */
     if (cd_state.subscriber && !cd_state.inherited && atomic_load(&cd_state.active) == 0 &&
         atomic_load(&cd_state.watching) == 0) {
-        if (cd_state.detach && cd_cupti.cuptiFinalize) {
+        if (cd_state.detach && cd_cupti.cuptiFinalize && !cd_state.cupti_shared) {
             atomic_store(&detach_state, 1);    /* the next launch's callback detaches */
             return;
         }

@@ -213,13 +213,17 @@ static int kernel_of(void *k, const void *caller, CUcontext ctx, CUfunction *f, 
     return ask_kernel(k, caller, f, name, origin);   /* cold: crowded, stale or a second context */
 }
 
-/* The context's CUPTI id, per thread for the last context seen. */
+/* The context's CUPTI id, per thread for the last context seen, under the
+ * subscription it was asked in (CUPTI detached and initialised again may
+ * number the contexts anew). */
 static _Thread_local CUcontext tls_ctx;
 static _Thread_local uint32_t tls_uid;
+static _Thread_local uint64_t tls_uid_sub;
 
 static int context_uid(CUcontext c, uint32_t *uid)
 {
-    if (c == tls_ctx && tls_uid) {
+    const uint64_t sub = atomic_load_explicit(&cd_state.n_subscribes, memory_order_relaxed);
+    if (c == tls_ctx && tls_uid && sub == tls_uid_sub) {
         *uid = tls_uid;
         return 0;
     }
@@ -228,6 +232,7 @@ static int context_uid(CUcontext c, uint32_t *uid)
         return -1;
     tls_ctx = c;
     tls_uid = id;
+    tls_uid_sub = sub;
     *uid = id;
     return 0;
 }

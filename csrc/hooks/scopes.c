@@ -139,6 +139,7 @@ int cd_scopes_hand_over(uint32_t where)
      * Then CUPTI is given up; captures begun from now on are not seen (every
      * launch asks the driver). */
     pthread_mutex_lock(&cd_state.sub_lock);
+    cd_cupti_shared(CD_SHARED_PROFILER);   /* never finalized under the profiler's feet */
     const int watching = atomic_load(&cd_state.watching) > 0;
     if (watching)
         cd_runtime_hooks_record();
