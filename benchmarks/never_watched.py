@@ -26,6 +26,11 @@ per call), transformer (4-layer encoder training step: ms), lm (LM step: ms),
 graph (the encoder's inference step captured as a CUDA graph inside the mode's
 region, replayed: ms per replay). Each: the best of several blocks.
 
+--inproc N: the one-process view (N rounds, with CUDA_DEBUG_CUPTI_DETACH=1
+and =0): blocks timed before cuda_debug is imported, then rounds of a watch()
+block and a block after it was left; and what entering a watch() costs after a
+detach (CUPTI initialised again).
+
 --profile: one more child, watch() with CUDA_DEBUG_PROFILE=1, that prints per
 launch the ns of the launch hooks' route (look-up, the driver's own launch,
 the pipeline after it) for tiny ops and the MLP.
@@ -127,6 +132,67 @@ if mode != "never":
 print("RESULT " + json.dumps(out))
 """)
 
+# One process, the lowest-noise view: blocks timed before cuda_debug is
+# imported (never watched), then rounds of [a watch() block, a block after it
+# was left (one launch first: the detach)], and finally the entry cost of a
+# watch() after a detach (CUPTI initialised again) against one that takes a
+# pending subscription back.
+INPROC = always_on.SETUP + textwrap.dedent(r"""
+mlp = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(1024, 1024),
+                                                          torch.nn.ReLU())]).cuda()
+xm = torch.randn(8, 1024, device="cuda")
+def infer():
+    with torch.no_grad():
+        mlp(xm)
+rounds = int(sys.argv[1])
+WORK = [("tiny_us", tiny, 10000, 1e6), ("mlp_us", infer, 1000, 1e6)]
+def block():
+    return {w: min(timed(fn, n) for _ in range(3)) * u for w, fn, n, u in WORK}
+for _ in range(2):
+    step(); infer(); timed(tiny, 2000)
+before = [block() for _ in range(rounds)]
+import cuda_debug
+from cuda_debug import _core
+watch, after = [], []
+for r in range(rounds):
+    with cuda_debug.watch():
+        timed(tiny, 200)
+        watch.append(block())
+    tiny(); torch.cuda.synchronize()   # the launch after the last watch: CUPTI detaches
+    after.append(block())
+st = _core.stats()
+# entry cost: after a detach (a launch between) and with the subscription kept
+enter = {"detached": [], "taken_back": []}
+for i in range(20):
+    tiny(); torch.cuda.synchronize()
+    t0 = time.perf_counter(); w = cuda_debug.watch(); w.__enter__()
+    enter["detached"].append((time.perf_counter() - t0) * 1e6)
+    tiny(); w.__exit__(None, None, None)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter(); w = cuda_debug.watch(); w.__enter__()
+    enter["taken_back"].append((time.perf_counter() - t0) * 1e6)
+    tiny(); w.__exit__(None, None, None)
+# a cycle as a training loop with a watch() per step would do: enter, 20 tiny ops, leave,
+# one launch outside (the detach), against the same without the watch
+def cycle(watched):
+    if watched:
+        with cuda_debug.watch():
+            for _ in range(20):
+                tiny()
+    else:
+        for _ in range(20):
+            tiny()
+    tiny()
+    torch.cuda.synchronize()
+cyc = {}
+for watched in (False, True, False, True):
+    cyc.setdefault(watched, []).append(timed(lambda: cycle(watched), 200) * 1e6)
+print("RESULT " + json.dumps({"before": before, "watch": watch, "after": after,
+                              "detaches": st["detaches"], "residue": st["cupti_residue"],
+                              "subscribed": st["subscribed"], "enter_us": enter,
+                              "cycle_us": {"plain": min(cyc[False]), "watch": min(cyc[True])}}))
+""")
+
 MODES = ["watch", "residue", "profiler", "exact"]
 WORK = [("tiny_us", "tiny op"), ("mlp_us", "MLP inference"), ("transformer_ms", "transformer step"),
         ("lm_ms", "LM step"), ("graph_ms", "graph replay")]
@@ -146,7 +212,21 @@ def child(mode, base):
         env["CUDA_DEBUG_CUPTI_DETACH"] = "0"
     elif mode == "profile":
         env["CUDA_DEBUG_PROFILE"] = "1"
-    return _common.child_result([sys.executable, "-c", CHILD, mode], env, 600, mode)
+    return _common.child_result(PIN + [sys.executable, "-c", CHILD, mode], env, 600, mode)
+
+
+#: Every child on the same CPUs (--cpu) with address-space randomisation off:
+#: fresh processes of one mode moved +-30% without (the H100, first run).
+PIN = []
+
+
+def pin(cpu):
+    import shutil
+    global PIN
+    if cpu and shutil.which("taskset"):
+        PIN = ["taskset", "-c", cpu]
+    if shutil.which("setarch"):
+        PIN = ["setarch", os.uname().machine, "-R"] + PIN
 
 
 def main():
@@ -155,7 +235,11 @@ def main():
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--cpu", default="2,3", help="pin the children to these CPUs ('': no)")
+    ap.add_argument("--inproc", type=int, default=0, metavar="ROUNDS",
+                    help="also the one-process view, this many rounds, for detach=1 and 0")
     a = ap.parse_args()
+    pin(a.cpu)
     base = {k: v for k, v in os.environ.items()
             if not k.startswith("CUDA_DEBUG_") and k != "CUDA_LAUNCH_BLOCKING"}
     if os.environ.get("CUDA_DEBUG_COMMIT"):
@@ -172,6 +256,12 @@ def main():
                                                       if w in got},
                                           got.get("stats", "")), flush=True)
     prof = child("profile", base) if a.profile else None
+    inproc = {}
+    for detach in ("1", "0") if a.inproc else ():
+        env = dict(base, CUDA_DEBUG_CUPTI_DETACH=detach)
+        import _common
+        inproc[detach] = _common.child_result(PIN + [sys.executable, "-c", INPROC, str(a.inproc)],
+                                              env, 600, "inproc")
     import _common
     import torch  # noqa: F401  (the environment records its version)
     env = _common.environment()
@@ -198,9 +288,26 @@ def main():
     print("\nwatch entry (the first, us, median): %s" % {m: round(v) for m, v in enters.items()})
     if prof:
         print("\nprofile (CUDA_DEBUG_PROFILE=1, per launch): %s" % json.dumps(prof.get("profile")))
+    for detach, got in inproc.items():
+        print("\nOne process, CUDA_DEBUG_CUPTI_DETACH=%s, %d rounds; median ratio (min-max) to the "
+              "median of the blocks before cuda_debug was imported:" % (detach, a.inproc))
+        for w, _ in WORK[:2]:
+            b = statistics.median(x[w] for x in got["before"])
+            cells = []
+            for k in ("watch", "after"):
+                rs = [x[w] / b for x in got[k]]
+                cells.append("%s %.3f (%.3f-%.3f)" % (k, statistics.median(rs), min(rs), max(rs)))
+            print("  %s: before %.4g; %s" % (w, b, "; ".join(cells)))
+        e = got["enter_us"]
+        print("  watch() entry, us (median of 20): after a detach %.0f, subscription taken back "
+              "%.0f; a cycle of 20 tiny ops + 1: plain %.1f us, in a watch() %.1f us; detaches %d, "
+              "residue %r" % (statistics.median(e["detached"]), statistics.median(e["taken_back"]),
+                              got["cycle_us"]["plain"], got["cycle_us"]["watch"], got["detaches"],
+                              got["residue"]))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"env": env, "runs": runs, "table": table, "profile": prof}, f, indent=1)
+            json.dump({"env": env, "runs": runs, "table": table, "profile": prof,
+                       "inproc": inproc}, f, indent=1)
 
 
 if __name__ == "__main__":
