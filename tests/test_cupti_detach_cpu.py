@@ -171,3 +171,30 @@ def test_watch_entered_and_left_10000_times_from_4_threads_with_detaches(fake_ch
     # initialised again); one first subscription before any detach
     assert r["inits"] == r["detaches"] - 1 and r["subscribes"] == r["detaches"], r
     assert r["kernel"] == "bad_k", r
+
+
+def test_a_profiler_starting_while_the_detach_is_pending_gets_cupti(fake_child):
+    """Between the last exit and the next launch the subscription is still ours
+    (the detach waits for an API exit): a profiler starting then (the guard
+    around Kineto's entry points: hand_over) is given CUPTI at once, and
+    nothing finalizes it under the profiler."""
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core, _dispatch_fallback
+        t.empty()
+        with cuda_debug.watch():
+            t.empty()
+        pending = _core.stats()["cupti_residue"][:8]
+        _dispatch_fallback.hand_over()            # torch.profiler starting
+        fake.fake_hold_cupti(b"Kineto")
+        t.empty()
+        t.empty()
+        s = _core.stats()
+        report(dict(pending=pending, sub=s["subscribed"], enabled=fake.fake_cupti_enabled(-1),
+                    finalizes=fake.fake_cupti_finalizes(), why=s["cupti_residue"]))
+    ''')
+    r = c.result
+    assert r is not None, c
+    assert r["pending"] == "pending:", r
+    assert (r["sub"], r["enabled"], r["finalizes"]) == (0, 0, 0), r
+    assert r["why"].startswith("a profiler (torch.profiler/Kineto) used CUPTI"), r
