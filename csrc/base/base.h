@@ -289,8 +289,8 @@ typedef struct {
     /* Another client used CUPTI in this process (CD_SHARED_*, the first seen;
      * 0 none): CUPTI is then never finalized by us (a profiler's next window
      * would find its CUPTI state gone), so its dispatch stays armed after the
-     * last scope (subscription.c). Under sub_lock. */
-    int cupti_shared;
+     * last scope (subscription.c). Set once (under sub_lock), read by stats(). */
+    atomic_int cupti_shared;
     /* The runtime's launches routed past CUPTI (hooks/runtime_launch.c):
      * cuLaunchKernelEx_ptsz's callback off meanwhile. Under sub_lock. */
     int launch_hooks;

@@ -99,8 +99,9 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
  * takes the subscription back (1 -> 0); one that opens while the callback
  * detaches waits for it (bounded). */
 static atomic_int detach_state;
-static int detached;                   /* the last one gave CUPTI up by cuptiFinalize */
-static int finalize_failed;            /* cuptiFinalize refused (unsubscribed instead) */
+/* Written by the detaching callback, read by stats(): atomics. */
+static atomic_int detached;            /* the last one gave CUPTI up by cuptiFinalize */
+static atomic_int finalize_failed;     /* cuptiFinalize refused (unsubscribed instead) */
 
 void cd_subscription_fork(int op)
 {
@@ -117,10 +118,10 @@ void cd_cupti_detach_now(void)
         return;
     if (cd_cupti.cuptiFinalize && CUPTI_CHECK(cd_cupti.cuptiFinalize()) == 0) {
         atomic_fetch_add(&cd_state.n_detaches, 1);
-        detached = 1;
+        atomic_store(&detached, 1);
     } else if (cd_state.subscriber) {
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
-        finalize_failed = 1;
+        atomic_store(&finalize_failed, 1);
     }
     cd_state.subscriber = NULL;
     cd_state.waits_enabled = 0;
@@ -151,7 +152,7 @@ int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size
     int rc = subscribe(callback, holder, holder_len);
     *fresh = rc == 0;
     if (rc == 0)
-        detached = 0;
+        atomic_store(&detached, 0);
     else if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
         cd_cupti_shared(CD_SHARED_HELD);
     return rc;
@@ -159,8 +160,8 @@ int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size
 
 void cd_cupti_shared(int why)
 {
-    if (!cd_state.cupti_shared)
-        cd_state.cupti_shared = why;
+    int none = CD_SHARED_NONE;
+    atomic_compare_exchange_strong(&cd_state.cupti_shared, &none, why);
 }
 
 int cd_cupti_residue(void)
@@ -171,17 +172,18 @@ int cd_cupti_residue(void)
         return CD_RESIDUE_INHERITED;
     if (atomic_load(&detach_state))
         return CD_RESIDUE_PENDING;
-    if (cd_state.cupti_shared == CD_SHARED_PROFILER)
+    const int shared = atomic_load(&cd_state.cupti_shared);
+    if (shared == CD_SHARED_PROFILER)
         return CD_RESIDUE_PROFILER;
-    if (cd_state.cupti_shared == CD_SHARED_HELD)
+    if (shared == CD_SHARED_HELD)
         return CD_RESIDUE_HELD;
-    if (detached || atomic_load(&cd_state.n_subscribes) == 0)
+    if (atomic_load(&detached) || atomic_load(&cd_state.n_subscribes) == 0)
         return CD_RESIDUE_NONE;
     if (!cd_state.detach)
         return CD_RESIDUE_OFF;
     if (!cd_cupti.cuptiFinalize)
         return CD_RESIDUE_NO_FINALIZE;
-    return finalize_failed ? CD_RESIDUE_FAILED : CD_RESIDUE_NONE;
+    return atomic_load(&finalize_failed) ? CD_RESIDUE_FAILED : CD_RESIDUE_NONE;
 }
 
 void cd_cupti_watch_waits(int on)
@@ -241,7 +243,7 @@ void cd_cupti_release(void)
      * driver are the parent's copies there (CUDA does not survive a fork). */
     if (cd_state.subscriber && !cd_state.inherited && atomic_load(&cd_state.active) == 0 &&
         atomic_load(&cd_state.watching) == 0) {
-        if (cd_state.detach && cd_cupti.cuptiFinalize && !cd_state.cupti_shared) {
+        if (cd_state.detach && cd_cupti.cuptiFinalize && !atomic_load(&cd_state.cupti_shared)) {
             atomic_store(&detach_state, 1);    /* the next launch's callback detaches */
             return;
         }
