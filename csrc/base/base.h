@@ -253,7 +253,7 @@ typedef struct {
     int capture_on;
     int profile;                         /* CUDA_DEBUG_PROFILE=1: time the callback */
     int capture_check;                   /* 0 only to measure: skip cuStreamIsCapturing */
-    int capture_cache;
+    atomic_int capture_cache;            /* written at subscribe, read by every launch: relaxed */
 
     atomic_uint_fast64_t n_synced;       /* launches waited for */
     atomic_uint_fast64_t n_follower;     /* of which on follower threads */

@@ -66,7 +66,7 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
     for (size_t i = 0; i < CD_N_OF(capture_cbids); i++)
         if (cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, capture_cbids[i]))
             refused++;
-    cd_state.capture_cache = refused == 0;
+    atomic_store_explicit(&cd_state.capture_cache, refused == 0, memory_order_relaxed);
     atomic_store(&cd_state.n_capture_ids_refused, (uint_fast64_t)refused);
     /* The end of captures, and resource events: optional. A resource callback
      * is a separate domain: it never runs on the launch path. */
@@ -91,13 +91,15 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
     return 0;
 }
 
-/* Detaching (CUDA_DEBUG_CUPTI_DETACH=1): when the last scope closes, the
- * subscription stays until the next launch's API exit, where the callback
- * calls cuptiFinalize (CUPTI's documented place for it): CUPTI is then gone
- * from the process and its API dispatch costs nothing. 0 none, 1 asked for,
- * 2 the callback is detaching. A scope that opens while it is asked for
- * takes the subscription back (1 -> 0); one that opens while the callback
- * detaches waits for it (bounded). */
+/* Detaching (CUDA_DEBUG_CUPTI_DETACH, on by default): when the last scope
+ * closes, the subscription stays until the next launch's API exit, where the
+ * callback calls cuptiFinalize (CUPTI's documented place for it; Kineto
+ * moved its own teardown there after a cuptiFinalize from elsewhere raced
+ * other threads' CUPTI calls): CUPTI is then gone from the process and its
+ * API dispatch costs nothing. 0 none, 1 asked for, 2 the callback is
+ * detaching (under sub_lock, taken without waiting). A scope that opens
+ * while it is asked for takes the subscription back (1 -> 0); one that opens
+ * while the callback detaches waits for sub_lock. */
 static atomic_int detach_state;
 /* Written by the detaching callback, read by stats(): atomics. */
 static atomic_int detached;            /* the last one gave CUPTI up by cuptiFinalize */
@@ -111,11 +113,20 @@ void cd_subscription_fork(int op)
 
 int cd_cupti_detach_asked(void) { return atomic_load_explicit(&detach_state, memory_order_relaxed) == 1; }
 
+/* In the callback (a launch's API exit): under sub_lock, taken without
+ * waiting (a scope opening or closing on another thread holds it: a later
+ * launch detaches), so that the subscription changes only under it. */
 void cd_cupti_detach_now(void)
 {
-    int expect = 1;
-    if (!atomic_compare_exchange_strong(&detach_state, &expect, 2))
+    if (pthread_mutex_trylock(&cd_state.sub_lock) != 0)
         return;
+    int expect = 1;
+    if (!atomic_compare_exchange_strong(&detach_state, &expect, 2) || !cd_state.subscriber) {
+        if (expect == 1)
+            atomic_store(&detach_state, 0);
+        pthread_mutex_unlock(&cd_state.sub_lock);
+        return;
+    }
     if (cd_cupti.cuptiFinalize && CUPTI_CHECK(cd_cupti.cuptiFinalize()) == 0) {
         atomic_fetch_add(&cd_state.n_detaches, 1);
         atomic_store(&detached, 1);
@@ -126,6 +137,7 @@ void cd_cupti_detach_now(void)
     cd_state.subscriber = NULL;
     cd_state.waits_enabled = 0;
     atomic_store(&detach_state, 0);
+    pthread_mutex_unlock(&cd_state.sub_lock);
 }
 
 /* Under sub_lock: a detach asked for is taken back (1: the subscription is

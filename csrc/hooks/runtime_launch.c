@@ -83,7 +83,9 @@ static atomic_uint_fast64_t n_routed, n_recorded, n_handed_back, n_asked, n_unre
 static atomic_uint_fast64_t ns_lookup, ns_launch;   /* CUDA_DEBUG_PROFILE=1 */
 static atomic_int unresolved_rc;       /* the driver's last refusal of a handle */
 static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
-static int hooks_wanted = 1;           /* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS */
+/* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS, written at each watch() entry
+ * (any thread, before sub_lock): an atomic. */
+static atomic_int hooks_wanted = 1;
 
 /* What a runtime kernel handle (a CUkernel) is in a context: its function
  * (cuKernelGetFunction: what the runtime launches), name and origin.
@@ -317,7 +319,7 @@ static int route_clash(void)
     return 0;
 }
 
-void cd_runtime_hooks_want(int on) { hooks_wanted = on != 0; }
+void cd_runtime_hooks_want(int on) { atomic_store(&hooks_wanted, on != 0); }
 
 /* Under sub_lock: the entries ours (written again, or found by a walk when
  * something was loaded or unloaded since the last one). 0 when some are. */
@@ -373,7 +375,7 @@ void cd_runtime_hooks_on(void)
         refused_why = CD_HOOKS_NO_CUPTI;
         return;
     }
-    if (!hooks_wanted) {
+    if (!atomic_load(&hooks_wanted)) {
         refused_why = CD_HOOKS_OFF;
         return;
     }

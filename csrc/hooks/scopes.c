@@ -147,7 +147,7 @@ int cd_scopes_hand_over(uint32_t where)
         cd_runtime_hooks_off();
     int had = cd_cupti_hand_over_locked();
     if (had) {
-        cd_state.capture_cache = 0;
+        atomic_store_explicit(&cd_state.capture_cache, 0, memory_order_relaxed);
         atomic_fetch_add(&cd_state.capture_gen, 1);
         if (watching) {
             cd_hook_stats h;
