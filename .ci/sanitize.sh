@@ -14,7 +14,9 @@
 #      a freed Python object is poisoned too.
 #   2. ThreadSanitizer (-fsanitize=thread, a build of its own): the stress test
 #      of tests/test_fake_driver_stress.py (threads launching from user and
-#      library frames, scopes opening and closing, a fault).
+#      library frames, scopes opening and closing, a fault), the launch hooks'
+#      tests, and tests/test_cupti_detach_cpu.py (4 threads entering and leaving
+#      watches while launches detach CUPTI).
 # Any report fails the job: the sanitizers stop the process at the first
 # (halt_on_error), and tests/conftest.py fails a test whose child printed one
 # ("ERROR: AddressSanitizer", "runtime error:", "WARNING: ThreadSanitizer"),
@@ -90,7 +92,7 @@ echo "--- AddressSanitizer + UndefinedBehaviorSanitizer"
         tests/test_context_reset.py \
         tests/test_signal_reports_cpu.py tests/test_frame_readers.py tests/test_fork_cpu.py \
         tests/test_launch_hooks_cpu.py tests/test_launch_hooks_safety_cpu.py tests/test_watch_always_on.py \
-        tests/test_always_right_cpu.py \
+        tests/test_always_right_cpu.py tests/test_cupti_detach_cpu.py \
         tests/test_core_cpu.py --deselect tests/test_core_cpu.py::test_fault_kernels_header_is_up_to_date \
         --deselect tests/test_fork_cpu.py::test_a_fork_while_another_thread_holds_every_lock \
         tests/test_architecture.py::test_user_frame_rule_is_one_rule \
@@ -102,5 +104,5 @@ echo "--- ThreadSanitizer"
         TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
         "$PY" -m pytest -q -p no:cacheprovider -p no:xdist \
         "tests/test_fake_driver_stress.py::test_threads_launch_while_scopes_open_and_close_then_a_fault" \
-        tests/test_launch_hooks_cpu.py)
+        tests/test_launch_hooks_cpu.py tests/test_cupti_detach_cpu.py)
 echo "sanitizers: no report"

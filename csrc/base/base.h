@@ -254,7 +254,7 @@ typedef struct {
     int capture_on;
     int profile;                         /* CUDA_DEBUG_PROFILE=1: time the callback */
     int capture_check;                   /* 0 only to measure: skip cuStreamIsCapturing */
-    int capture_cache;
+    atomic_int capture_cache;            /* written at subscribe, read by every launch: relaxed */
 
     atomic_uint_fast64_t n_synced;       /* launches waited for */
     atomic_uint_fast64_t n_follower;     /* of which on follower threads */
@@ -287,6 +287,11 @@ typedef struct {
     int waits_enabled;                   /* CD_WAIT_CBIDS on (while watching); under sub_lock */
     int detach;                          /* CUDA_DEBUG_CUPTI_DETACH: cuptiFinalize after the last scope */
     atomic_uint_fast64_t n_detaches;     /* cuptiFinalize calls that succeeded */
+    /* Another client used CUPTI in this process (CD_SHARED_*, the first seen;
+     * 0 none): CUPTI is then never finalized by us (a profiler's next window
+     * would find its CUPTI state gone), so its dispatch stays armed after the
+     * last scope (subscription.c). Set once (under sub_lock), read by stats(). */
+    atomic_int cupti_shared;
     /* The runtime's launches routed past CUPTI (hooks/runtime_launch.c):
      * cuLaunchKernelEx_ptsz's callback off meanwhile. Under sub_lock. */
     int launch_hooks;
@@ -364,6 +369,15 @@ int cd_cupti_hand_over_locked(void);
 int cd_cupti_detach_asked(void);
 void cd_subscription_fork(int op);      /* the child: no detach pending */
 void cd_cupti_detach_now(void);
+enum { CD_SHARED_NONE = 0, CD_SHARED_HELD = 1, CD_SHARED_PROFILER = 2 };
+/* Under sub_lock: another client used CUPTI (CD_SHARED_*): no detach from now on. */
+void cd_cupti_shared(int why);
+/* Why CUPTI's dispatch stays armed now that nothing is open (CD_RESIDUE_*;
+ * CD_RESIDUE_NONE: nothing of ours left, or a scope is open). */
+enum { CD_RESIDUE_NONE = 0, CD_RESIDUE_PENDING = 1, CD_RESIDUE_OFF = 2, CD_RESIDUE_HELD = 3,
+       CD_RESIDUE_PROFILER = 4, CD_RESIDUE_NO_FINALIZE = 5, CD_RESIDUE_INHERITED = 6,
+       CD_RESIDUE_FAILED = 7 };
+int cd_cupti_residue(void);
 /* Under sub_lock: CUPTI's callback for the launch hooks' route
  * (cuLaunchKernelEx_ptsz) off (1) or on again (0); subscribing meanwhile
  * leaves it off. 0, or the CUptiResult. */

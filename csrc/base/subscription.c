@@ -8,6 +8,16 @@
  * some); the last
  * one to close unsubscribes, so profilers can take CUPTI between. A profiler
  * starting while scopes are open is given CUPTI at once (hand-over).
+ *
+ * Leaving nothing behind: an unsubscribed CUPTI still sits in the driver's
+ * API dispatch (a host-bound loop of tiny launches measured 1.06-1.09x after a
+ * watch() was left: issue 45), so by default the last scope to close detaches
+ * CUPTI from the process (cuptiFinalize, at the next launch's API exit: the
+ * place CUPTI's documentation gives for it) and the next entry subscribes
+ * again (CUPTI initialises anew). Not when another client has used CUPTI in
+ * this process (a profiler: Kineto keeps its CUPTI state between windows and
+ * finalizes it itself), nor in a forked child; stats()["cupti_residue"] says
+ * why the dispatch stays then (cd_cupti_residue).
  */
 #include "base/base.h"
 
@@ -56,7 +66,7 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
     for (size_t i = 0; i < CD_N_OF(capture_cbids); i++)
         if (cd_cupti.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, capture_cbids[i]))
             refused++;
-    cd_state.capture_cache = refused == 0;
+    atomic_store_explicit(&cd_state.capture_cache, refused == 0, memory_order_relaxed);
     atomic_store(&cd_state.n_capture_ids_refused, (uint_fast64_t)refused);
     /* The end of captures, and resource events: optional. A resource callback
      * is a separate domain: it never runs on the launch path. */
@@ -81,14 +91,19 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
     return 0;
 }
 
-/* Detaching (CUDA_DEBUG_CUPTI_DETACH=1): when the last scope closes, the
- * subscription stays until the next launch's API exit, where the callback
- * calls cuptiFinalize (CUPTI's documented place for it): CUPTI is then gone
- * from the process and its API dispatch costs nothing. 0 none, 1 asked for,
- * 2 the callback is detaching. A scope that opens while it is asked for
- * takes the subscription back (1 -> 0); one that opens while the callback
- * detaches waits for it (bounded). */
+/* Detaching (CUDA_DEBUG_CUPTI_DETACH, on by default): when the last scope
+ * closes, the subscription stays until the next launch's API exit, where the
+ * callback calls cuptiFinalize (CUPTI's documented place for it; Kineto
+ * moved its own teardown there after a cuptiFinalize from elsewhere raced
+ * other threads' CUPTI calls): CUPTI is then gone from the process and its
+ * API dispatch costs nothing. 0 none, 1 asked for, 2 the callback is
+ * detaching (under sub_lock, taken without waiting). A scope that opens
+ * while it is asked for takes the subscription back (1 -> 0); one that opens
+ * while the callback detaches waits for sub_lock. */
 static atomic_int detach_state;
+/* Written by the detaching callback, read by stats(): atomics. */
+static atomic_int detached;            /* the last one gave CUPTI up by cuptiFinalize */
+static atomic_int finalize_failed;     /* cuptiFinalize refused (unsubscribed instead) */
 
 void cd_subscription_fork(int op)
 {
@@ -98,19 +113,31 @@ void cd_subscription_fork(int op)
 
 int cd_cupti_detach_asked(void) { return atomic_load_explicit(&detach_state, memory_order_relaxed) == 1; }
 
+/* In the callback (a launch's API exit): under sub_lock, taken without
+ * waiting (a scope opening or closing on another thread holds it: a later
+ * launch detaches), so that the subscription changes only under it. */
 void cd_cupti_detach_now(void)
 {
-    int expect = 1;
-    if (!atomic_compare_exchange_strong(&detach_state, &expect, 2))
+    if (pthread_mutex_trylock(&cd_state.sub_lock) != 0)
         return;
+    int expect = 1;
+    if (!atomic_compare_exchange_strong(&detach_state, &expect, 2) || !cd_state.subscriber) {
+        if (expect == 1)
+            atomic_store(&detach_state, 0);
+        pthread_mutex_unlock(&cd_state.sub_lock);
+        return;
+    }
     if (cd_cupti.cuptiFinalize && CUPTI_CHECK(cd_cupti.cuptiFinalize()) == 0) {
         atomic_fetch_add(&cd_state.n_detaches, 1);
+        atomic_store(&detached, 1);
     } else if (cd_state.subscriber) {
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(cd_state.subscriber));
+        atomic_store(&finalize_failed, 1);
     }
     cd_state.subscriber = NULL;
     cd_state.waits_enabled = 0;
     atomic_store(&detach_state, 0);
+    pthread_mutex_unlock(&cd_state.sub_lock);
 }
 
 /* Under sub_lock: a detach asked for is taken back (1: the subscription is
@@ -136,7 +163,39 @@ int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size
         return 0;
     int rc = subscribe(callback, holder, holder_len);
     *fresh = rc == 0;
+    if (rc == 0)
+        atomic_store(&detached, 0);
+    else if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+        cd_cupti_shared(CD_SHARED_HELD);
     return rc;
+}
+
+void cd_cupti_shared(int why)
+{
+    int none = CD_SHARED_NONE;
+    atomic_compare_exchange_strong(&cd_state.cupti_shared, &none, why);
+}
+
+int cd_cupti_residue(void)
+{
+    if (atomic_load(&cd_state.watching) || atomic_load(&cd_state.active))
+        return CD_RESIDUE_NONE;        /* a scope is open: CUPTI is in use, not left behind */
+    if (cd_state.inherited)
+        return CD_RESIDUE_INHERITED;
+    if (atomic_load(&detach_state))
+        return CD_RESIDUE_PENDING;
+    const int shared = atomic_load(&cd_state.cupti_shared);
+    if (shared == CD_SHARED_PROFILER)
+        return CD_RESIDUE_PROFILER;
+    if (shared == CD_SHARED_HELD)
+        return CD_RESIDUE_HELD;
+    if (atomic_load(&detached) || atomic_load(&cd_state.n_subscribes) == 0)
+        return CD_RESIDUE_NONE;
+    if (!cd_state.detach)
+        return CD_RESIDUE_OFF;
+    if (!cd_cupti.cuptiFinalize)
+        return CD_RESIDUE_NO_FINALIZE;
+    return atomic_load(&finalize_failed) ? CD_RESIDUE_FAILED : CD_RESIDUE_NONE;
 }
 
 void cd_cupti_watch_waits(int on)
@@ -196,7 +255,7 @@ void cd_cupti_release(void)
      * driver are the parent's copies there (CUDA does not survive a fork). */
     if (cd_state.subscriber && !cd_state.inherited && atomic_load(&cd_state.active) == 0 &&
         atomic_load(&cd_state.watching) == 0) {
-        if (cd_state.detach && cd_cupti.cuptiFinalize) {
+        if (cd_state.detach && cd_cupti.cuptiFinalize && !atomic_load(&cd_state.cupti_shared)) {
             atomic_store(&detach_state, 1);    /* the next launch's callback detaches */
             return;
         }

@@ -69,6 +69,9 @@ typedef struct {
      * name), and the last CUresult it gave (0: none failed) */
     uint64_t unresolved;
     int unresolved_rc;
+    /* CUDA_DEBUG_PROFILE=1: ns in the route's look-up (context, its id, the
+     * kernel's function) and in the driver's own launch (cuLaunchKernelEx_ptsz) */
+    uint64_t ns_lookup, ns_launch;
     /* the library whose __cudaLaunchKernel the entries lead to; one whose
      * importers were left alone (another runtime); "" for none */
     char runtime[256], other_runtime[256];

@@ -85,7 +85,8 @@ static inline int capturing(CUstream s)
 {
     uint64_t gen = atomic_load_explicit(&cd_state.capture_gen, memory_order_relaxed);
     if (!cd_state.capture_check ||
-        (cd_state.capture_cache && s == tls_clear_stream && gen == tls_clear_gen))
+        (atomic_load_explicit(&cd_state.capture_cache, memory_order_relaxed) &&
+         s == tls_clear_stream && gen == tls_clear_gen))
         return 0;
     CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult rc = cd_drv.cuStreamIsCapturing(s, &cap);

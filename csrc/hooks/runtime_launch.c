@@ -80,9 +80,12 @@ static void *other_launch;             /* the last walk's first other definition
 enum { ROUTE_OFF = 0, ROUTE_DIRECT = 1, ROUTE_RECORD = 2 };
 static atomic_int route_on;
 static atomic_uint_fast64_t n_routed, n_recorded, n_handed_back, n_asked, n_unresolved;
+static atomic_uint_fast64_t ns_lookup, ns_launch;   /* CUDA_DEBUG_PROFILE=1 */
 static atomic_int unresolved_rc;       /* the driver's last refusal of a handle */
 static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
-static int hooks_wanted = 1;           /* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS */
+/* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS, written at each watch() entry
+ * (any thread, before sub_lock): an atomic. */
+static atomic_int hooks_wanted = 1;
 
 /* What a runtime kernel handle (a CUkernel) is in a context: its function
  * (cuKernelGetFunction: what the runtime launches), name and origin.
@@ -212,13 +215,17 @@ static int kernel_of(void *k, const void *caller, CUcontext ctx, CUfunction *f, 
     return ask_kernel(k, caller, f, name, origin);   /* cold: crowded, stale or a second context */
 }
 
-/* The context's CUPTI id, per thread for the last context seen. */
+/* The context's CUPTI id, per thread for the last context seen, under the
+ * subscription it was asked in (CUPTI detached and initialised again may
+ * number the contexts anew). */
 static _Thread_local CUcontext tls_ctx;
 static _Thread_local uint32_t tls_uid;
+static _Thread_local uint64_t tls_uid_sub;
 
 static int context_uid(CUcontext c, uint32_t *uid)
 {
-    if (c == tls_ctx && tls_uid) {
+    const uint64_t sub = atomic_load_explicit(&cd_state.n_subscribes, memory_order_relaxed);
+    if (c == tls_ctx && tls_uid && sub == tls_uid_sub) {
         *uid = tls_uid;
         return 0;
     }
@@ -227,6 +234,7 @@ static int context_uid(CUcontext c, uint32_t *uid)
         return -1;
     tls_ctx = c;
     tls_uid = id;
+    tls_uid_sub = sub;
     *uid = id;
     return 0;
 }
@@ -245,6 +253,8 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
          atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) <= 1) ||
         cd_thread_wants_blocking() || shmem > 0xFFFFFFFFu)
         return real(kernel, grid, block, args, shmem, stream);
+    const int profile = cd_state.profile;
+    const uint64_t t0 = profile ? cd_clock_ns() : 0;
     CUcontext ctx = NULL;
     CUfunction f;
     uint32_t uid = 0;
@@ -272,7 +282,13 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
         }
         return rrc;
     }
+    const uint64_t t1 = profile ? cd_clock_ns() : 0;
     rc = cd_drv.cuLaunchKernelEx_ptsz(&cfg, f, args, NULL);
+    if (profile) {
+        const uint64_t t2 = cd_clock_ns();
+        atomic_fetch_add_explicit(&ns_lookup, t1 - t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ns_launch, t2 - t1, memory_order_relaxed);
+    }
     if (rc != CUDA_SUCCESS) {
         atomic_fetch_add_explicit(&n_handed_back, 1, memory_order_relaxed);
         return real(kernel, grid, block, args, shmem, stream);
@@ -303,7 +319,7 @@ static int route_clash(void)
     return 0;
 }
 
-void cd_runtime_hooks_want(int on) { hooks_wanted = on != 0; }
+void cd_runtime_hooks_want(int on) { atomic_store(&hooks_wanted, on != 0); }
 
 /* Under sub_lock: the entries ours (written again, or found by a walk when
  * something was loaded or unloaded since the last one). 0 when some are. */
@@ -359,7 +375,7 @@ void cd_runtime_hooks_on(void)
         refused_why = CD_HOOKS_NO_CUPTI;
         return;
     }
-    if (!hooks_wanted) {
+    if (!atomic_load(&hooks_wanted)) {
         refused_why = CD_HOOKS_OFF;
         return;
     }
@@ -436,6 +452,8 @@ void cd_runtime_hooks_stats(cd_hook_stats *s)
     s->unresolved = atomic_load(&n_unresolved);
     s->unresolved_rc = atomic_load(&unresolved_rc);
     s->why_off = refused_why;
+    s->ns_lookup = atomic_load(&ns_lookup);
+    s->ns_launch = atomic_load(&ns_launch);
     /* Cold (stats()): the libraries defining the runtime routed through and
      * the one left alone, as the loader names them; "" for none. */
     Dl_info di;

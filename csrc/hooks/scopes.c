@@ -139,6 +139,7 @@ int cd_scopes_hand_over(uint32_t where)
      * Then CUPTI is given up; captures begun from now on are not seen (every
      * launch asks the driver). */
     pthread_mutex_lock(&cd_state.sub_lock);
+    cd_cupti_shared(CD_SHARED_PROFILER);   /* never finalized under the profiler's feet */
     const int watching = atomic_load(&cd_state.watching) > 0;
     if (watching)
         cd_runtime_hooks_record();
@@ -146,7 +147,7 @@ int cd_scopes_hand_over(uint32_t where)
         cd_runtime_hooks_off();
     int had = cd_cupti_hand_over_locked();
     if (had) {
-        cd_state.capture_cache = 0;
+        atomic_store_explicit(&cd_state.capture_cache, 0, memory_order_relaxed);
         atomic_fetch_add(&cd_state.capture_gen, 1);
         if (watching) {
             cd_hook_stats h;

@@ -361,10 +361,20 @@ PyObject *cd_py_stats(PyObject *self, PyObject *noargs)
         U(n_wait_ids_refused), "detaches", U(n_detaches));
     if (!d)
         return NULL;
-    PyObject *more = Py_BuildValue("{sKsKsisi}", "hand_overs_busy", U(n_hand_overs_busy),
+    static const char *const residue[] = {
+        "", "pending: the next launch's callback detaches CUPTI (cuptiFinalize)",
+        "CUDA_DEBUG_CUPTI_DETACH=0: CUPTI stays loaded, unsubscribed",
+        "another client held CUPTI in this process: it is not finalized under it",
+        "a profiler (torch.profiler/Kineto) used CUPTI in this process: it is not finalized "
+        "under it",
+        "this libcupti has no cuptiFinalize", "a forked child: the parent's CUPTI",
+        "cuptiFinalize failed: CUPTI stays loaded, unsubscribed"};
+    const int rs = cd_cupti_residue();
+    PyObject *more = Py_BuildValue("{sKsKsisiss}", "hand_overs_busy", U(n_hand_overs_busy),
                                    "take_backs", U(n_take_backs), "in_callback",
                                    atomic_load(&cd_state.in_callback), "coverage_gap_open",
-                                   cd_coverage_gap_is_open());
+                                   cd_coverage_gap_is_open(), "cupti_residue",
+                                   residue[rs >= 0 && rs < 8 ? rs : 0]);
     if (!more || PyDict_Update(d, more) < 0) {
         Py_XDECREF(more);
         Py_DECREF(d);
@@ -376,7 +386,7 @@ PyObject *cd_py_stats(PyObject *self, PyObject *noargs)
     static const char *const why[] = {"never on", "CUDA_DEBUG_LAUNCH_HOOKS=0", "no CUPTI",
                                       "driver too old", "a library imports the route",
                                       "no library imports __cudaLaunchKernel"};
-    PyObject *v = Py_BuildValue("{sisisisKsKsKsKsssKsssssKsi}", "on", h.on, "recording", h.recording,
+    PyObject *v = Py_BuildValue("{sisisisKsKsKsKsssKsssssKsisKsK}", "on", h.on, "recording", h.recording,
                                 "entries", h.entries, "routed",
                                 (unsigned long long)h.routed, "recorded",
                                 (unsigned long long)h.recorded, "handed_back",
@@ -386,7 +396,9 @@ PyObject *cd_py_stats(PyObject *self, PyObject *noargs)
                                 "other_runtimes", U(n_hook_other_runtimes), "runtime",
                                 h.runtime, "other_runtime", h.other_runtime, "unresolved",
                                 (unsigned long long)h.unresolved, "unresolved_rc",
-                                h.unresolved_rc);
+                                h.unresolved_rc, "ns_lookup",
+                                (unsigned long long)h.ns_lookup, "ns_launch",
+                                (unsigned long long)h.ns_launch);
     if (!v || PyDict_SetItemString(d, "launch_hooks", v) < 0) {
         Py_XDECREF(v);
         Py_DECREF(d);

@@ -583,6 +583,16 @@ static CUresult sync_result(void)
 
 /* ------------------------------------------------------ CUPTI side ----- */
 
+/* Inside a driver-domain callback at an API's exit (this thread): the one
+ * place CUPTI's documentation gives for cuptiFinalize. */
+static _Thread_local int tls_at_exit;
+/* cuptiFinalize as the real one: CUPTI leaves the process (every
+ * subscription gone, no callback from then on); any CUPTI call afterwards
+ * initialises it anew (counted by the next subscribe: st_inits). Counted
+ * apart: finalizes called outside an API-exit callback (st_finalizes_outside). */
+static atomic_int st_finalizes, st_finalizes_outside, st_inits;
+static int finalized;                  /* under sub_lock */
+
 static void fire(CUpti_CallbackId cbid, CUpti_CallbackData *cb)
 {
     if (!atomic_load(&sub.in_use) || cbid >= CUPTI_DRIVER_TRACE_CBID_SIZE ||
@@ -592,7 +602,10 @@ static void fire(CUpti_CallbackId cbid, CUpti_CallbackData *cb)
     if (!f)
         return;
     atomic_fetch_add(&st_callbacks, 1);
+    const int was = tls_at_exit;
+    tls_at_exit = cb->callbackSite == CUPTI_API_EXIT;
     f(sub.userdata, CUPTI_CB_DOMAIN_DRIVER_API, cbid, cb);
+    tls_at_exit = was;
 }
 
 /* A resource-domain callback (CUpti_ResourceData; for graph events its
@@ -656,6 +669,10 @@ CUptiResult fakecuda_cupti_subscribe(CUpti_SubscriberHandle *handle, CUpti_Callb
         pthread_mutex_unlock(&sub_lock);
         return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
     }
+    if (finalized) {
+        finalized = 0;                 /* CUPTI initialised again */
+        atomic_fetch_add(&st_inits, 1);
+    }
     for (size_t i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
         atomic_store(&sub.enabled[i], 0);
     for (size_t i = 0; i < CUPTI_CBID_RESOURCE_SIZE; i++)
@@ -685,11 +702,13 @@ CUptiResult fakecuda_cupti_unsubscribe(CUpti_SubscriberHandle handle)
     return CUPTI_SUCCESS;
 }
 
-static atomic_int st_finalizes;
 
 CUptiResult fakecuda_cupti_finalize(void)
 {
     pthread_mutex_lock(&sub_lock);
+    if (!tls_at_exit)
+        atomic_fetch_add(&st_finalizes_outside, 1);
+    finalized = 1;
     atomic_store(&sub.in_use, 0);
     for (size_t i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
         atomic_store(&sub.enabled[i], 0);
@@ -701,6 +720,8 @@ CUptiResult fakecuda_cupti_finalize(void)
 }
 
 FAKE_EXPORT int fake_cupti_finalizes(void) { return atomic_load(&st_finalizes); }
+FAKE_EXPORT int fake_cupti_finalizes_outside_exit(void) { return atomic_load(&st_finalizes_outside); }
+FAKE_EXPORT int fake_cupti_inits(void) { return atomic_load(&st_inits); }
 
 CUptiResult fakecuda_cupti_enable(uint32_t enable, CUpti_SubscriberHandle handle,
                                   CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
