@@ -70,33 +70,32 @@ static void put_node_name(cd_out *o, const cd_watch_record *nr, uint32_t index,
     cd_out_puts(o, tail);
 }
 
-/* The nodes the device's assert text belongs to (not from a signal: reading
- * the text takes the tee's lock): those of the best CD_ASSERT_* level any of
- * them has, when it names or fits one (capture/stderr_tee.c's rule, the
- * Python report's too); at most max. */
+/* The nodes the device's assert text names (or fits), by the one rule
+ * (verdict.c) over the assert lines kept (not from a signal: reading them
+ * takes the tee's lock); at most max. */
 static int named_by_asserts(const uint32_t *all, int n, uint32_t *out, int max)
 {
-    uint8_t levels[256];
-    int best = CD_ASSERT_NONE;
+    char text_buf[2048];
+    cd_verdict_cand c[256];
+    size_t tlen = cd_tee_recent_asserts(text_buf, sizeof text_buf);
+    if (!tlen)
+        return 0;
+    int k = 0;
     for (int i = 0; i < n && i < 256; i++) {
         cd_watch_record nr;
         uint32_t index;
-        int done, level = CD_ASSERT_NONE;
-        char text[8];
-        size_t cut;
-        const char *kernel;
-        if (cd_graph_node(all[i], &nr, &index, &done) == 0 &&
-            (kernel = cd_interned(nr.kernel)) && kernel[0])
-            cd_tee_asserts_since(0, kernel, text, sizeof text, &cut, &level);
-        levels[i] = (uint8_t)level;
-        if (level > best)
-            best = level;
+        int done;
+        c[k] = (cd_verdict_cand){.level = -1, .tag = (int)all[i]};
+        if (cd_graph_node(all[i], &nr, &index, &done) == 0)
+            c[k].mangled = cd_interned(nr.kernel);
+        k++;
     }
-    int k = 0;
-    for (int i = 0; best >= CD_ASSERT_FITS && i < n && i < 256 && k < max; i++)
-        if (levels[i] == best)
-            out[k++] = all[i];
-    return k;
+    cd_verdict v;
+    int kept = cd_verdict_decide(c, k, text_buf, tlen, NULL, &v);
+    int o = 0;
+    for (int i = 0; v.named && i < kept && o < max; i++)
+        out[o++] = (uint32_t)c[i].tag;
+    return o;
 }
 
 int cd_graph_report_nodes(const cd_watch_record *r, uint32_t *nodes, int max, int *status,

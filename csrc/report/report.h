@@ -135,6 +135,7 @@ typedef struct {
                                 * computed from `mangled` (a caller fills them for a graph
                                 * replay from its nodes) */
     int tag;                   /* the caller's (an index) */
+    int rank;                  /* scratch: the likeliness (cd_watch_likeliness) */
 } cd_verdict_cand;
 
 typedef struct {
@@ -147,7 +148,8 @@ typedef struct {
     char function[128];
 } cd_verdict;
 
-/* Decide over c[0..n) (at most CD_VERDICT_MAX) with the device's assert text
+/* Decide over c[0..n) (any n; the callers' arrays hold CD_VERDICT_MAX launches
+ * or a graph's nodes) with the device's assert text
  * (text, tlen; none: tlen 0) and the hint (the function Python found around a
  * Triton assert's source line, or NULL): c[] reordered in place, the verdict's
  * candidates first, in order; returns how many. Host memory only, no lock. */

@@ -58,12 +58,25 @@ static int holds_word(const char *name, const char *word)
     return 0;
 }
 
-/* Keep the candidates for which keep[i] holds, in order; returns the count. */
-static int compact(cd_verdict_cand *c, int n, const unsigned char *keep)
+/* What keeps a candidate at a step of the rule. */
+enum { KEEP_LEVEL, KEEP_HINT, KEEP_WORDS };
+
+static int kept_by(const cd_verdict_cand *c, int how, int value, const char *hint)
+{
+    switch (how) {
+    case KEEP_LEVEL: return c->level == value;
+    case KEEP_HINT: return holds_word(c->mangled, hint);
+    default: return c->words == value;
+    }
+}
+
+/* Keep, in order, the candidates `how` keeps; returns the count. No scratch:
+ * any n (a graph's nodes). */
+static int compact(cd_verdict_cand *c, int n, int how, int value, const char *hint)
 {
     int m = 0;
     for (int i = 0; i < n; i++)
-        if (keep[i])
+        if (kept_by(&c[i], how, value, hint))
             c[m++] = c[i];
     return m;
 }
@@ -72,9 +85,8 @@ int cd_verdict_decide(cd_verdict_cand *c, int n, const char *text, size_t tlen,
                       const char *hint, cd_verdict *v)
 {
     memset(v, 0, sizeof *v);
-    if (n > CD_VERDICT_MAX)
-        n = CD_VERDICT_MAX;
-    unsigned char keep[CD_VERDICT_MAX];
+    if (n < 0)
+        n = 0;
     int best = CD_ASSERT_NONE, any_unjudged = 0, any_words = 0;
     for (int i = 0; i < n; i++) {
         if (c[i].level < 0) {
@@ -90,15 +102,13 @@ int cd_verdict_decide(cd_verdict_cand *c, int n, const char *text, size_t tlen,
     }
     if (tlen && best >= CD_ASSERT_FITS) {
         /* 1. named by the device's text */
-        for (int i = 0; i < n; i++)
-            keep[i] = c[i].level == best;
-        int m = compact(c, n, keep);
+        int m = compact(c, n, KEEP_LEVEL, best, NULL);
         if (best == CD_ASSERT_FITS && hint && hint[0] && m > 1) {
             int hits = 0;
             for (int i = 0; i < m; i++)
-                hits += keep[i] = (unsigned char)holds_word(c[i].mangled, hint);
+                hits += kept_by(&c[i], KEEP_HINT, 0, hint);
             if (hits) {
-                m = compact(c, m, keep);
+                m = compact(c, m, KEEP_HINT, 0, hint);
                 v->by_hint = 1;
             }
         }
@@ -108,15 +118,13 @@ int cd_verdict_decide(cd_verdict_cand *c, int n, const char *text, size_t tlen,
                 if (c[i].words > most)
                     most = c[i].words;
             if (most > 0) {
-                for (int i = 0; i < m; i++)
-                    keep[i] = c[i].words == most;
-                int kept = compact(c, m, keep);
+                int kept = compact(c, m, KEEP_WORDS, most, NULL);
                 v->by_words = kept < m;
                 m = kept;
             }
         }
         v->named = 1;
-        v->kept = m;
+        v->kept = (uint32_t)m;
         return m;
     }
     if (tlen && !any_unjudged && !any_words) {
@@ -129,7 +137,7 @@ int cd_verdict_decide(cd_verdict_cand *c, int n, const char *text, size_t tlen,
         }
         if (fl) {
             v->ruled_out = 1;
-            v->kept = n;
+            v->kept = (uint32_t)n;
             return n;
         }
     }
@@ -138,25 +146,22 @@ int cd_verdict_decide(cd_verdict_cand *c, int n, const char *text, size_t tlen,
     for (int i = 0; i < n; i++)
         if (c[i].seq && (!first || c[i].seq < first))
             first = c[i].seq;
-    int rank[CD_VERDICT_MAX];
     for (int i = 0; i < n; i++) {
         cd_watch_record r;
-        rank[i] = c[i].seq && !c[i].graph && cd_watch_get(c[i].seq, &r) == 0
-                      ? cd_watch_likeliness(&r, first)
-                      : cd_origin_rank(c[i].origin) * 2;
+        c[i].rank = c[i].seq && !c[i].graph && cd_watch_get(c[i].seq, &r) == 0
+                        ? cd_watch_likeliness(&r, first)
+                        : cd_origin_rank(c[i].origin) * 2;
     }
     for (int i = 1; i < n; i++) {
         cd_verdict_cand t = c[i];
-        int tr = rank[i], j = i - 1;
-        while (j >= 0 && rank[j] > tr) {
+        int j = i - 1;
+        while (j >= 0 && c[j].rank > t.rank) {
             c[j + 1] = c[j];
-            rank[j + 1] = rank[j];
             j--;
             v->reordered = 1;
         }
         c[j + 1] = t;
-        rank[j + 1] = tr;
     }
-    v->kept = n;
+    v->kept = (uint32_t)n;
     return n;
 }
