@@ -82,8 +82,6 @@ def line_note(node: int) -> Optional[str]:
 ADOPTED_NAMED = "captured before watching (no markers inside it): named by the device's text"
 
 
-
-
 def node_candidates(info):
     """((node dict, ...), note) for a replay's (status, capture, [node]) from C
     (``_core.in_flight()``'s graph field): per node its number, kernel, short

@@ -401,7 +401,8 @@ def _graph_nodes(replay: dict, device_text: str = "") -> tuple:
         if got is None:
             continue
         d = _launch_dict(WatchRecord(*got[0]), inner=got[4])
-        d.update(graph_node=got[1], captured_at=d["where"],
+        why = _graph_names.line_note(g)
+        d.update(graph_node=got[1], captured_at=d["where"] + ("  (%s)" % why if why else ""),
                  replayed_at=replayed_at, replay_seq=replay["seq"],
                  capture_id=cap[0] if cap else None, graph_nodes=cap[1] if cap else None,
                  graph_annotation=graph_annotation(got[3], cap[7] if cap else ()))
@@ -428,7 +429,7 @@ def watch_culprit(since: int, device_text: str = "") -> Optional[dict]:
     ``exact`` when one candidate is left. When no marker is missing, the
     launches not known to have finished are the candidates, as a guess.
     A graph replay among them is replaced by the candidates of its graph
-    (csrc/capture/graph_markers.c: per stream of the capture, the nodes after
+    (csrc/capture/graph_read.c: per stream of the capture, the nodes after
     the last marker written up to the first missing; for a graph captured
     before watching, the nodes the device's text names)."""
     streams = _core.watch_streams(since)

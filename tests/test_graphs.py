@@ -602,7 +602,7 @@ def test_a_node_whose_launch_line_is_unknown_says_why(fake_child, tmp_path, how,
     assert r is not None, c
     assert r["kernel"] == "pre_bad" and r["node"] == 3, r
     ended = "%s:%d" % (c.script, c.line_of("# ENDED"))
-    assert r["captured_at"] == ended, r
+    assert r["captured_at"] == "%s  (%s)" % (ended, r["note"]), r      # the exception says why too
     assert r.get("tracer_kept", True) is True, r
     from cuda_debug import _core
     code = _core.ADOPT_LINE_TRACED if how == "traced" else _core.ADOPT_LINE_UNSEEN
