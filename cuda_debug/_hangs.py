@@ -129,6 +129,7 @@ def _after_fork_in_child():
     global _lock
     _lock = threading.Lock()
     _active.clear()
+    _looker.clear()            # its thread is the parent's
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -191,6 +192,22 @@ def enter(hang_after: Optional[float]) -> None:
         with _lock:
             _active.append(hang_after)
             _core.set_hang_after(min(_active))
+            _start_warps_looker()
+
+
+_looker = []                   # the warps looker (CUDA_DEBUG_WARPS=1), once started
+
+
+def _start_warps_looker() -> None:
+    """Under _lock: with CUDA_DEBUG_WARPS=1, where the warps are after each
+    hang report (_warps.HangLooker), while a hang_after watch is open."""
+    if _looker and _looker[0]._thread.is_alive():
+        return
+    from . import _warps
+    if not _warps.allowed():
+        return
+    _looker[:] = [_warps.HangLooker(_core.hang_state()[1], lambda: _core.hang_state()[1],
+                                    lambda: bool(_active))]
 
 
 def leave(hang_after: Optional[float]) -> None:

@@ -289,9 +289,11 @@ def states(first: Look, second: Look) -> List[dict]:
 
 
 def warps(pid: int, exe: Optional[str] = None, gap: float = GAP,
-          timeout: float = LOOK_TIMEOUT) -> dict:
+          timeout: float = LOOK_TIMEOUT, check: bool = True) -> dict:
     """Two looks at `pid`'s device threads: {"groups": [...], "kernels":
-    {n: text}, "seconds": [look, look], "note": None or the one-line reason}."""
+    {n: text}, "seconds": [look, look], "note": None or the one-line reason}.
+    `check`: say first why ptrace would be refused (not for this process,
+    which lets its own cuda-gdb attach: own_warps)."""
     if exe is None:
         exe, tried = find_cuda_gdb()
         if exe is None:
@@ -299,7 +301,7 @@ def warps(pid: int, exe: Optional[str] = None, gap: float = GAP,
                     "warps: cuda-gdb was not found (looked in %s): install the CUDA toolkit's "
                     "cuda-gdb or put it on PATH to see where the kernel's warps are"
                     % ", ".join(tried)}
-    why = ptrace_refusal(pid)
+    why = ptrace_refusal(pid) if check else None
     if why:
         return {"groups": [], "kernels": {}, "seconds": [], "note": "warps: " + why}
     one = look(pid, exe, timeout=timeout)
@@ -342,3 +344,64 @@ def lines(doc: dict) -> List[str]:
         out.append("(cuda-gdb attached, read and detached: %s s; the process ran on)"
                    % " + ".join("%.1f" % s for s in doc["seconds"]))
     return out
+
+
+# -- the hang_after report: this process's own warps ----------------------------------
+
+PR_SET_PTRACER = 0x59616d61          # linux/prctl.h (Yama)
+PR_SET_PTRACER_ANY = -1
+
+
+def own_warps() -> dict:
+    """warps() of this process, from a thread of it: its cuda-gdb (a child)
+    may attach to it for the look (Yama's ptrace_scope 1 lets a process name
+    who may trace it: PR_SET_PTRACER, any process of this user for the moment,
+    then no one again)."""
+    import ctypes
+    exe, tried = find_cuda_gdb()
+    if exe is None:
+        return warps(os.getpid())                 # the one line: not found, where looked
+    libc = ctypes.CDLL(None, use_errno=True)
+    set_ptracer = getattr(libc, "prctl", None)
+    if set_ptracer is not None:
+        set_ptracer(PR_SET_PTRACER, ctypes.c_ulong(PR_SET_PTRACER_ANY), 0, 0, 0)
+    try:
+        return warps(os.getpid(), exe, check=False)
+    finally:
+        if set_ptracer is not None:
+            set_ptracer(PR_SET_PTRACER, ctypes.c_ulong(0), 0, 0, 0)
+
+
+class HangLooker:
+    """With ``watch(hang_after=s)`` and CUDA_DEBUG_WARPS=1: after each hang
+    report (written by C's hang watcher), a look at where the stuck kernel's
+    warps are, written to stderr below it. A Python thread polls the count of
+    reports (4 times a second, while a hang_after watch is open): it needs the
+    GIL, which a thread stuck in a CUDA wait has released (torch's and CuPy's
+    synchronize do); where the stuck thread holds it, no look is made and
+    `cuda-debug dump --warps PID` from a shell gives the same."""
+
+    def __init__(self, reports_now: int, count_reports, active) -> None:
+        import threading
+        self._seen = reports_now
+        self._count = count_reports
+        self._active = active
+        self._thread = threading.Thread(target=self._run, name="cuda_debug-warps", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import sys
+        while self._active():
+            time.sleep(0.25)
+            n = self._count()
+            if n <= self._seen:
+                continue
+            self._seen = n
+            try:
+                doc = own_warps()
+                text = "".join("  %s\n" % line for line in lines(doc))
+                sys.stderr.write("cuda_debug: where the stuck kernel's warps are (cuda-gdb "
+                                 "attached for a moment, then detached):\n" + text)
+                sys.stderr.flush()
+            except Exception as e:                 # never in the program's way
+                sys.stderr.write("cuda_debug: warps: the look failed: %s\n" % e)

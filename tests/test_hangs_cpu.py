@@ -357,3 +357,45 @@ def test_a_hang_after_too_short_in_the_environment_is_refused(fake_child):
     assert "cuda_debug: CUDA_DEBUG_HANG_AFTER='1e-12' refused: 1e-12 s is below 0.1 s, the " \
            "shortest the hang watcher honours (it looks at the launches every 50 ms at the " \
            "shortest); 0 turns it off; the hang report is off" in c.result["warned"], c
+
+
+def test_hang_after_with_warps_looks_where_the_warps_are_below_the_report(fake_live, tmp_path):
+    """watch(hang_after=1) with CUDA_DEBUG_WARPS=1: after the hang report, a
+    thread of the process has its cuda-gdb look twice (here a stand-in that
+    prints two real H100 looks at a barrier kernel, without the instruction
+    cuda-gdb disassembles) and writes where the warps
+    are below it; the process goes on and finishes. Without the setting, no look."""
+    import os
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_lines")
+    gdb = tmp_path / "cuda-gdb"
+    gdb.write_text('#!/bin/sh\nn=$(cat "$0.count" 2>/dev/null || echo 0)\n'
+                   'echo $((n + 1)) > "$0.count"\n'
+                   'if [ "$n" = 0 ]; then cat %s; else cat %s; fi\n'
+                   % (os.path.join(here, "cuda_gdb_barrier_look1.txt"),
+                      os.path.join(here, "cuda_gdb_barrier_look2.txt")))
+    gdb.chmod(0o755)
+    code = '''
+        import cuda_debug, cuda_debug.testing as t
+        fake.fake_set_async(1)
+        with cuda_debug.watch(hang_after=1):
+            t.spin(4)                                  # SPIN
+            cuda_debug.check()                         # the host waits
+        print("ALIVE", flush=True)
+    '''
+    env = {"CUDA_DEBUG_CUDA_GDB": str(gdb)}
+    with fake_live(code, env=dict(env, CUDA_DEBUG_WARPS="1")) as live:
+        live.wait_for(HEADLINE)
+        live.wait_for("cuda_debug: where the stuck kernel's warps are")
+        assert live.finish() == 0, live
+        err = live.text()
+        after = err[err.index("cuda_debug: where the stuck kernel's warps are"):]
+        assert "4 warps (128 threads) spinning at " in after and ".cu:7 in barrier_wait" in after, after
+        assert ".cu:12 in barrier_wait" in after, after            # the others, stopped
+        assert err.index(HEADLINE) < err.index("where the stuck kernel's warps are"), err
+        assert "ALIVE" in live.text("stdout"), live
+    with fake_live(code, env=env) as live:
+        live.wait_for(HEADLINE)
+        assert live.finish() == 0, live
+        assert "warps are" not in live.text(), live
+        assert not (tmp_path / "cuda-gdb.count").exists() or \
+            (tmp_path / "cuda-gdb.count").read_text().strip() == "2"

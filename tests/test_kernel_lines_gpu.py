@@ -304,3 +304,23 @@ def test_dump_without_cuda_gdb_says_why(tmp_path):
     assert "\n" not in w["note"]
     assert "kernel" in d.stdout                 # the report without it stands
     assert rc == 0, err
+
+
+def test_hang_after_report_shows_where_the_warps_are_and_the_process_finishes(tmp_path):
+    """run --hang-after 1 with CUDA_DEBUG_WARPS=1: below the hang report, the
+    process's own cuda-gdb look names the spinning line; it detaches and the
+    program finishes its work."""
+    pytest.importorskip("cupy")
+    _cuda_gdb()
+    script = _write(tmp_path, SPIN_CUPY)
+    p = subprocess.run([sys.executable, "-m", "cuda_debug", "run", "--hang-after", "1",
+                        str(script), "8", str(tmp_path / "ready")], capture_output=True,
+                       text=True, timeout=180, env=dict(_env(), CUDA_DEBUG_WARPS="1"),
+                       cwd=str(tmp_path))
+    assert p.returncode == 0 and "finished True" in p.stdout, p.stderr[-3000:]
+    err = p.stderr
+    assert "possible hang" in err, err[-3000:]
+    after = err[err.index("where the stuck kernel's warps are"):]
+    assert "spinning at" in after, after
+    loop = {_src_line(SPIN_CUPY, "// SPIN"), _src_line(SPIN_CUPY, "while (clock64()")}
+    assert any(".cu:%d " % n in after for n in loop), after
