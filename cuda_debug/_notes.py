@@ -35,6 +35,8 @@ costs every call). There the verdict is added where an exception is printed:
 ``format_exception``, ``logging``), ``sys.excepthook`` and
 ``threading.excepthook`` (3.10 prints no notes: the text follows the
 traceback); an exception only inspected in code (``str(e)``) has no note there.
+
+PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
 import sys
