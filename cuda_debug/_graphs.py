@@ -67,7 +67,8 @@ def install(module=None) -> bool:
     cls = getattr(module, "CUDAGraph", None)
     if cls is None or cls in _installed or getattr(cls.capture_end, "_cuda_debug", False):
         return False
-    orig_begin, orig_end, orig_reset = cls.capture_begin, cls.capture_end, cls.reset
+    orig_end, orig_reset = cls.capture_end, cls.reset
+    orig_begin = getattr(cls, "capture_begin", None)      # (a stand-in may have none)
     orig_instantiate = getattr(cls, "instantiate", None)
 
     def capture_begin(self, *args, **kwargs):
@@ -89,7 +90,9 @@ def install(module=None) -> bool:
     capture_end.__wrapped__, reset.__wrapped__ = orig_end, orig_reset
     capture_begin.__doc__ = orig_begin.__doc__
     capture_end.__doc__, reset.__doc__ = orig_end.__doc__, orig_reset.__doc__
-    cls.capture_begin, cls.capture_end, cls.reset = capture_begin, capture_end, reset
+    cls.capture_end, cls.reset = capture_end, reset
+    if orig_begin is not None:
+        cls.capture_begin = capture_begin
     if orig_instantiate is not None:
         def instantiate(self, *args, **kwargs):
             out = orig_instantiate(self, *args, **kwargs)
