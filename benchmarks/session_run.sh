@@ -37,16 +37,16 @@ if [[ "$what" == *" suite "* ]]; then
 fi
 
 if [[ "$what" == *" bench "* ]]; then
-  timeout 230 python3 benchmarks/never_watched.py --rounds "${ROUNDS:-3}" \
-    --modes watch,residue,profiler,exact --inproc "${ROUNDS:-3}" --json "$L/never_watched.json" \
-    >"$L/never_watched.log" 2>&1
-  summary+=("never_watched: rc=$? (never_watched.log)")
-  summary+=("$(tail -25 "$L/never_watched.log")")
-  timeout 60 python3 benchmarks/verdict_notes.py --pairs 3 >"$L/notes.log" 2>&1
-  summary+=("notes: $(tail -1 "$L/notes.log")")
-  timeout 60 python3 benchmarks/adopt_capture.py --pairs 2 >"$L/adopt.log" 2>&1
-  summary+=("adopt: $(tail -1 "$L/adopt.log")")
-  OUT=$L timeout 100 bash benchmarks/kernel_lines/measure.sh "$PWD/benchmarks/kernel_lines" \
+  OUT=$L timeout "${KL_S:-90}" bash benchmarks/kernel_lines/measure.sh "$PWD/benchmarks/kernel_lines" \
     >"$L/kernel_lines.log" 2>&1
   summary+=("kernel_lines: $(grep -E '^(plain|replay|dump)' "$L/kernel_lines.log" | tr '\n' ';')")
+  timeout "${NW_S:-200}" python3 benchmarks/never_watched.py --rounds "${ROUNDS:-4}" \
+    --modes watch,residue,profiler,exact --inproc "${INPROC:-2}" --json "$L/never_watched.json" \
+    >"$L/never_watched.log" 2>&1
+  summary+=("never_watched: rc=$? (never_watched.log)")
+  summary+=("$(tail -30 "$L/never_watched.log")")
+  timeout 45 python3 benchmarks/verdict_notes.py --pairs 2 --n 100000 >"$L/notes.log" 2>&1
+  summary+=("notes: $(tail -1 "$L/notes.log")")
+  timeout 45 python3 benchmarks/adopt_capture.py --pairs 2 >"$L/adopt.log" 2>&1
+  summary+=("adopt: $(tail -1 "$L/adopt.log")")
 fi
