@@ -18,11 +18,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import _common  # noqa: E402  (beside this file)
 
 CHILD = r"""
 import os, sys, time, json
@@ -64,15 +65,8 @@ print("RESULT " + json.dumps(out))
 
 
 def run(mode):
-    env = dict(os.environ)
-    if mode == "adopt0":
-        env["CUDA_DEBUG_GRAPH_ADOPT"] = "0"
-    p = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True,
-                       timeout=300, env=env)
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError("%s: %s" % (mode, p.stderr[-2000:]))
+    env = dict(os.environ, **({"CUDA_DEBUG_GRAPH_ADOPT": "0"} if mode == "adopt0" else {}))
+    return _common.child_result([sys.executable, "-c", CHILD, mode], env, 300, mode)
 
 
 def main():

@@ -19,11 +19,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import _common  # noqa: E402  (beside this file)
 
 CHILD = r"""
 import sys, time, json
@@ -70,12 +71,8 @@ print("RESULT " + json.dumps(out))
 
 
 def run(mode, n):
-    p = subprocess.run([sys.executable, "-c", CHILD, mode, str(n)], capture_output=True,
-                       text=True, timeout=300)
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError("%s: %s" % (mode, p.stderr[-2000:]))
+    return _common.child_result([sys.executable, "-c", CHILD, mode, str(n)], dict(os.environ),
+                                300, mode)
 
 
 def main():

@@ -13,11 +13,10 @@ re-parse formatted text.
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import os
-import re
 import sys
 import threading
 import traceback
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence
 
 from . import _core, _cuda_errors, _dispatch_fallback, _graph_names, _options, _replay_command
 from . import _torch_ops
