@@ -1,5 +1,6 @@
 """``cuda-debug dump``: the command line of cuda_debug/_dump.py (one process,
-or a torchrun agent's ranks), cuda_debug/_job.py (``--job``): what to ask, and what it prints.
+or a torchrun agent's ranks), cuda_debug/_job.py (``--job``) and
+cuda_debug/_dump_trace.py (``--trace``): what to ask, and what it prints.
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
@@ -100,7 +101,7 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     status, targets, ranked = 0, [], bool(ns.children) or len(pids) > 1
     for pid in pids:
         try:
-            found, agent = _dump_targets(pid, ns.children)
+            found, agent = _dump.targets(pid, ns.children)
         except _dump.DumpError as e:
             _say(where, str(e))
             status = EXIT_ERROR
@@ -113,7 +114,7 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         try:
             docs.append(_dump.ask(pid, recent=recent, timeout=ns.timeout or _dump.TIMEOUT_S))
         except _dump.DumpError as e:
-            _say(where, _run_not_watching(pid, prog) or str(e))
+            _say(where, _dump.run_not_watching(pid, prog) or str(e))
             status = EXIT_ERROR
     docs.sort(key=lambda d: (d.get("rank") is None, d.get("rank") or 0, d["pid"]))
     from .. import _warps
@@ -129,41 +130,6 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     if ns.trace and docs:
         _write_dump_trace(ns.trace, docs, where)
     return status
-
-
-def _is_run(cmdline: List[str]) -> bool:
-    """Is this command line ``cuda-debug run ...`` or ``python -m cuda_debug run ...``?"""
-    for i, word in enumerate(cmdline[:-1]):
-        if cmdline[i + 1] == "run" and (os.path.basename(word) == "cuda-debug" or (
-                word == "cuda_debug" and i and cmdline[i - 1] == "-m")):
-            return True
-    return False
-
-
-def _run_not_watching(pid: int, prog: str) -> Optional[str]:
-    """For a process started by ``run`` that does not answer (its dump listener
-    is not there): why, since suggesting ``run`` would not help. Else None."""
-    from .. import _core, _dump
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            cmdline = f.read().decode("utf-8", "replace").split("\0")
-    except OSError:
-        return None
-    if not _is_run(cmdline):
-        return None
-    import socket
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect(b"\0" + _core.dump_listener(pid)[1])
-        return None                           # it listens: the error was another one
-    except OSError:
-        pass
-    finally:
-        s.close()
-    return ("process %d%s runs under `run`, and does not answer: `run` could not watch "
-            "(no usable GPU or CUPTI there: it said so on its stderr, then ran the script "
-            "unwatched), or its CUDA_DEBUG_DUMP is off; `%s doctor` says what this machine "
-            "lacks" % (pid, _dump.command_of(pid), prog))
 
 
 def _dump_job(host: str, port: int, where: str, as_json: bool = False,
@@ -196,40 +162,9 @@ def _dump_job(host: str, port: int, where: str, as_json: bool = False,
             for line in _dump.verdict_lines(docs + hangs):
                 print(line)
     if trace and docs:
-        _dump.write_trace(trace, docs)
+        from .. import _dump_trace
+        _dump_trace.write_trace(trace, docs)
     return EXIT_ERROR if missing else 0
-
-
-def _dump_targets(pid: int, children: bool):
-    """(the processes to ask for `pid`, whether they are its ranks)."""
-    from .. import _dump
-    proc = _dump.process(pid)
-    _dump.check_askable(proc)
-    has = _dump.has_cuda_debug(pid)
-    if has is None:
-        raise _dump.DumpError("not allowed to read /proc/%d/maps (process %d%s is not "
-                              "dumpable): not asked" % (pid, pid, proc.command))
-    if has and not children:
-        return [pid], False
-    # The topmost processes with cuda_debug below it (its ranks), not their own
-    # children (DataLoader workers forked by a rank have its extension mapped too).
-    procs = {}
-    for c in _dump.descendants(pid):
-        try:
-            p = _dump.process(c)
-            _dump.check_askable(p)
-        except _dump.DumpError:
-            continue
-        if _dump.has_cuda_debug(c):
-            procs[c] = p
-    ranks = [c for c, p in procs.items() if p.ppid not in procs]
-    if ranks:
-        return ranks, True
-    raise _dump.DumpError(
-        "process %d%s has %s: nothing was sent to it" % (
-            pid, proc.command, "no process below it with cuda_debug loaded" if children else
-            "not loaded cuda_debug (no cuda_debug/_core in /proc/%d/maps), nor has any process "
-            "below it" % pid))
 
 
 def _print_dump(docs, ranked: bool, as_json: bool) -> None:
@@ -263,9 +198,9 @@ def _with_warps(out: dict, doc: dict) -> dict:
 
 
 def _write_dump_trace(path: str, docs, where: str = MODULE_PROG + " dump") -> None:
-    from .. import _dump
+    from .. import _dump_trace
     try:
-        _dump.write_trace(path, docs)
+        _dump_trace.write_trace(path, docs)
     except OSError as e:
         _say(where, "--trace %s: %s" % (path, e))
         return
