@@ -29,7 +29,7 @@ def doctor_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         return _exit_status(e.code)
     from .. import _environment
     facts = _environment.full(probe_cupti=True)
-    problem, verdict = _verdict(facts)
+    problem, verdict = _environment.verdict(facts)
     facts["verdict"] = verdict
     facts["ok"] = problem is None
     facts["problem"] = problem
@@ -39,43 +39,6 @@ def doctor_main(argv: List[str], prog: str = MODULE_PROG) -> int:
         print(_doctor_text(facts))
     return 0 if problem is None else EXIT_ERROR
 
-
-
-#: doctor's "problem" values: why watch() and launch_blocking() cannot work here
-PROBLEMS = ("no_driver", "no_gpu", "no_cupti", "cupti_held", "cupti_error")
-
-
-def _verdict(d: dict) -> (Optional[str], str):
-    """(problem, verdict): problem is None when watch() and launch_blocking() work
-    here, else one of PROBLEMS; the verdict says it in words, and what to do."""
-    if not d["libcuda"]["found"]:
-        found = [name for name, key in (("CUPTI", "cupti"), ("cuBLAS", "cublas"))
-                 if (d.get(key) or {}).get("found")]
-        return "no_driver", (
-            "not usable here: no NVIDIA driver (libcuda.so.1 not found): watch() and "
-            "launch_blocking() need an NVIDIA GPU and its driver%s. cuda_debug still "
-            "imports, and translates the CUDA errors that frameworks raise."
-            % (" (%s %s installed)" % (" and ".join(found), "are" if len(found) > 1 else "is")
-               if found else ""))
-    init = d.get("init") or {}
-    if init.get("code") or not d["devices"]:
-        return "no_gpu", ("not usable here: no usable GPU (cuInit: %s), so watch() and "
-                          "launch_blocking() cannot work; they need an NVIDIA GPU."
-                          % (init.get("name") or "no device"))
-    if not d["cupti"]["found"]:
-        return "no_cupti", ("not usable here: CUPTI was not found, and watch() and "
-                            "launch_blocking() need it. Install the CUDA toolkit or the "
-                            "nvidia-cuda-cupti wheel, or set CUDA_HOME.")
-    free = d.get("cupti_free") or {}
-    if free.get("free") is False:
-        return "cupti_held", (
-            "not usable now: CUPTI is held by another tool (%s): watch() and launch_blocking() "
-            "would raise ToolConflictError, or with PyTorch imported synchronise after every "
-            "op instead." % (free.get("holder") or "a profiler"))
-    if free.get("free") is None:
-        return "cupti_error", "not usable here: CUPTI could not be subscribed: %s" % \
-            free.get("error")
-    return None, "watch() and launch_blocking() work here."
 
 
 def _lib_line(lib: Optional[dict]) -> str:
