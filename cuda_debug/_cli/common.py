@@ -139,6 +139,12 @@ def _program(parse: Callable[[List[str]], Program], parser: argparse.ArgumentPar
 
 
 
+def _program_words(target: str, args: List[str], module: bool, command: bool) -> List[str]:
+    """The program as python's command line spells it: ``script args...``,
+    ``-m module args...`` or ``-c code args...``."""
+    return (["-m", target] if module else ["-c", target] if command else [target]) + list(args)
+
+
 def _ranked(text: str) -> str:
     """Every line prefixed ``[rank k] `` when RANK is set (torchrun)."""
     rank = os.environ.get("RANK")

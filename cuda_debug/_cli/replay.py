@@ -9,7 +9,8 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .common import (EXIT_ERROR, EXIT_NOT_REPRODUCED, EXIT_STICKY, MODULE_PROG, Program,
-                     UsageError, _parse_program, _parser, _program, _ranked, _Valued)
+                     UsageError, _parse_program, _parser, _program, _program_words, _ranked,
+                     _Valued)
 from .run import _print_traceback, _report, _run
 
 
@@ -236,6 +237,7 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
                                   "" if note is None else "; " + note))
     sys.stderr.flush()
     outcome = {}
+    program = _program_words(target, args, module, command) if target != "-" else None
 
     def on_exception(e: BaseException) -> int:
         outcome["exc"] = e
@@ -251,7 +253,7 @@ def _replay_run(spec, target: str, args: List[str], module: bool, prog: str,
                              % (prog, _sticky.describe(code), _sticky.first_line(e)))
             finished = "faulted"
         else:                          # an ordinary exception: as run reports it
-            _report(e, full_traceback, prog)
+            _report(e, full_traceback, prog, program=program)
             finished = "raised %s" % type(e).__name__
         sys.stderr.write(_replay.outcome_text(spec, finished, prog) + "\n")
         return EXIT_NOT_REPRODUCED

@@ -18,7 +18,7 @@ from typing import Any, List, NoReturn, Optional
 
 from .. import _options
 from .common import (EXIT_ERROR, EXIT_STICKY, MODULE_PROG, Program, UsageError, _exit_status,
-                     _parse_program, _parser, _program, _ranked)
+                     _parse_program, _parser, _program, _program_words, _ranked)
 
 
 def _run_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
@@ -142,7 +142,7 @@ def _replay_after(target: str, args: List[str], module: bool, prog: str,
     if opts is None:
         return
     cmd = [sys.executable, "-m", "cuda_debug", "replay"] + opts + \
-        (["-m", target] if module else ["-c", target] if command else [target]) + list(args)
+        _program_words(target, args, module, command)
     sys.stderr.write("\n%s run: replaying it to find the thread, the address and the "
                      "allocation: %s\n" % (prog, err.replay_command))
     sys.stderr.flush()
@@ -170,9 +170,6 @@ def _enter(mode: str, all_threads: bool, hang_after: Optional[float] = None,
         sys.stderr.write("%s run: running without %s: %s\n"
                          % (prog, "watch()" if mode == "watch" else "launch_blocking()", e))
         return None
-    if mode == "watch":
-        from .. import _replay_command
-        _replay_command.run_watch = True     # launch numbers count from the program's start
     return scope
 
 
@@ -294,9 +291,7 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
     raised on, once the scopes are closed: _interrupted."""
     from .. import _replay_command
     saved_argv, saved_path = sys.argv[:], sys.path[:]
-    _replay_command.prog = prog
-    _replay_command.program = (["-m", target] if module else ["-c", target] if command else
-                               [target]) + list(args) if target != "-" else None
+    program = _program_words(target, args, module, command) if target != "-" else None
     interrupted = None
     try:
         if module:
@@ -312,6 +307,10 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
             sys.path[0:1] = [os.path.dirname(os.path.realpath(target))]
         try:
             scope = _enter(mode, all_threads, hang_after, exact, prog)
+            # What a report's replay command says: with run's own watch() open, launch
+            # numbers count from the program's start.
+            _replay_command.configure(prog, program, run_watch=mode == "watch" and
+                                      scope is not None)
             with contextlib.ExitStack() as stack:
                 if scope is not None:
                     stack.push(scope)
@@ -336,7 +335,7 @@ def _run(target: str, args: List[str], module: bool, mode: str, all_threads: boo
             sys.stderr.write("%s run: %s\n" % (prog, e))
             return EXIT_ERROR
         except BaseException as e:
-            return (on_exception or (lambda exc: _report(exc, full_traceback, prog, mode)))(e)
+            return (on_exception or (lambda exc: _report(exc, full_traceback, prog, mode, program)))(e)
         return 0
     finally:
         sys.argv = saved_argv
@@ -381,9 +380,9 @@ def _print_traceback(e: BaseException) -> None:
 
 
 def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG,
-            mode: Optional[str] = None) -> int:
+            mode: Optional[str] = None, program: Optional[List[str]] = None) -> int:
     """Print what happened; the exit status. `mode`: how run ran the program
-    (watch, block, none), for the advice."""
+    (watch, block, none), and `program` what it ran (None: stdin), for the advice."""
     from .. import _report as rep, _sticky
     from .._errors import CudaError, GuardError
     from .._scope import watch_epoch
@@ -415,11 +414,10 @@ def _report(e: BaseException, full_traceback: bool, prog: str = MODULE_PROG,
     code = _environment.context_dead()
     if code is None:
         return EXIT_ERROR
-    from .. import _replay_command
-    program = " ".join(_replay_command.program or ["-"])
+    words = " ".join(program or ["-"])
     advice = "%s run --launch-blocking %s (the fault raised at its launching line)" % (
-        prog, program) if mode == "watch" else \
-        "%s run %s (watch, the default) or --launch-blocking" % (prog, program)
+        prog, words) if mode == "watch" else \
+        "%s run %s (watch, the default) or --launch-blocking" % (prog, words)
     sys.stderr.write(
         "\ncuda_debug: %s is a sticky CUDA error: the CUDA context is dead.\n"
         "Kernels run asynchronously: the line above may not be where the faulting kernel was "
