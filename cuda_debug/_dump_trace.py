@@ -9,7 +9,7 @@ PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytes
 import json
 import os
 import sys
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from . import _dump
 from ._untrusted import VERSION
@@ -38,7 +38,8 @@ def trace_events(docs: Sequence[dict], culprit: Optional[Dict[int, int]] = None)
         seen = {e["seq"] for e in launches}
         launches += [e for s, e in unfinished.items() if s not in seen]
         launches.sort(key=lambda e: e["seq"])
-        tracks, threads = {}, {}
+        tracks: Dict[tuple, int] = {}
+        threads: Dict[int, bool] = {}
         for e in launches:
             key = (e["stream"], e["device"], e["thread_id"] if e["stream"] == 2 else 0)
             if key not in tracks:
@@ -118,7 +119,7 @@ def write_trace(path: str, docs: Sequence[dict], culprit: Optional[Dict[int, int
         raise
 
 
-_FAULT_TRACE = []
+_FAULT_TRACE: List[str] = []
 
 
 def trace_at_fault(culprit_seq: int) -> None:

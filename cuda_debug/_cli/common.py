@@ -161,10 +161,3 @@ def _exit_status(code) -> int:
         return code
     sys.stderr.write("%s\n" % code)
     return EXIT_ERROR
-
-
-
-def _say(where: str, message: str) -> None:
-    """One line on stderr headed by the command as typed (``cuda-debug dump: ...``)."""
-    sys.stderr.write("%s: %s\n" % (where, message))
-

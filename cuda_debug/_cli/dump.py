@@ -10,8 +10,7 @@ import os
 import sys
 from typing import List, Optional
 
-from .common import (EXIT_ERROR, MODULE_PROG, UsageError, _exit_status, _parser, _say,
-                     _usage_error)
+from .common import EXIT_ERROR, MODULE_PROG, UsageError, _exit_status, _parser, _usage_error
 
 
 def _dump_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
