@@ -1,4 +1,4 @@
-"""``python -m cuda_debug`` and the ``cuda-debug`` console script: see cuda_debug._cli.
+"""``python -m cuda_debug`` and the ``cuda-debug`` console script: see cuda_debug/_cli/.
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md)."""
 import sys

@@ -260,9 +260,9 @@ _warned_held = False
 def take_back() -> int:
     """The profiler stopped: CUPTI back for the open scopes and watches.
     1 taken back, 0 nothing to take, < 0 still held (-CUptiResult). PyTorch
-    2.11's Kineto keeps CUPTI after it stops (measured on the H200, with
-    TEARDOWN_CUPTI=1 too): then the watch goes on with the launch hooks alone,
-    and a later watch() entry takes CUPTI if it is free by then."""
+    2.11's Kineto keeps CUPTI after it stops, with TEARDOWN_CUPTI=1 too
+    (benchmarks/RESULTS.md, "Kineto and CUPTI"): then the watch goes on with the
+    launch hooks alone, and a later watch() entry takes CUPTI if it is free by then."""
     status, _holder = _core.cupti_take_back(_where_bytes(_caller_where() or "?"))
     return status
 

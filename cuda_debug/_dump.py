@@ -19,9 +19,9 @@ without cuda_debug whose descendants have it (a torchrun agent) is asked
 through them: every rank's report, each line prefixed ``[rank k]``, then one
 verdict line (:func:`verdict`).
 
-Also: ``--json`` (:func:`as_json`), ``--trace`` (Chrome/Perfetto trace events,
-:func:`trace_events`), ``--job`` (cuda_debug/_job.py: every rank of a job,
-through its c10d TCPStore).
+Also: ``--json`` (:func:`as_json`), ``--trace`` (Chrome/Perfetto trace events:
+cuda_debug/_dump_trace.py), ``--job`` (cuda_debug/_job.py: every rank of a job,
+through its c10d TCPStore). The command line: cuda_debug/_cli/dump.py.
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
@@ -30,9 +30,8 @@ import os
 import re
 import socket
 import struct
-import sys
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._untrusted import FORMAT, VERSION, document_problem, printable  # noqa: F401 (ours too)
 
@@ -167,6 +166,71 @@ def descendants(pid: int) -> List[int]:
                 out.append(c)
             todo.append(c)
     return sorted(out)
+
+
+def targets(pid: int, children: bool) -> Tuple[List[int], bool]:
+    """(the processes to ask for `pid`, whether they are its ranks)."""
+    proc = process(pid)
+    check_askable(proc)
+    has = has_cuda_debug(pid)
+    if has is None:
+        raise DumpError("not allowed to read /proc/%d/maps (process %d%s is not "
+                        "dumpable): not asked" % (pid, pid, proc.command))
+    if has and not children:
+        return [pid], False
+    # The topmost processes with cuda_debug below it (its ranks), not their own
+    # children (DataLoader workers forked by a rank have its extension mapped too).
+    procs = {}
+    for c in descendants(pid):
+        try:
+            p = process(c)
+            check_askable(p)
+        except DumpError:
+            continue
+        if has_cuda_debug(c):
+            procs[c] = p
+    ranks = [c for c, p in procs.items() if p.ppid not in procs]
+    if ranks:
+        return ranks, True
+    raise DumpError(
+        "process %d%s has %s: nothing was sent to it" % (
+            pid, proc.command, "no process below it with cuda_debug loaded" if children else
+            "not loaded cuda_debug (no cuda_debug/_core in /proc/%d/maps), nor has any process "
+            "below it" % pid))
+
+
+def _is_run(cmdline: List[str]) -> bool:
+    """Is this command line ``cuda-debug run ...`` or ``python -m cuda_debug run ...``?"""
+    for i, word in enumerate(cmdline[:-1]):
+        if cmdline[i + 1] == "run" and (os.path.basename(word) == "cuda-debug" or (
+                word == "cuda_debug" and i and cmdline[i - 1] == "-m")):
+            return True
+    return False
+
+
+def run_not_watching(pid: int, prog: str) -> Optional[str]:
+    """For a process started by ``run`` that does not answer (its dump listener
+    is not there): why, since suggesting ``run`` would not help. Else None."""
+    from . import _core
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmdline = f.read().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return None
+    if not _is_run(cmdline):
+        return None
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(b"\0" + _core.dump_listener(pid)[1])
+        return None                           # it listens: the error was another one
+    except OSError:
+        pass
+    finally:
+        s.close()
+    return ("process %d%s runs under `run`, and does not answer: `run` could not watch "
+            "(no usable GPU or CUPTI there: it said so on its stderr, then ran the script "
+            "unwatched), or its CUDA_DEBUG_DUMP is off; `%s doctor` says what this machine "
+            "lacks" % (pid, command_of(pid), prog))
 
 
 # -- asking one process ----------------------------------------------------------------
@@ -572,113 +636,6 @@ def verdict_lines(docs: Sequence[dict]) -> List[str]:
     """The verdict, then the flight recorders' last collectives where they are
     on: lines for a terminal (the names in them are the targets': printable())."""
     return [printable(line) for line in [verdict(docs)] + flight_recorder_lines(docs)]
-
-
-# -- a timeline ------------------------------------------------------------------------
-
-def trace_events(docs: Sequence[dict], culprit: Optional[Dict[int, int]] = None) -> dict:
-    """Chrome/Perfetto trace events (the JSON object format torch.profiler
-    exports) of the documents' last launches: per process (one per rank) a
-    track per stream and one per launching thread; each launch is an event
-    with its kernel (a collective named as such) and Python line. The ring
-    records when a launch was made and whether its completion marker came
-    back, not when it ran: a finished launch is an instant on its stream's
-    track, an unfinished one a slice from its launch to the dump, the culprit
-    (per process: `culprit` {pid: seq}, else its oldest unfinished launch)
-    named so. Timestamps are wall-clock microseconds, so ranks line up."""
-    events = []
-    culprit = culprit or {}
-    for doc in docs:
-        pid = doc["pid"]
-        t_doc = float(doc["time"]) * 1e6
-        bad = culprit.get(pid, doc.get("culprit"))
-        unfinished = {e["seq"]: e for e in doc.get("streams", ())}
-        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                       "args": {"name": "%s (pid %d)" % (label(doc), pid)}})
-        launches = list(doc.get("recent") or [])
-        seen = {e["seq"] for e in launches}
-        launches += [e for s, e in unfinished.items() if s not in seen]
-        launches.sort(key=lambda e: e["seq"])
-        tracks, threads = {}, {}
-        for e in launches:
-            key = (e["stream"], e["device"], e["thread_id"] if e["stream"] == 2 else 0)
-            if key not in tracks:
-                tracks[key] = tid = 1000000000 + len(tracks)
-                events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                               "args": {"name": "stream %#x%s" % (
-                                   e["stream"], " (device %d)" % e["device"]
-                                   if e["device"] is not None and e["device"] >= 0 else "")}})
-                events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                               "args": {"sort_index": len(tracks)}})
-            if e["thread_id"] not in threads:
-                threads[e["thread_id"]] = True
-                events.append({"ph": "M", "name": "thread_name", "pid": pid,
-                               "tid": e["thread_id"], "args": {"name": "thread %s (tid %d)" % (
-                                   e.get("thread_name") or "?", e["thread_id"])}})
-        for e in launches:
-            from . import _locations
-            stack = _locations.stack_from_frames(e["frames"])
-            fs = _locations.user_frame(stack, complete=False)
-            line = "%s:%s in %s" % (fs.filename, fs.lineno, fs.name) if fs else None
-            name = "a CUDA graph replay" if e["graph"] else \
-                "%s (%s)" % (e["collective"], e["short"]) if e["collective"] else \
-                (e["short"] or e["kernel"] or "?")
-            state = "unfinished" if e["seq"] in unfinished else \
-                {1: "finished", 0: "unfinished", -1: "unknown", -2: "context gone"}.get(
-                    e.get("done"), "unknown")
-            is_culprit = e["seq"] == bad
-            cat = "graph" if e["graph"] else "collective" if e["collective"] else "kernel"
-            args = {"seq": e["seq"], "kernel": e["kernel"], "line": line, "state": state,
-                    "stream": "%#x" % e["stream"], "thread_id": e["thread_id"]}
-            if e["collective"]:
-                args["collective"] = e["collective"]
-            if is_culprit:
-                args["culprit"] = True
-                name = "CULPRIT " + name
-            if e["seq"] in unfinished:
-                args["queued_behind"] = unfinished[e["seq"]]["queued"]
-            ts = t_doc - e["age_ns"] / 1e3
-            key = (e["stream"], e["device"], e["thread_id"] if e["stream"] == 2 else 0)
-            track = tracks[key]
-            if state == "unfinished":
-                events.append({"ph": "X", "name": name, "cat": cat + ",unfinished", "pid": pid,
-                               "tid": track, "ts": ts, "dur": max(t_doc - ts, 1.0),
-                               "args": args})
-            else:
-                events.append({"ph": "i", "s": "t", "name": name, "cat": cat, "pid": pid,
-                               "tid": track, "ts": ts, "args": args})
-            events.append({"ph": "i", "s": "t", "name": "launch " + name, "cat": "launch",
-                           "pid": pid, "tid": e["thread_id"], "ts": ts,
-                           "args": {"seq": e["seq"], "line": line, "stream": args["stream"]}})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"producer": "cuda_debug dump", "version": VERSION}}
-
-
-def write_trace(path: str, docs: Sequence[dict], culprit: Optional[Dict[int, int]] = None) -> None:
-    data = trace_events(docs, culprit)
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
-
-
-_FAULT_TRACE = []
-
-
-def trace_at_fault(culprit_seq: int) -> None:
-    """CUDA_DEBUG_TRACE=path: the ring's last launches as a trace, at the
-    first sticky fault reported while watching (once per process)."""
-    from . import _options
-    path = _options.OPTIONS.trace
-    if not path or _FAULT_TRACE:
-        return
-    _FAULT_TRACE.append(path)
-    try:
-        doc = local_document(RECENT_DEFAULT)
-        write_trace(path, [doc], {doc["pid"]: culprit_seq} if culprit_seq else None)
-    except (OSError, ValueError) as e:
-        sys.stderr.write("cuda_debug: CUDA_DEBUG_TRACE=%s: the trace was not written: %s\n"
-                         % (path, e))
 
 
 RECENT_DEFAULT = 2000

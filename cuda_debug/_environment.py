@@ -9,7 +9,8 @@ Three depths, so that asking costs only what the caller can afford:
 - ``driver()``: opens libcuda and asks its version (``cuDriverGetVersion``
   needs no ``cuInit``): still fork-safe.
 - ``full()``: ``cuInit``, every device, CUPTI and cuBLAS located, and whether
-  CUPTI can be subscribed now (``doctor``).
+  CUPTI can be subscribed now (``doctor``); ``verdict()`` says from them whether
+  watch() and launch_blocking() work here.
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
@@ -19,7 +20,7 @@ import platform
 import re
 import sys
 import sysconfig
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from . import _core, _libraries
 
@@ -195,6 +196,45 @@ def full(probe_cupti: bool = True) -> dict:
     if probe_cupti and d["devices"] and d["cupti"]["found"]:
         d["cupti_free"] = cupti_free()
     return d
+
+
+#: doctor's "problem" values: why watch() and launch_blocking() cannot work here
+PROBLEMS = ("no_driver", "no_gpu", "no_cupti", "cupti_held", "cupti_error")
+
+
+def verdict(d: dict) -> Tuple[Optional[str], str]:
+    """(problem, verdict) of full()'s facts `d`: problem is None when watch() and
+    launch_blocking() work here, else one of PROBLEMS; the verdict says it in
+    words, and what to do (``doctor``'s last line)."""
+    if not d["libcuda"]["found"]:
+        found = [name for name, key in (("CUPTI", "cupti"), ("cuBLAS", "cublas"))
+                 if (d.get(key) or {}).get("found")]
+        return "no_driver", (
+            "not usable here: no NVIDIA driver (libcuda.so.1 not found): watch() and "
+            "launch_blocking() need an NVIDIA GPU and its driver%s. cuda_debug still "
+            "imports, and translates the CUDA errors that frameworks raise."
+            % (" (%s %s installed)" % (" and ".join(found), "are" if len(found) > 1 else "is")
+               if found else ""))
+    init = d.get("init") or {}
+    if init.get("code") or not d["devices"]:
+        return "no_gpu", ("not usable here: no usable GPU (cuInit: %s), so watch() and "
+                          "launch_blocking() cannot work; they need an NVIDIA GPU."
+                          % (init.get("name") or "no device"))
+    if not d["cupti"]["found"]:
+        return "no_cupti", ("not usable here: CUPTI was not found, and watch() and "
+                            "launch_blocking() need it. Install the CUDA toolkit or the "
+                            "nvidia-cuda-cupti wheel, or set CUDA_HOME.")
+    free = d.get("cupti_free") or {}
+    if free.get("free") is False:
+        return "cupti_held", (
+            "not usable now: CUPTI is held by another tool (%s): watch() and launch_blocking() "
+            "would raise ToolConflictError, or with PyTorch imported synchronise after every "
+            "op instead." % (free.get("holder") or "a profiler"))
+    if free.get("free") is None:
+        return "cupti_error", "not usable here: CUPTI could not be subscribed: %s" % \
+            free.get("error")
+    return None, "watch() and launch_blocking() work here."
+
 
 
 def assert_text_capture(d: dict) -> dict:

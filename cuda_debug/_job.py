@@ -14,7 +14,7 @@ csrc/report/inflight_doc.c, built without the GIL); a new hang report is
 published as ``cuda_debug/dump/hang/<r>``, so a rank whose Python cannot answer
 later (its GIL held forever) still has its last hang report in the store.
 
-``dump --job`` (:func:`ask_job`; cuda_debug/_cli.py prints) adds 1 to the
+``dump --job`` (:func:`ask_job`; cuda_debug/_cli/dump.py prints) adds 1 to the
 counter, waits for each registered rank's answer, and prints what ``dump`` of
 an agent prints: each rank's report prefixed ``[rank k]``, then the verdict;
 for a rank that did not answer, its last hang report when there is one.

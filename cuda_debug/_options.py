@@ -40,10 +40,10 @@ and handed to the C core before the first scope or watch opens.
     CUDA_DEBUG_GRAPH_MARKERS=kernel|memop|0
                                    while watching, launches captured into a CUDA graph
                                    get completion markers captured with them: a one-thread
-                                   kernel node (kernel, also 1, the default: 1.2-1.5 us per
-                                   node per replay on the H200) or a stream write node
-                                   (memop: 2.9-3.3 us); 0: a replay is one launch, its
-                                   nodes unnamed
+                                   kernel node (kernel, also 1, the default: the cheaper)
+                                   or a stream write node (memop); 0: a replay is one
+                                   launch, its nodes unnamed (benchmarks/RESULTS.md: what
+                                   each costs a replay)
     CUDA_DEBUG_SANITIZER=PATH      cuda-debug replay: NVIDIA's libsanitizer-public.so (the
                                    file or its folder), instead of looking for it
     CUDA_DEBUG_REPLAY_TRACE=1      cuda-debug replay: each instrumented launch's steps and
@@ -107,7 +107,7 @@ _FREE = ("CUDA_DEBUG_COMMIT", "CUDA_DEBUG_TEST_FRAME_READER", "CUDA_DEBUG_TRACE"
 _SPECIAL = ("CUDA_DEBUG_HANG_AFTER", "CUDA_DEBUG_DUMP_SIGNAL", "CUDA_DEBUG_WATCH_EVERY",
             "CUDA_DEBUG_GRAPH_MARKER_EVERY")
 #: CUDA_DEBUG_GRAPH_MARKER_EVERY's default: a marker behind every 8th launch of a stream
-#: of a capture (docs/graphs.md: what 1, 4 and 8 cost a replay on the H200)
+#: of a capture (docs/costs.md, "Inside CUDA graphs": what 1, 4 and 8 cost a replay)
 DEFAULT_MARKER_EVERY = 8
 _OFF = ("", "0", "off", "no", "false")
 #: settings a user may guess from PYTHONFAULTHANDLER's habit, and what does it
@@ -289,7 +289,7 @@ def read(environ=os.environ) -> Options:
 
 
 #: The always-on watch's default: a marker behind every 16th launch of a stream
-#: (benchmarks/RESULTS.md: what 8, 16 and 32 cost on the H200).
+#: (benchmarks/RESULTS.md: what 8, 16 and 32 cost).
 WATCH_EVERY = 16
 
 

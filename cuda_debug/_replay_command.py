@@ -5,7 +5,7 @@ its kernel and launch, but not the thread, the address or whose memory it
 was; the replay finds those. The command re-runs the same program with the
 same arguments, instrumenting that launch (its number, as watch() counted it,
 and its kernel). Imported by the report (_report) and the command line
-(_cli); it imports nothing of the package's.
+(cuda_debug/_cli/run.py: configure()); it imports nothing of the package's.
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
@@ -23,16 +23,25 @@ LAUNCH_MAX = 2 ** 64 - 1
 #: allocation, or not aligned to its size.
 REPLAYABLE = {700: "an illegal address", 716: "a misaligned address"}
 
-#: Set by ``cuda-debug run`` when it opened watch() before the script ran: its
+# Set by the command line, through configure(), and by nothing else:
+#: True when ``cuda-debug run`` opened watch() before the script ran: its
 #: launch numbers then count from the start of the program, as the replay's do.
 #: Otherwise they count from the script's own first watch(), and the command
 #: says so (``--from-watch``).
 run_watch = False
-#: The command as it was invoked (``cuda-debug``, ``python -m cuda_debug``), set by the CLI.
+#: The command as it was invoked (``cuda-debug``, ``python -m cuda_debug``).
 prog: Optional[str] = None
-#: The program ``cuda-debug run`` runs (``[script, args...]`` or ``["-m", module, args...]``),
-#: set by it; else sys.argv (and ``__main__``'s spec) say what it is.
+#: The program ``cuda-debug run`` runs (``[script, args...]`` or ``["-m", module, args...]``);
+#: else sys.argv (and ``__main__``'s spec) say what it is.
 program: Optional[List[str]] = None
+
+
+def configure(prog: Optional[str], program: Optional[List[str]], run_watch: bool) -> None:
+    """What the command line knows of the program it runs, for the replay
+    command a report prints: the command as invoked, the program's words (None:
+    one that cannot be re-run, read from stdin), and whether run's own watch()
+    counts its launches from its start."""
+    globals().update(prog=prog, program=program, run_watch=run_watch)
 
 
 def wanted(code: Optional[int], device_message: Optional[str]) -> bool:

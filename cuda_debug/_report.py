@@ -760,9 +760,9 @@ def build(raw: Optional[RawFault] = None, *, code: Optional[int] = None, tb=None
     cls = class_for(code, at_launch=bool(raw.at_launch) if raw is not None else False)
     err = cls(code=code, **fields)
     if _options.OPTIONS.trace and err.sticky and (watch is not None or (raw and raw.launch_seq)):
-        from . import _dump
+        from . import _dump_trace
         c = watch["culprit"] if watch is not None else None
-        _dump.trace_at_fault(c.get("replay_seq", c["seq"]) if c else raw.launch_seq)
+        _dump_trace.trace_at_fault(c.get("replay_seq", c["seq"]) if c else raw.launch_seq)
     return err
 
 

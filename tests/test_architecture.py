@@ -258,6 +258,26 @@ def test_python_modules_import_no_circle():
     assert _cycles(graph) == []
 
 
+def test_the_replay_commands_settings_are_written_by_its_configure_alone():
+    """The command line says what it runs through _replay_command.configure():
+    no module assigns that module's globals from outside."""
+    import cuda_debug
+    pkg = os.path.dirname(os.path.abspath(cuda_debug.__file__))
+    writes = []
+    for d, _, files in os.walk(pkg):
+        for f in sorted(files):
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(d, f)
+            for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+                targets = node.targets if isinstance(node, ast.Assign) else \
+                    [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+                writes += ["%s:%d" % (os.path.relpath(path, pkg), node.lineno) for t in targets
+                           if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                           and t.value.id == "_replay_command"]
+    assert writes == []
+
+
 # -- one implementation of each rule ------------------------------------------
 
 def test_one_header_search():

@@ -169,9 +169,9 @@ def test_bench_usage_error_says_the_command_once():
 def _all_parsers():
     """Every argparse parser of the command line: run, doctor, bench and its subcommands."""
     import argparse
-    from cuda_debug import _cli
+    from cuda_debug._cli import doctor, run
     from cuda_debug.bench import _cli as bench_cli
-    todo = [_cli._run_parser(), _cli._doctor_parser(), bench_cli.parser()]
+    todo = [run._run_parser(), doctor._doctor_parser(), bench_cli.parser()]
     seen = []
     while todo:
         p = todo.pop()
@@ -244,7 +244,7 @@ def test_run_prints_the_script_traceback_without_the_runner(tmp_path):
     assert r.returncode == 1
     assert "ValueError: boom" in r.stderr
     assert 'line 2, in f' in r.stderr
-    assert "runpy" not in r.stderr and "_cli.py" not in r.stderr, r.stderr
+    assert "runpy" not in r.stderr and "_cli" not in r.stderr, r.stderr
 
 
 def test_run_reports_a_sticky_cuda_debug_error_short(tmp_path):
@@ -297,7 +297,7 @@ def test_run_stdin_tracebacks_show_the_lines(tmp_path):
     r = cli("run", "--no-watch", "-", input="x = 1\nraise ValueError('from stdin')\n")
     assert r.returncode == 1
     assert 'File "<stdin>", line 2, in <module>' in r.stderr, r.stderr
-    assert "raise ValueError('from stdin')" in r.stderr and "_cli.py" not in r.stderr
+    assert "raise ValueError('from stdin')" in r.stderr and "_cli" not in r.stderr
     r = cli("run", "--no-watch", "-", input="def f(:\n")
     assert r.returncode == 1 and "SyntaxError" in r.stderr, r.stderr
     r = cli("run", "--no-watch", "-", input="import sys\nsys.exit(5)\n")
@@ -611,10 +611,10 @@ def test_doctor_json_and_cuda_launch_blocking(tmp_path):
         assert d["devices"] == [] and d["ok"] is False and d["cupti_free"] is None
         assert d["problem"] in ("no_driver", "no_gpu")
     # the JSON says what the text says: the assert text's state is the row's
-    from cuda_debug import _cli
+    from cuda_debug._cli import doctor
     text = cli("doctor").stdout
     (row,) = [l for l in text.splitlines() if l.startswith("assert text")]
-    assert row.split(None, 2)[2] == _cli._ASSERT_TEXT[d["assert_text"]["state"]], (row, d)
+    assert row.split(None, 2)[2] == doctor._ASSERT_TEXT[d["assert_text"]["state"]], (row, d)
     assert "on" not in d["assert_text"]
     r = cli("doctor", env={"CUDA_LAUNCH_BLOCKING": "1"})
     assert re.search(r"^CUDA_LAUNCH_BLOCKING\s+'1': every launch", r.stdout, re.M), r.stdout

@@ -492,7 +492,8 @@ def _public_surface():
     import argparse
     import inspect
     import cuda_debug.testing
-    from cuda_debug import _cli, _errors, _options, pytest_plugin
+    from cuda_debug import _errors, _options, pytest_plugin
+    from cuda_debug._cli import doctor, dump, replay, run
     out = []
     modules = [cuda_debug, cuda_debug.testing]
     if importlib.util.find_spec("numpy") is not None:
@@ -519,8 +520,8 @@ def _public_surface():
             for o in a.option_strings:
                 if o.startswith("--") and o != "--help":
                     yield ("%s %s" % (where, o), o, "flag")
-    parsers = [("run", _cli._run_parser()), ("replay", _cli._replay_parser()),
-               ("dump", _cli._dump_parser()), ("doctor", _cli._doctor_parser())]
+    parsers = [("run", run._run_parser()), ("replay", replay._replay_parser()),
+               ("dump", dump._dump_parser()), ("doctor", doctor._doctor_parser())]
     if importlib.util.find_spec("numpy") is not None:
         from cuda_debug.bench import _cli as bench_cli
         parsers.append(("bench", bench_cli.parser()))

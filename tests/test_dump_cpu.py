@@ -257,7 +257,8 @@ AS_NOBODY = textwrap.dedent('''
     import os, socket, sys
     import argparse, gettext, json, locale, shutil, struct, traceback   # before giving up root:
     from cuda_debug import _cli, _core, _dump, _hangs, _locations   # root's files, after
-    _cli._dump_parser("x").format_help()
+    from cuda_debug._cli import dump
+    dump._dump_parser("x").format_help()
     pid, who = int(sys.argv[1]), sys.argv[2]
     child = os.fork()
     if child == 0:

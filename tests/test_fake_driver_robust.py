@@ -337,11 +337,12 @@ def test_stderr_references_are_found_in_the_drivers_relocations(fake_child):
 
 def test_doctor_says_whether_the_assert_text_is_captured(fake_child):
     c = run(fake_child, '''
-        from cuda_debug import _cli, _environment
+        from cuda_debug import _environment
+        from cuda_debug._cli import doctor
         d = _environment.full(probe_cupti=False)
-        report(dict(a=d["assert_text"], line=_cli._assert_text_line(d["assert_text"]),
-                    off=_cli._assert_text_line(dict(d["assert_text"], state="off")),
-                    none=_cli._assert_text_line(dict(d["assert_text"], state="not_captured"))))
+        report(dict(a=d["assert_text"], line=doctor._assert_text_line(d["assert_text"]),
+                    off=doctor._assert_text_line(dict(d["assert_text"], state="off")),
+                    none=doctor._assert_text_line(dict(d["assert_text"], state="not_captured"))))
     ''')
     r = c.result
     assert r is not None, c

@@ -378,13 +378,14 @@ def test_doctor_names_the_reader():
 def test_doctor_says_a_free_threaded_build_got_its_gil_back():
     """No free-threaded interpreter here: the row from the facts doctor gathers."""
     import re
-    from cuda_debug import _cli, _environment
+    from cuda_debug import _environment
+    from cuda_debug._cli import doctor
     d = _environment.full(probe_cupti=False)
     assert d["free_threaded"] == bool(__import__("sysconfig").get_config_var("Py_GIL_DISABLED"))
     d.update(verdict="-", ok=True, free_threaded=False)
-    assert "free-threaded" not in _cli._doctor_text(d)
+    assert "free-threaded" not in doctor._doctor_text(d)
     d.update(free_threaded=True, gil_enabled=True)
     assert re.search(r"^free-threaded\s+GIL re-enabled: cuda_debug._core does not declare itself "
-                     r"safe without it$", _cli._doctor_text(d), re.M)
+                     r"safe without it$", doctor._doctor_text(d), re.M)
     d.update(gil_enabled=False)
-    assert re.search(r"^free-threaded\s+GIL disabled \(PYTHON_GIL=0\)", _cli._doctor_text(d), re.M)
+    assert re.search(r"^free-threaded\s+GIL disabled \(PYTHON_GIL=0\)", doctor._doctor_text(d), re.M)

@@ -476,16 +476,17 @@ def test_readme_documents_every_option_and_setting():
     readme = "".join(open(p, encoding="utf-8").read() for p in
                      [os.path.join(SOURCE_TREE, "README.md")] +
                      sorted(glob.glob(os.path.join(SOURCE_TREE, "docs", "*.md"))))
-    from cuda_debug import _cli
+    from cuda_debug import _environment
+    from cuda_debug._cli import doctor, run
     from cuda_debug.bench import _cli as bench_cli
     wanted = ["run -m", "run - <", "doctor --json", '"ok"', '"problem"']
-    wanted += [o for p in (_cli._run_parser(), _cli._doctor_parser()) for a in p._actions
+    wanted += [o for p in (run._run_parser(), doctor._doctor_parser()) for a in p._actions
                for o in a.option_strings if o.startswith("--") and o != "--help"]
     for sub in ("gemm", "latency"):
         p = bench_cli.parser()._subparsers._group_actions[0].choices[sub]
         shared = ("--json", "--csv", "--plot", "--force", "--progress", "--no-progress")
         wanted += [o for a in p._actions for o in a.option_strings if o in shared]
-    wanted += list(_cli.PROBLEMS)
+    wanted += list(_environment.PROBLEMS)
     wanted += ["%s=" % name for name in _options._CHOICES]
     missing = sorted({w for w in wanted if w not in readme})
     assert missing == []

@@ -196,6 +196,29 @@ def test_replay_command_for_address_faults_without_assert_text(monkeypatch, tmp_
                                            "Assertion `x` failed.")
 
 
+def test_configure_is_what_the_replay_command_says(monkeypatch, tmp_path):
+    """The command line says once what it runs (configure()); the command follows."""
+    for name in ("prog", "program", "run_watch"):          # put back after the test
+        monkeypatch.setattr(_replay_command, name, getattr(_replay_command, name))
+    _replay_command.configure("cuda-debug", ["-m", "pkg.mod", "--x"], run_watch=True)
+    assert _replay_command.command("k", 7) == "cuda-debug replay --launch 7 --kernel k -m " \
+                                              "pkg.mod --x"
+    _replay_command.configure("python -m cuda_debug", None, run_watch=False)
+    script = tmp_path / "train.py"
+    script.write_text("")
+    assert _replay_command.command("k", 7, [str(script)]) == \
+        "python -m cuda_debug replay --launch 7 --kernel k --from-watch %s" % script
+
+
+def test_run_configures_the_replay_command_with_what_it_runs(tmp_path):
+    script = tmp_path / "show.py"
+    script.write_text("from cuda_debug import _replay_command as r\n"
+                      "print(r.prog, r.program, r.run_watch)\n")
+    p = _cli("run", "--no-watch", str(script), "--lr", "1")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "python -m cuda_debug %r False" % [str(script), "--lr", "1"]
+
+
 def test_the_report_prints_the_replay_command():
     from cuda_debug import IllegalAddressError, DeviceAssertError
     cmd = "cuda-debug replay --launch 5 --kernel _Z4fillPfi train.py"
