@@ -59,7 +59,7 @@ static int was_reported(uint64_t seq)
 /* One look: report when a launch is newly stuck. */
 static void look(uint64_t h)
 {
-    if (!atomic_load(&cd_state.watching))
+    if (!atomic_load(&cd_gates.watching))
         return;
     uint64_t seq = cd_watch_seq();
     if (seq == last_seq && !last_unfinished)

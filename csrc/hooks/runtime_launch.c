@@ -60,7 +60,7 @@ typedef int (*rt_launch_fn)(void *kernel, cd_dim3 grid, cd_dim3 block, void **ar
 
 #define CD_HOOK_SLOTS 64
 static cd_got_patch patches[CD_HOOK_SLOTS];
-static int n_patches;                  /* under sub_lock: entries written now */
+static int n_patches;                  /* under cd_sub_lock: entries written now */
 static int n_known;                    /* entries found by the last walk (written or not) */
 static unsigned long long known_gen;   /* the loader's generation at that walk; 0 none */
 static int known_clash;                /* that walk found an import of the route */
@@ -70,21 +70,22 @@ static int known_clash;                /* that walk found an import of the route
  * Only entries bound to it are written: an object importing another
  * runtime's (an extension built against libcudart.so.12 beside a CUDA 13
  * PyTorch) is left alone, its launches its runtime's and CUPTI's as without
- * the hooks (counted: cd_state.n_hook_other_runtimes; that runtime:
+ * the hooks (counted: n_other_runtimes; that runtime:
  * other_launch; stats() names both). */
 static void *real_launch;
 static void *other_launch;             /* the last walk's first other definition, or NULL */
 /* The hot path's switch: ROUTE_OFF, ROUTE_DIRECT (launched past CUPTI, whose
  * callback for the route is off), ROUTE_RECORD (launched the runtime's way,
- * then recorded: CUPTI is not ours). Written under sub_lock. */
+ * then recorded: CUPTI is not ours). Written under cd_sub_lock. */
 enum { ROUTE_OFF = 0, ROUTE_DIRECT = 1, ROUTE_RECORD = 2 };
 static atomic_int route_on;
 static atomic_uint_fast64_t n_routed, n_recorded, n_handed_back, n_asked, n_unresolved;
+static atomic_uint_fast64_t n_other_runtimes;   /* imports left alone: another runtime's */
 static atomic_uint_fast64_t ns_lookup, ns_launch;   /* CUDA_DEBUG_PROFILE=1 */
 static atomic_int unresolved_rc;       /* the driver's last refusal of a handle */
 static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
 /* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS, written at each watch() entry
- * (any thread, before sub_lock): an atomic. */
+ * (any thread, before cd_sub_lock): an atomic. */
 static atomic_int hooks_wanted = 1;
 
 /* What a runtime kernel handle (a CUkernel) is in a context: its function
@@ -224,7 +225,7 @@ static _Thread_local uint64_t tls_uid_sub;
 
 static int context_uid(CUcontext c, uint32_t *uid)
 {
-    const uint64_t sub = atomic_load_explicit(&cd_state.n_subscribes, memory_order_relaxed);
+    const uint64_t sub = atomic_load_explicit(&cd_gates.subscriptions, memory_order_relaxed);
     if (c == tls_ctx && tls_uid && sub == tls_uid_sub) {
         *uid = tls_uid;
         return 0;
@@ -248,12 +249,12 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
      * written after the launch's call than inside it (CUPTI's callback):
      * benchmarks/RESULTS.md. Its launches go the runtime's way, to CUPTI
      * (while CUPTI is ours: in the record mode every launch is recorded here). */
-    if (!mode || !atomic_load_explicit(&cd_state.watching, memory_order_relaxed) ||
+    if (!mode || !atomic_load_explicit(&cd_gates.watching, memory_order_relaxed) ||
         (mode == ROUTE_DIRECT &&
-         atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) <= 1) ||
+         atomic_load_explicit(&cd_gates.watch_every, memory_order_relaxed) <= 1) ||
         cd_thread_wants_blocking() || shmem > 0xFFFFFFFFu)
         return real(kernel, grid, block, args, shmem, stream);
-    const int profile = cd_state.profile;
+    const int profile = cd_config.profile;
     const uint64_t t0 = profile ? cd_clock_ns() : 0;
     CUcontext ctx = NULL;
     CUfunction f;
@@ -321,7 +322,7 @@ static int route_clash(void)
 
 void cd_runtime_hooks_want(int on) { atomic_store(&hooks_wanted, on != 0); }
 
-/* Under sub_lock: the entries ours (written again, or found by a walk when
+/* Under cd_sub_lock: the entries ours (written again, or found by a walk when
  * something was loaded or unloaded since the last one). 0 when some are. */
 static int take_entries(void)
 {
@@ -352,7 +353,7 @@ static int take_entries(void)
                                  framework_object, patches + n_patches,
                                  CD_HOOK_SLOTS - n_patches, &others, &other_launch);
         n_known = n_patches;
-        atomic_store(&cd_state.n_hook_other_runtimes, (uint_fast64_t)others);
+        atomic_store(&n_other_runtimes, (uint_fast64_t)others);
     }
     if (!n_patches) {
         refused_why = CD_HOOKS_NO_IMPORTS;
@@ -361,7 +362,7 @@ static int take_entries(void)
     return 0;
 }
 
-/* Under sub_lock, while a watch opens or CUPTI comes back: the route on. With
+/* Under cd_sub_lock, while a watch opens or CUPTI comes back: the route on. With
  * a subscription, launched past CUPTI (its callback for the route off first:
  * no launch is recorded twice); without one (a profiler holds CUPTI), in the
  * record mode. On each watch entry: objects loaded since the last walk are
@@ -371,7 +372,7 @@ static int take_entries(void)
  * relocations). */
 void cd_runtime_hooks_on(void)
 {
-    if (cd_state.inherited) {
+    if (cd_cupti_inherited()) {
         refused_why = CD_HOOKS_NO_CUPTI;
         return;
     }
@@ -383,19 +384,16 @@ void cd_runtime_hooks_on(void)
         refused_why = CD_HOOKS_OLD_DRIVER;
         return;
     }
-    const int direct = cd_state.subscriber != NULL;
-    if (direct && !cd_state.launch_hooks) {
+    const int direct = cd_cupti_subscribed();
+    if (direct && !cd_cupti_route_off()) {
         if (cd_cupti_route(1)) {
             refused_why = CD_HOOKS_NO_CUPTI;
             return;
         }
-        cd_state.launch_hooks = 1;
     }
     if (take_entries()) {
-        if (cd_state.launch_hooks) {
-            cd_state.launch_hooks = 0;
+        if (cd_cupti_route_off())
             cd_cupti_route(0);
-        }
         atomic_store(&route_on, ROUTE_OFF);
         return;
     }
@@ -403,27 +401,24 @@ void cd_runtime_hooks_on(void)
     atomic_store(&route_on, direct ? ROUTE_DIRECT : ROUTE_RECORD);
 }
 
-/* Under sub_lock, CUPTI about to be given to a profiler (unsubscribed next):
+/* Under cd_sub_lock, CUPTI about to be given to a profiler (unsubscribed next):
  * the route goes the runtime's way and records after it (the entries stay). */
 void cd_runtime_hooks_record(void)
 {
     if (atomic_load(&route_on) == ROUTE_DIRECT)
         atomic_store(&route_on, ROUTE_RECORD);
-    cd_state.launch_hooks = 0;         /* the next subscription dispatches the route */
+    cd_cupti_route_forget();           /* the next subscription dispatches the route */
 }
 
-/* Under sub_lock: the route off, every entry as it was, CUPTI dispatching
+/* Under cd_sub_lock: the route off, every entry as it was, CUPTI dispatching
  * cuLaunchKernelEx_ptsz again. */
 void cd_runtime_hooks_off(void)
 {
     atomic_store(&route_on, ROUTE_OFF);
     cd_got_restore(patches, n_patches);
     n_patches = 0;
-    if (cd_state.launch_hooks) {
-        cd_state.launch_hooks = 0;
-        if (cd_state.subscriber)
-            cd_cupti_route(0);
-    }
+    if (cd_cupti_route_off())
+        cd_cupti_route(0);
 }
 
 /* A forked child: its launches go the runtime's way (its copy of the entries
@@ -433,8 +428,7 @@ void cd_runtime_hooks_fork(int op)
 {
     if (op != CD_FORK_CHILD)
         return;
-    atomic_store(&route_on, ROUTE_OFF);
-    cd_state.launch_hooks = 0;
+    atomic_store(&route_on, ROUTE_OFF);   /* the route's CUPTI side: cd_subscription_fork */
     tls_ctx = NULL;
     tls_uid = 0;
 }
@@ -454,6 +448,7 @@ void cd_runtime_hooks_stats(cd_hook_stats *s)
     s->why_off = refused_why;
     s->ns_lookup = atomic_load(&ns_lookup);
     s->ns_launch = atomic_load(&ns_launch);
+    s->other_runtimes = atomic_load(&n_other_runtimes);
     /* Cold (stats()): the libraries defining the runtime routed through and
      * the one left alone, as the loader names them; "" for none. */
     Dl_info di;

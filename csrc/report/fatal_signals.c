@@ -52,7 +52,7 @@ static void on_fatal_signal(int sig, siginfo_t *info, void *uctx)
                                                      old->sa_handler != NULL;
     int dying = sig == SIGABRT || (!chained && old->sa_handler == SIG_DFL);
     int taken = cd_report_lock();
-    if (atomic_load(&cd_state.watching))
+    if (atomic_load(&cd_gates.watching))
         cd_report_watch_culprit(0, sig == SIGABRT ? "SIGABRT" : "SIGTERM",
                                 dying ? CD_FROM_DYING_SIGNAL : CD_FROM_SIGNAL);
     cd_report_unlock(taken);

@@ -450,7 +450,7 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
                                  "markers behind a few of them)");
     }
     cd_out_puts(&o, "\n");
-    const unsigned every = atomic_load(&cd_state.watch_every);
+    const unsigned every = atomic_load(&cd_gates.watch_every);
     uint64_t oldest = n ? seqs[0] : cd_watch_seq();
     for (int i = 1; i < n; i++)
         if (seqs[i] < oldest)

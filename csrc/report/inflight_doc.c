@@ -400,7 +400,7 @@ int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p)
     key(o, "time", 0);
     lit(o, tbuf);
     key(o, "watching", 0);
-    lit(o, atomic_load(&cd_state.watching) ? "true" : "false");
+    lit(o, atomic_load(&cd_gates.watching) ? "true" : "false");
     key(o, "hang_after_ns", 0);
     num(o, p->hang_after_ns);
     key(o, "dump_signal", 0);
