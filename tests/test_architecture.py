@@ -335,13 +335,17 @@ def test_one_header_search():
     """The generators, the fake driver and the tests that read the CUDA headers
     use cuda_debug/_cuda_headers.py; the build itself reads none (setup.py)."""
     root = need_source_tree("setup.py")
-    users = ["csrc/base/gen_cuda_api.py", "csrc/base/gen_cuda_errors.py",
-             "tests/fake_cuda/__init__.py", "tests/test_error_table.py", "tests/test_cuda_api.py"]
+    users = ["tools/gen/_gen_common.py", "tests/fake_cuda/__init__.py",
+             "tests/test_error_table.py", "tests/test_cuda_api.py"]
+    # the generators that read the headers, through their shared part
+    for rel in ("tools/gen/cuda_api.py", "tools/gen/cuda_errors.py"):
+        text = open(os.path.join(root, rel), encoding="utf-8").read()
+        assert "_gen_common.header_search()" in text and "spec_from_file" not in text, rel
     for rel in users:
         text = open(os.path.join(root, rel), encoding="utf-8").read()
         assert "_cuda_headers.py" in text, rel
         assert "nvidia/cu13" not in text and '"cu13"' not in text and not (
-            rel.startswith("csrc/") and "/usr/local/cuda" in text), \
+            rel.startswith("tools/") and re.search(r"/usr/local/cuda(?!/bin/nvcc)", text)), \
             "%s spells out a header folder of its own" % rel
     setup_py = open(os.path.join(root, "setup.py"), encoding="utf-8").read()
     code = "\n".join(line for line in setup_py.splitlines() if not line.lstrip().startswith("#"))

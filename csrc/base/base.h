@@ -14,7 +14,7 @@
  *   got.c            pointing other libraries' imports of a function at ours
  *
  * Nothing here links libcuda, CUPTI or cuBLAS: cuda_api.h (generated from the
- * CUDA headers by gen_cuda_api.py, so the build needs no toolkit) gives us types
+ * CUDA headers by tools/gen/cuda_api.py, so the build needs no toolkit) gives us types
  * and prototypes (used through __typeof__), the loader fills the function tables.
  * Nothing here knows Python: the layers above hand plain C values down.
  */

@@ -56,7 +56,7 @@ enum {
  * were left out before the last id (the user frame). Returns the count
  * (0: the thread runs no Python, this Python version has no reader, or the
  * interpreter is shutting down: cd_frames_stop). */
-int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete);
+int cd_frames_read(uint32_t *ids, int max, int to_user, int *complete);
 typedef struct {
     uint32_t file, func;   /* interned */
     int lineno;

@@ -620,7 +620,7 @@ void cd_frames_stop(void)
     }
 }
 
-int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
+int cd_frames_read(uint32_t *ids, int max, int to_user, int *complete)
 {
     *complete = 0;
     if (max <= 0)

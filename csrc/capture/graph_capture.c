@@ -206,7 +206,7 @@ int cd_graph_launch_captured(const cd_launch *l)
      * (a torch.compile'd graph's generated code, whose line Inductor's line map
      * turns into the source line the kernel fused) are kept here. */
     int complete;
-    ni->n_deep = (uint8_t)cd_frames_capture(ni->deep, CD_NODE_FRAMES, 0, &complete);
+    ni->n_deep = (uint8_t)cd_frames_read(ni->deep, CD_NODE_FRAMES, 0, &complete);
     ni->tools_id = 0;
     if (n_deps == 1 && deps && deps[0] &&      /* the kernel's node: its id for tools */
         cd_drv.cuGraphNodeGetToolsId(deps[0], &ni->tools_id) != CUDA_SUCCESS)

@@ -82,7 +82,7 @@ void cd_watch_fill(cd_watch_record *r, const cd_launch *l, int frames, int *earl
     r->op = cd_tls_op;
     r->graph = 0;
     int complete = 0;
-    r->n_frames = frames ? (uint8_t)cd_frames_capture(r->frames, CD_RING_FRAMES, 1, &complete) : 0;
+    r->n_frames = frames ? (uint8_t)cd_frames_read(r->frames, CD_RING_FRAMES, 1, &complete) : 0;
     r->flags = complete < 0 ? CD_WATCH_USER_LAST : 0;
     if (cd_is_graph_launch(l->cbid))
         r->flags |= CD_WATCH_GRAPH;

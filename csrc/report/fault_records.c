@@ -72,7 +72,7 @@ void cd_fault_fill(cd_fault *f, const cd_launch *l)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     f->wall_time = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-    f->n_frames = cd_frames_capture(f->frames, CD_FAULT_FRAMES, 0, &f->frames_complete);
+    f->n_frames = cd_frames_read(f->frames, CD_FAULT_FRAMES, 0, &f->frames_complete);
     if (atomic_load_explicit(&cd_gates.watching, memory_order_relaxed))
         f->launch_seq = cd_watch_thread_last();
     f->log_end = cd_driver_log_count();
