@@ -106,6 +106,19 @@ def test_includes_point_down():
     assert not bad, "\n".join(bad)
 
 
+def test_system_includes_say_what_they_bring():
+    """`#include <string.h>   /* memcpy, strlen */`, as CPython's faulthandler
+    writes them: a reader sees why each is there, and one left unused shows."""
+    root = need_source_tree("the includes of csrc/")
+    bare = []
+    for rel, text in _c_sources(root):
+        if "do not edit" in text.split("\n", 1)[0].lower():
+            continue                    # generated (tools/gen/)
+        bare += ["%s: %s" % (rel, line.strip()) for line in text.splitlines()
+                 if re.match(r"\s*#\s*include\s*<[^>]+>\s*$", line)]
+    assert not bare, "say what each brings (/* name, ... */):\n" + "\n".join(bare)
+
+
 def _compile_flags():
     # csrc/ reads no CUDA header (csrc/base/cuda_api.h declares what it uses;
     # test_cuda_api.py checks): it compiles where no toolkit is.

@@ -21,15 +21,15 @@
 #ifndef CD_BASE_H
 #define CD_BASE_H
 
-#include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <pthread.h>
+#include <stdatomic.h>  /* atomic_uint_fast64_t, atomic_load, atomic_int, ... */
+#include <stddef.h>      /* size_t */
+#include <stdint.h>      /* uint64_t, uint32_t, uintptr_t */
+#include <pthread.h>     /* pthread_mutex_t */
 
 #include "base/cuda_api.h"   /* the driver, CUPTI, cuBLAS declarations we use (generated) */
 
-#include "base/cupti_ids.h"
-#include "base/cuda_errors.h"
+#include "base/cupti_ids.h"      /* the CUPTI callback ids we enable (CD_LAUNCH_CBIDS...) */
+#include "base/cuda_errors.h"    /* CD_STICKY_CODES (generated) */
 
 #define CD_STR2(x) #x
 #define CD_STR(x) CD_STR2(x)

@@ -21,8 +21,8 @@
  */
 #include "base/base.h"
 
-#include <string.h>
-#include <time.h>
+#include <string.h>     /* memset */
+#include <time.h>        /* timespec, nanosleep */
 
 #define CD_ID_ENTRY(id, ptsz) id,
 static const CUpti_CallbackId launch_cbids[] = {CD_LAUNCH_CBIDS(CD_ID_ENTRY)};

@@ -29,7 +29,7 @@
 
 #include "base/base.h"
 
-#include <time.h>
+#include <time.h>       /* timespec, clock_gettime, CLOCK_MONOTONIC */
 
 /* ---------------------------------------------------------- frames.c -- */
 

@@ -29,8 +29,8 @@
  */
 #include "capture/capture.h"
 
-#include <string.h>
-#include <sys/mman.h>
+#include <string.h>     /* memset */
+#include <sys/mman.h>    /* mmap, PROT_READ, PROT_WRITE, ... */
 
 typedef struct {
     _Atomic int state;             /* CTX_FREE, CTX_LIVE, CTX_RETIRED */

@@ -17,7 +17,7 @@
  */
 #include "capture/capture.h"
 
-#include <string.h>
+#include <string.h>     /* memset, memcpy */
 
 static cd_gap gaps[CD_GAPS];
 static _Atomic uint32_t gap_state[CD_GAPS];   /* 2 * generation + 1 while written */

@@ -25,12 +25,11 @@
 
 #include "capture/capture.h"
 
-#include <limits.h>
-#include <sched.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include <limits.h>     /* PATH_MAX */
+#include <sched.h>       /* sched_yield */
+#include <stdlib.h>      /* realpath */
+#include <string.h>      /* strlen, memcmp, memchr, ... */
+#include <time.h>        /* timespec, nanosleep */
 
 /* ------------------------------------------------------- configuration -- */
 

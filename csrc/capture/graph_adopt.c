@@ -23,8 +23,8 @@
  */
 #include "capture/graphs.h"
 
-#include <stdlib.h>
-#include <string.h>
+#include <stdlib.h>     /* free, malloc */
+#include <string.h>      /* memcpy, memset */
 
 static atomic_int adopt_rc;            /* the last failed graph API call of an adoption */
 static atomic_uint_fast64_t n_events;  /* user-frame events seen following captures */

@@ -31,7 +31,7 @@
  */
 #include "capture/graphs.h"
 
-#include <string.h>
+#include <string.h>     /* memset */
 
 static atomic_uint_fast64_t n_nodes_marked, n_nodes_unmarked, n_captures_untracked,
     n_nodes_recorded;

@@ -28,10 +28,9 @@
 #endif
 #include "capture/capture.h"
 
-#include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
+#include <string.h>     /* memcpy, memset */
+#include <sys/syscall.h> /* SYS_gettid */
+#include <unistd.h>      /* syscall */
 
 static cd_watch_record ring[CD_WATCH_RING];
 static atomic_uint_fast64_t watch_seq;

@@ -32,9 +32,9 @@
 #endif
 #include "hooks/hooks.h"
 
-#include <string.h>
-#include <sched.h>
-#include <time.h>
+#include <string.h>     /* memcpy */
+#include <sched.h>       /* sched_yield */
+#include <time.h>        /* timespec, nanosleep */
 
 /* Capture-status cache. Asking the driver whether a stream is capturing
  * costs an API call per launch; instead each thread remembers the last

@@ -48,9 +48,9 @@
 #endif
 #include "hooks/hooks.h"
 
-#include <dlfcn.h>
-#include <stdio.h>
-#include <string.h>
+#include <dlfcn.h>      /* Dl_info, dladdr */
+#include <stdio.h>       /* snprintf */
+#include <string.h>      /* strrchr, strncmp, strstr */
 
 typedef struct {
     unsigned x, y, z;

@@ -14,8 +14,8 @@
 #endif
 #include "hooks/hooks.h"
 
-#include <string.h>
-#include <sys/prctl.h>
+#include <string.h>     /* strncmp, memmove */
+#include <sys/prctl.h>   /* prctl, PR_GET_NAME */
 
 static _Thread_local struct {
     uint32_t token;

@@ -4,9 +4,9 @@
  */
 #include "python/py.h"
 
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
+#include <errno.h>      /* errno */
+#include <stdlib.h>      /* free */
+#include <string.h>      /* strlen */
 
 /* ------------------------------------------------------- conversions -- */
 

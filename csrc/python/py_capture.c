@@ -5,8 +5,7 @@
  */
 #include "python/py.h"
 
-#include <dlfcn.h>
-#include <string.h>
+#include <dlfcn.h>      /* dlopen, RTLD_LAZY, RTLD_NOLOAD, ... */
 
 /* --------------------------------------------------------------- frames -- */
 

@@ -4,7 +4,7 @@
  */
 #include "python/py.h"
 
-#include <string.h>
+#include <string.h>     /* strlen, strnlen */
 
 /* configure(names, restart, report, prefix, error_file, signals): texts and
  * switches Python owns, handed to the C fault path once. names: {code: (name,

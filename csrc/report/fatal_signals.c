@@ -20,10 +20,9 @@
 #endif
 #include "report/report.h"
 
-#include <errno.h>
-#include <signal.h>
-#include <string.h>
-#include <time.h>
+#include <errno.h>      /* errno */
+#include <signal.h>      /* sigaction, siginfo_t, SA_SIGINFO, ... */
+#include <string.h>      /* memset */
 
 static struct sigaction old_abrt, old_term;
 static atomic_int handlers_installed;

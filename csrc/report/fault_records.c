@@ -20,11 +20,11 @@
 #endif
 #include "report/report.h"
 
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
+#include <string.h>     /* memset, memcpy, strlen, ... */
+#include <sys/prctl.h>   /* prctl, PR_GET_NAME */
+#include <sys/syscall.h> /* SYS_gettid */
+#include <time.h>        /* timespec, clock_gettime, CLOCK_REALTIME */
+#include <unistd.h>      /* syscall */
 
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 static cd_fault ring[CD_FAULT_RING];

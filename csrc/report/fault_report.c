@@ -22,12 +22,10 @@
 #endif
 #include "report/report.h"
 
-#include <errno.h>
-#include <signal.h>
-#include <stdio.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include <signal.h>     /* sigset_t, pthread_sigmask, sigemptyset, ... */
+#include <stdio.h>       /* snprintf */
+#include <string.h>      /* memchr, memmem, strlen, ... */
+#include <time.h>        /* timespec, time_t, nanosleep */
 
 #define MAX_NAMES 48
 static struct {

@@ -37,11 +37,11 @@
 #endif
 #include "report/report.h"
 
-#include <errno.h>
-#include <signal.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include <errno.h>      /* errno */
+#include <signal.h>      /* SIGUSR1, SIGUSR2, sigset_t, ... */
+#include <string.h>      /* memset */
+#include <sys/syscall.h> /* SYS_gettid */
+#include <unistd.h>      /* getpid, syscall */
 
 /* Under cd_report_lock (or, when it could not be had in 3 s, shared at worst
  * with a report being written: text may mix, nothing worse). */

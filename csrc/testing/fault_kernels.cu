@@ -3,7 +3,7 @@
 // PTX is embedded in csrc/testing/fault_kernels_ptx.h so users need no nvcc.
 // NDEBUG must stay undefined here: it would compile the assert away.
 #undef NDEBUG
-#include <assert.h>
+#include <assert.h>      /* assert */
 
 namespace cuda_debug_testing {
 

@@ -9,7 +9,7 @@
 #define CD_TESTING_H
 
 #define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include <Python.h>      /* the C API: PyObject, PyArg_ParseTuple... */
 
 #include "base/base.h"
 
