@@ -60,7 +60,7 @@ typedef int (*rt_launch_fn)(void *kernel, cd_dim3 grid, cd_dim3 block, void **ar
 
 #define CD_HOOK_SLOTS 64
 static cd_got_patch patches[CD_HOOK_SLOTS];
-static int n_patches;                  /* under cd_sub_lock: entries written now */
+static int n_patches;                  /* under sub_lock: entries written now */
 static int n_known;                    /* entries found by the last walk (written or not) */
 static unsigned long long known_gen;   /* the loader's generation at that walk; 0 none */
 static int known_clash;                /* that walk found an import of the route */
@@ -76,7 +76,7 @@ static void *real_launch;
 static void *other_launch;             /* the last walk's first other definition, or NULL */
 /* The hot path's switch: ROUTE_OFF, ROUTE_DIRECT (launched past CUPTI, whose
  * callback for the route is off), ROUTE_RECORD (launched the runtime's way,
- * then recorded: CUPTI is not ours). Written under cd_sub_lock. */
+ * then recorded: CUPTI is not ours). Written under sub_lock. */
 enum { ROUTE_OFF = 0, ROUTE_DIRECT = 1, ROUTE_RECORD = 2 };
 static atomic_int route_on;
 static atomic_uint_fast64_t n_routed, n_recorded, n_handed_back, n_asked, n_unresolved;
@@ -85,7 +85,7 @@ static atomic_uint_fast64_t ns_lookup, ns_launch;   /* CUDA_DEBUG_PROFILE=1 */
 static atomic_int unresolved_rc;       /* the driver's last refusal of a handle */
 static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
 /* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS, written at each watch() entry
- * (any thread, before cd_sub_lock): an atomic. */
+ * (any thread, before sub_lock): an atomic. */
 static atomic_int hooks_wanted = 1;
 
 /* What a runtime kernel handle (a CUkernel) is in a context: its function
@@ -322,7 +322,7 @@ static int route_clash(void)
 
 void cd_runtime_hooks_want(int on) { atomic_store(&hooks_wanted, on != 0); }
 
-/* Under cd_sub_lock: the entries ours (written again, or found by a walk when
+/* Under sub_lock: the entries ours (written again, or found by a walk when
  * something was loaded or unloaded since the last one). 0 when some are. */
 static int take_entries(void)
 {
@@ -362,7 +362,7 @@ static int take_entries(void)
     return 0;
 }
 
-/* Under cd_sub_lock, while a watch opens or CUPTI comes back: the route on. With
+/* Under sub_lock, while a watch opens or CUPTI comes back: the route on. With
  * a subscription, launched past CUPTI (its callback for the route off first:
  * no launch is recorded twice); without one (a profiler holds CUPTI), in the
  * record mode. On each watch entry: objects loaded since the last walk are
@@ -401,7 +401,7 @@ void cd_runtime_hooks_on(void)
     atomic_store(&route_on, direct ? ROUTE_DIRECT : ROUTE_RECORD);
 }
 
-/* Under cd_sub_lock, CUPTI about to be given to a profiler (unsubscribed next):
+/* Under sub_lock, CUPTI about to be given to a profiler (unsubscribed next):
  * the route goes the runtime's way and records after it (the entries stay). */
 void cd_runtime_hooks_record(void)
 {
@@ -410,7 +410,7 @@ void cd_runtime_hooks_record(void)
     cd_cupti_route_forget();           /* the next subscription dispatches the route */
 }
 
-/* Under cd_sub_lock: the route off, every entry as it was, CUPTI dispatching
+/* Under sub_lock: the route off, every entry as it was, CUPTI dispatching
  * cuLaunchKernelEx_ptsz again. */
 void cd_runtime_hooks_off(void)
 {
