@@ -346,7 +346,7 @@ static inline uint64_t cd_clock_ns(void)
 }
 /* watch(ops=True): the op the calling thread is in (a token Python hands out
  * per op call, 0 when none), copied into each watch record. */
-extern _Thread_local uint32_t cd_tls_op;
+void cd_watch_set_op(uint32_t op);
 
 /* -------------------------------------------------------- coverage.c -- */
 

@@ -50,7 +50,9 @@ void cd_watch_stats(cd_watch_counts *out)
 static uint64_t fork_floor;
 static _Thread_local uint64_t tls_last_seq;
 static _Thread_local int32_t tls_tid;
-_Thread_local uint32_t cd_tls_op;
+static _Thread_local uint32_t tls_op;
+
+void cd_watch_set_op(uint32_t op) { tls_op = op; }
 
 /* --------------------------------------------------------- launches -- */
 
@@ -78,7 +80,7 @@ void cd_watch_fill(cd_watch_record *r, const cd_launch *l, int frames, int *earl
     r->origin = (uint8_t)(l->origin ? l->origin : by_name);
     r->thread_id = thread_id();
     r->cbid = (uint16_t)l->cbid;
-    r->op = cd_tls_op;
+    r->op = tls_op;
     r->graph = 0;
     int complete = 0;
     r->n_frames = frames ? (uint8_t)cd_frames_read(r->frames, CD_RING_FRAMES, 1, &complete) : 0;

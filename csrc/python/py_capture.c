@@ -218,7 +218,7 @@ PyObject *cd_py_set_op(PyObject *self, PyObject *arg)
     unsigned long v = PyLong_AsUnsignedLongMask(arg);
     if (v == (unsigned long)-1 && PyErr_Occurred())
         return NULL;
-    cd_tls_op = (uint32_t)v;
+    cd_watch_set_op((uint32_t)v);
     Py_RETURN_NONE;
 }
 
