@@ -384,8 +384,8 @@ static const char *const residue_text[] = {
     "", "pending: the next launch's callback detaches CUPTI (cuptiFinalize)",
     "CUDA_DEBUG_CUPTI_DETACH=0: CUPTI stays loaded, unsubscribed",
     "another client held CUPTI in this process: it is not finalized under it",
-    "a profiler (torch.profiler/Kineto) used CUPTI in this process: it is not finalized "
-    "under it",
+    ("a profiler (torch.profiler/Kineto) used CUPTI in this process: it is not finalized "
+     "under it"),
     "this libcupti has no cuptiFinalize", "a forked child: the parent's CUPTI",
     "cuptiFinalize failed: CUPTI stays loaded, unsubscribed"};
 static const char *const hooks_off_text[] = {
