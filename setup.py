@@ -3,7 +3,7 @@
 The build needs a C compiler and the Python and NumPy headers, nothing of
 CUDA: the few driver, CUPTI and cuBLAS declarations the C core uses are in
 csrc/base/cuda_api.h (generated from the CUDA headers by
-csrc/base/gen_cuda_api.py, committed), and libcuda, CUPTI and cuBLAS are
+tools/gen/cuda_api.py, committed), and libcuda, CUPTI and cuBLAS are
 opened at run time.
 """
 import glob

@@ -155,7 +155,7 @@ abi_probe() {
         echo "aarch64 ABI probe: skipped (no qemu-aarch64-static: apt-get install qemu-user-static)"
         return
     fi
-    if ! "$PY" csrc/base/gen_cuda_api.py --probe "$WORK/probe" >"$WORK/probe.log" 2>&1; then
+    if ! "$PY" tools/gen/cuda_api.py --probe "$WORK/probe" >"$WORK/probe.log" 2>&1; then
         echo "aarch64 ABI probe: skipped ($(tail -1 "$WORK/probe.log"))"; return
     fi
     local version real_inc n

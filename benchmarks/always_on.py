@@ -152,7 +152,7 @@ VARIANTS = [("dispatch", 16, 1), ("record", 16, 2), ("frames", 16, 3), ("every32
             ("every16", 16, 0), ("every8", 8, 0), ("exact", 1, 0)]
 o = _options.OPTIONS
 def configure(probe):
-    _core.set_options(wait=o.wait, capture=o.capture, profile=False,
+    _core.set_options(wait=o.wait, tee_stderr=o.capture, profile=False,
                       capture_check=o.capture_check, graph_markers=o.graph_markers,
                       watch_probe=probe)
 WORK = [("tiny", tiny, 3000), ("step", step, 3), ("lm", lm_step, 2)]

@@ -5,13 +5,13 @@
  * The faces only convert values; behaviour lives in the layers (csrc/README.md
  * draws them), policy and messages in Python.
  */
-#include "python/py.h"
-#include "bench/bench_api.h"
-#include "testing/testing.h"
+#include "python/py.h"           /* the faces' functions, their method rows */
+#include "bench/bench_api.h"     /* cd_py_gemm, cd_py_launch_latency, cd_bench_fork... */
+#include "testing/testing.h"     /* cd_py_fault_launch */
 
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
+#include <errno.h>      /* errno */
+#include <stdlib.h>      /* getenv, atexit */
+#include <string.h>      /* strcmp */
 
 /* --------------------------------------------------------- the methods -- */
 

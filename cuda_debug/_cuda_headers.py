@@ -1,5 +1,5 @@
 """Where the CUDA headers are: the one search, for the generators
-(csrc/base/gen_cuda_api.py, gen_cuda_errors.py: they load this file by path),
+(tools/gen/: _gen_common.py loads this file by path),
 the fake driver of the test suite and the tests that compare with the real
 headers. The build itself needs none (csrc/base/cuda_api.h). Standard library
 only, and no import of the package.

@@ -367,7 +367,7 @@ def apply() -> None:
     if _applied:
         return
     from . import _core
-    _core.set_options(wait=OPTIONS.wait, capture=OPTIONS.capture, profile=OPTIONS.profile,
+    _core.set_options(wait=OPTIONS.wait, tee_stderr=OPTIONS.capture, profile=OPTIONS.profile,
                       capture_check=OPTIONS.capture_check,
                       graph_markers=OPTIONS.graph_markers, watch_probe=OPTIONS.watch_probe,
                       detach=OPTIONS.cupti_detach,

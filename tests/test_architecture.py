@@ -6,6 +6,10 @@
   acyclic.
 - cuda_debug/: the import graph of the package's modules, function-level
   imports included, is acyclic.
+- One writer for each piece of process-wide state: the gates the launch
+  callback reads (cd_gates) and the configuration (cd_config) are written by
+  base/state.c alone; each layer's counters are static in their file, read
+  through its getter (base.h says who owns what).
 - One implementation of each rule: the user-frame rule (C's and Python's
   answers are the same function's), the CUDA header search, the sticky set.
 """
@@ -78,13 +82,17 @@ def test_every_c_file_is_in_a_layer():
         "a _core function in module.c: it goes to python/py_<layer>.c"
 
 
+def _c_sources(root):
+    """(csrc-relative path, text) of every C source and header."""
+    for rel in _csrc_files(root):
+        if rel.endswith((".c", ".h")):
+            yield rel, open(os.path.join(root, "csrc", rel), encoding="utf-8").read()
+
+
 def test_includes_point_down():
     root = need_source_tree("the includes of csrc/")
     bad = []
-    for rel in _csrc_files(root):
-        if not rel.endswith((".c", ".h")):
-            continue
-        text = open(os.path.join(root, "csrc", rel), encoding="utf-8").read()
+    for rel, text in _c_sources(root):
         for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, re.M):
             if not os.path.exists(os.path.join(root, "csrc", inc)):
                 assert "/" in inc, "%s includes %s by a bare name: write its layer" % (rel, inc)
@@ -96,6 +104,19 @@ def test_includes_point_down():
                 rel not in PYTHON_H_ALLOWED:
             bad.append("%s includes Python.h (only %s may)" % (rel, sorted(PYTHON_H_ALLOWED)))
     assert not bad, "\n".join(bad)
+
+
+def test_system_includes_say_what_they_bring():
+    """`#include <string.h>   /* memcpy, strlen */`, as CPython's faulthandler
+    writes them: a reader sees why each is there, and one left unused shows."""
+    root = need_source_tree("the includes of csrc/")
+    bare = []
+    for rel, text in _c_sources(root):
+        if "do not edit" in text.split("\n", 1)[0].lower():
+            continue                    # generated (tools/gen/)
+        bare += ["%s: %s" % (rel, line.strip()) for line in text.splitlines()
+                 if re.match(r"\s*#\s*include\s*<[^>]+>\s*$", line)]
+    assert not bare, "say what each brings (/* name, ... */):\n" + "\n".join(bare)
 
 
 def _compile_flags():
@@ -171,6 +192,69 @@ def test_calls_point_down(call_graph):
     for face in (f for f in call_graph if f.startswith("python/")):
         layer = face[len("python/py_"):-len(".c")]
         assert any(_layer(t) == layer for t in call_graph[face]), face
+
+
+# -- one writer for each piece of state ---------------------------------------
+
+#: The shared state of base.h, and the one file that writes it.
+STATE_OWNERS = {"cd_gates": "base/state.c", "cd_config": "base/state.c"}
+
+
+def _strip_c_comments(text):
+    return re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group()), text,
+                  flags=re.S)
+
+
+def _state_writes(text, name):
+    """The places (line, text) where C source `text` writes `name` or a field
+    of it: an assignment, ++/--, or its address taken other than for an atomic
+    load (an atomic store, add, exchange; a pointer that escapes)."""
+    text = _strip_c_comments(text)
+    ref = r"\b%s\b(?:\s*(?:\.|->)\s*\w+|\s*\[[^\]]*\])*" % re.escape(name)
+    patterns = [ref + r"\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", ref + r"\s*(?:\+\+|--)",
+                r"(?:\+\+|--)\s*" + ref,
+                # &x as an operand (not a && b, not a & b), but for an atomic load
+                r"(?:(?<=[(,=!?:;{])|(?<=[(,=!?:;{]\s))(?<!atomic_load\()"
+                r"(?<!atomic_load_explicit\()&(?!&)\s*" + ref]
+    out = []
+    for pat in patterns:
+        for m in re.finditer(pat, text):
+            out.append((text.count("\n", 0, m.start()) + 1, m.group().strip()))
+    return sorted(set(out))
+
+
+def test_state_write_finder():
+    src = """
+        x = cd_gates.active;              /* a read */
+        if (cd_config.detach == 1) y = atomic_load(&cd_gates.watching);
+        n = atomic_load_explicit(&cd_gates.capture_gen, memory_order_relaxed);
+        cd_config.detach = 1;
+        cd_gates.watch_every++;
+        atomic_fetch_add(&cd_gates.active, 1);
+        cd_config = c;
+        if (a && cd_config.profile && (b & cd_gates.active)) p = &x;
+        // cd_config.profile = 1;  (a comment)
+        f(1, &cd_gates.in_callback);
+    """
+    got = _state_writes(src, "cd_gates") + _state_writes(src, "cd_config")
+    assert [line for line, _ in sorted(got)] == [5, 6, 7, 8, 11], got
+
+
+def test_state_has_one_writer():
+    """The gates and the configuration are written where they are defined
+    (base/state.c's cd_gate_* and cd_configure), nowhere else."""
+    root = need_source_tree("the sources of csrc/")
+    bad = []
+    for rel, text in _c_sources(root):
+        for name, owner in STATE_OWNERS.items():
+            if rel != owner:
+                bad += ["%s:%d writes %s" % (rel, line, what)
+                        for line, what in _state_writes(text, name)]
+    assert not bad, "state written outside its owner:\n" + "\n".join(bad)
+    state_c = open(os.path.join(root, "csrc", "base", "state.c"), encoding="utf-8").read()
+    assert all(_state_writes(state_c, name) for name in STATE_OWNERS)   # the finder sees them
+    base_h = open(os.path.join(root, "csrc", "base", "base.h"), encoding="utf-8").read()
+    assert not re.search(r"\bcd_state(_t)?\b", base_h), "one struct for all of it again"
 
 
 def _cycles(graph):
@@ -284,13 +368,17 @@ def test_one_header_search():
     """The generators, the fake driver and the tests that read the CUDA headers
     use cuda_debug/_cuda_headers.py; the build itself reads none (setup.py)."""
     root = need_source_tree("setup.py")
-    users = ["csrc/base/gen_cuda_api.py", "csrc/base/gen_cuda_errors.py",
-             "tests/fake_cuda/__init__.py", "tests/test_error_table.py", "tests/test_cuda_api.py"]
+    users = ["tools/gen/_gen_common.py", "tests/fake_cuda/__init__.py",
+             "tests/test_error_table.py", "tests/test_cuda_api.py"]
+    # the generators that read the headers, through their shared part
+    for rel in ("tools/gen/cuda_api.py", "tools/gen/cuda_errors.py"):
+        text = open(os.path.join(root, rel), encoding="utf-8").read()
+        assert "_gen_common.header_search()" in text and "spec_from_file" not in text, rel
     for rel in users:
         text = open(os.path.join(root, rel), encoding="utf-8").read()
         assert "_cuda_headers.py" in text, rel
         assert "nvidia/cu13" not in text and '"cu13"' not in text and not (
-            rel.startswith("csrc/") and "/usr/local/cuda" in text), \
+            rel.startswith("tools/") and re.search(r"/usr/local/cuda(?!/bin/nvcc)", text)), \
             "%s spells out a header folder of its own" % rel
     setup_py = open(os.path.join(root, "setup.py"), encoding="utf-8").read()
     code = "\n".join(line for line in setup_py.splitlines() if not line.lstrip().startswith("#"))

@@ -348,7 +348,7 @@ def test_fault_kernels_header_is_up_to_date():
     if nvcc is None or subprocess.run([nvcc, "--version"], capture_output=True).returncode:
         pytest.skip("no nvcc here to rebuild the PTX")     # (or one that does not run)
     root = need_source_tree("regenerating the fault kernels' PTX")
-    p = subprocess.run([sys.executable, os.path.join(root, "csrc", "testing", "gen_fault_kernels.py"),
+    p = subprocess.run([sys.executable, os.path.join(root, "tools", "gen", "fault_kernels.py"),
                         "--check", "--nvcc", nvcc], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
 

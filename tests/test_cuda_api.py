@@ -1,7 +1,7 @@
 """csrc/base/cuda_api.h, the CUDA declarations the build uses instead of a
 toolkit: generated from the real headers and current, and of the same ABI.
 
-The probes come from csrc/base/gen_cuda_api.py: abi_probe.c prints the size,
+The probes come from tools/gen/cuda_api.py: abi_probe.c prints the size,
 alignment and field offsets of every struct, the size and signedness of every
 type, the value of every enumerator and the expansion of every macro of the
 header; it is compiled against the real headers (found by
@@ -41,8 +41,8 @@ def _cc():
 
 @pytest.fixture(scope="module")
 def gen():
-    root = need_source_tree("csrc/base/gen_cuda_api.py")
-    return _load("gen_cuda_api", os.path.join(root, "csrc", "base", "gen_cuda_api.py"))
+    root = need_source_tree("tools/gen/cuda_api.py")
+    return _load("gen_cuda_api", os.path.join(root, "tools", "gen", "cuda_api.py"))
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def probes(gen, real, tmp_path_factory):
 def test_header_is_current(gen, real):
     """csrc/base/cuda_api.h is what the generator makes of these headers and of
     what csrc/ names today (a new driver call: rerun the generator)."""
-    p = subprocess.run([sys.executable, os.path.join(gen.REPO_ROOT, "csrc", "base", "gen_cuda_api.py"),
+    p = subprocess.run([sys.executable, os.path.join(gen.REPO_ROOT, "tools", "gen", "cuda_api.py"),
                         "--check"] + ["--include=" + d for d in real[0]], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "up to date (CUDA_VERSION " in p.stdout

@@ -90,6 +90,6 @@ def test_a_missing_declaration_is_named_with_the_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(fake_cuda, "HERE", str(here))
     monkeypatch.setattr(fake_cuda, "_digest", lambda cc: "test_%d" % os.getpid())
     monkeypatch.setattr(fake_cuda.tempfile, "gettempdir", lambda: str(tmp_path))
-    with pytest.raises(RuntimeError, match=r"(?s)cuNoSuchThing.*Rerun csrc/base/gen_cuda_api.py"):
+    with pytest.raises(RuntimeError, match=r"(?s)cuNoSuchThing.*Rerun tools/gen/cuda_api.py"):
         fake_cuda.build()
     assert sys.modules["fake_cuda"] is fake_cuda

@@ -201,6 +201,33 @@ _AFTER_WATCH = '''
 '''
 
 
+def test_the_tee_switch_is_set_before_the_first_scope_only(fake_child):
+    """set_options(tee_stderr=False) (CUDA_DEBUG_CAPTURE=0): no stderr tee is
+    installed when CUPTI is taken; the switches do not change while a scope
+    holds CUPTI."""
+    c = fake_child('''
+        import cuda_debug, cuda_debug.testing as t
+        from cuda_debug import _core, _options
+        _options.apply()                          # the import-time switches, once
+        _core.set_options(tee_stderr=False, profile=True)
+        busy = None
+        with cuda_debug.watch():
+            t.empty()
+            try:
+                _core.set_options(tee_stderr=True)
+            except RuntimeError as e:
+                busy = str(e)
+        st = _core.stats()
+        report(dict(tee=st["stderr_tee"], busy=busy, ns_watch=st["ns_watch"],
+                    watched=st["watched"]))
+    ''')
+    r = c.result
+    assert r is not None, c
+    assert r["tee"] == 0, r
+    assert r["busy"] and "cannot change" in r["busy"], r
+    assert r["watched"] >= 1 and r["ns_watch"] > 0, r      # profile=True took too
+
+
 def test_fileno_of_stderr_is_2_after_a_scope(fake_child):
     c = run(fake_child, _AFTER_WATCH + '''
     report(dict(fileno=libc.fileno(stderr())))

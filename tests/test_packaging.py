@@ -193,7 +193,7 @@ def _tracked(root):
         files = set(p.stdout.decode().split("\0")) - {""}
         return {f for f in files if os.path.exists(os.path.join(root, f))}    # not deleted
     out = set()
-    for folder in (".ci", "csrc", "cuda_debug", "docs", "tests", "benchmarks"):
+    for folder in (".ci", "csrc", "cuda_debug", "docs", "tests", "benchmarks", "tools"):
         for d, dirs, files in os.walk(os.path.join(root, folder)):
             dirs[:] = [x for x in dirs if x != "__pycache__"]
             out |= {os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/") for f in files
@@ -212,7 +212,8 @@ def test_sdist_has_every_tracked_file(sdist):
     assert {"csrc/base/base.h", "csrc/testing/fault_kernels_ptx.h", "csrc/base/cuda_api.h",
             "tests/conftest.py", "tests/fake_cuda/fake_cuda.c", "tests/fake_cuda/fake_common.h",
             ".ci/sanitize.sh", "docs/index.md", "cuda_debug/py.typed", "cuda_debug/README.md",
-            "csrc/python/py.h", "benchmarks/probes/README.md"} <= wanted
+            "csrc/python/py.h", "benchmarks/probes/README.md", "tools/gen/cuda_api.py",
+            "tools/gen/_gen_common.py"} <= wanted
     assert sorted(wanted - names) == [], "missing from the sdist"
     assert not [n for n in names if n.endswith((".so", ".pyc", ".o"))]
 

@@ -2,7 +2,8 @@
  * base/base.h: the bottom layer of the C core. Everything above includes it;
  * it includes nothing of ours but cuda_api.h, cupti_ids.h and cuda_errors.h.
  *
- *   state.c          the one process-wide state struct (cd_state)
+ *   state.c          the gates the callback reads, the configuration, fork's
+ *                    lock helper
  *   loader.c         dlopen/dlsym of libcuda, CUPTI, cuBLAS
  *   devices.c        each device's primary context (retained once); synchronising
  *                    the current or active ones
@@ -13,22 +14,22 @@
  *   got.c            pointing other libraries' imports of a function at ours
  *
  * Nothing here links libcuda, CUPTI or cuBLAS: cuda_api.h (generated from the
- * CUDA headers by gen_cuda_api.py, so the build needs no toolkit) gives us types
+ * CUDA headers by tools/gen/cuda_api.py, so the build needs no toolkit) gives us types
  * and prototypes (used through __typeof__), the loader fills the function tables.
  * Nothing here knows Python: the layers above hand plain C values down.
  */
 #ifndef CD_BASE_H
 #define CD_BASE_H
 
-#include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <pthread.h>
+#include <stdatomic.h>  /* atomic_uint_fast64_t, atomic_load, atomic_int, ... */
+#include <stddef.h>      /* size_t */
+#include <stdint.h>      /* uint64_t, uint32_t, uintptr_t */
+#include <pthread.h>     /* pthread_mutex_t */
 
 #include "base/cuda_api.h"   /* the driver, CUPTI, cuBLAS declarations we use (generated) */
 
-#include "base/cupti_ids.h"
-#include "base/cuda_errors.h"
+#include "base/cupti_ids.h"      /* the CUPTI callback ids we enable (CD_LAUNCH_CBIDS...) */
+#include "base/cuda_errors.h"    /* CD_STICKY_CODES (generated) */
 
 #define CD_STR2(x) #x
 #define CD_STR(x) CD_STR2(x)
@@ -184,6 +185,17 @@ static inline const char *cd_nccl_kernel(const char *sym)
     return sym[0] == 'n' && sym[1] == 'c' && sym[2] == 'c' && sym[3] == 'l' ? sym : NULL;
 }
 
+/* -------------------------------------------------------- counters -- */
+
+/* A layer's counters (statistics), listed once as an X-macro of names: its
+ * getter's readers see CD_COUNTER_FIELD's plain struct; the file keeps a
+ * static `counts` of CD_COUNTER_ATOMIC (relaxed atomics, written by it
+ * alone), and its getter, whose argument is `out`, copies them with
+ * CD_COUNTER_READ. */
+#define CD_COUNTER_FIELD(name) uint64_t name;
+#define CD_COUNTER_ATOMIC(name) atomic_uint_fast64_t name;
+#define CD_COUNTER_READ(name) out->name = atomic_load(&counts.name);
+
 /* ------------------------------------------------------------ fork -- */
 
 /* Each file that keeps a lock or per-process state has one cd_<file>_fork(op):
@@ -223,87 +235,6 @@ enum cd_wait_mode { CD_WAIT_SYNC = 0, CD_WAIT_SPIN = 1, CD_WAIT_NONE = 2 };
 /* Markers of captured graph nodes (watch mode): none, a stream write (a
  * memory-op node), a one-thread kernel node. */
 enum cd_graph_markers { CD_MARKERS_OFF = 0, CD_MARKERS_MEMOP = 1, CD_MARKERS_KERNEL = 2 };
-
-/*
- * Process-wide state of the launch hooks. One struct, one place.
- *   sub_lock     protects subscriber and the subscribe/unsubscribe transitions,
- *                and the writes of active, watching, all_threads; taken only at
- *                scope/watch entry and exit, never by the callback.
- *   active       open launch_blocking() scopes in the process (enabled ones);
- *                read lock-free (relaxed) by the callback: nonzero means
- *                follower threads (PyTorch autograd workers) block.
- *   watching     open watch() blocks; read lock-free by the callback.
- *   all_threads  open scopes that asked for every thread; read lock-free.
- *   capture_gen  moves on every call that can start a stream capture and on
- *                every subscribe: the callback's capture-status cache is valid
- *                for one generation (hooks/launch_callback.c).
- *   wait_mode, capture_on, profile, capture_check: set at
- *                import from the environment (Python validates them), under
- *                sub_lock and only while nothing is subscribed.
- *   capture_cache: 0 when CUPTI refused a capture-begin id (ask every launch).
- *   counters     relaxed atomics, statistics only.
- */
-typedef struct {
-    pthread_mutex_t sub_lock;
-    CUpti_SubscriberHandle subscriber;
-    atomic_int active;
-    atomic_int watching;
-    atomic_int all_threads;
-    atomic_uint_fast64_t capture_gen;
-    int wait_mode;
-    int capture_on;
-    int profile;                         /* CUDA_DEBUG_PROFILE=1: time the callback */
-    int capture_check;                   /* 0 only to measure: skip cuStreamIsCapturing */
-    atomic_int capture_cache;            /* written at subscribe, read by every launch: relaxed */
-
-    atomic_uint_fast64_t n_synced;       /* launches waited for */
-    atomic_uint_fast64_t n_follower;     /* of which on follower threads */
-    atomic_uint_fast64_t ns_capture_check, ns_wait, ns_callback;   /* with profile */
-    atomic_uint_fast64_t n_skipped_capture;
-    atomic_uint_fast64_t n_subscribes;
-    atomic_uint_fast64_t n_refused;      /* launches refused with a sticky error */
-    atomic_uint_fast64_t n_watched;      /* launches put in the watch ring */
-    atomic_uint_fast64_t n_unmarked;     /* of which without a completion marker */
-    atomic_uint_fast64_t n_capture_ids_refused;
-    atomic_uint_fast64_t n_graph_ids_refused;   /* end-of-capture and resource ids */
-    int graph_markers;                   /* CD_MARKERS_*: CUDA_DEBUG_GRAPH_MARKERS */
-    int graph_marker_every;              /* a marker every K launches of a capture's stream */
-    atomic_uint_fast64_t n_hand_overs;   /* CUPTI given to a starting profiler */
-    atomic_uint_fast64_t ns_watch;       /* with profile: time in cd_watch_launch */
-    atomic_uint_fast64_t ns_marker;      /* with profile: of which in cuStreamWriteValue32 */
-    atomic_int watch_alloc_rc;           /* last failed completion-slot allocation */
-    atomic_int watch_write_rc;           /* last failed cuStreamWriteValue32 */
-    int inherited;                       /* a forked child: `subscriber` is the parent's
-                                            (never unsubscribed here; under sub_lock) */
-    /* watch(): a completion marker behind every watch_every-th launch of a
-     * stream (1: behind every launch, the exact mode), and behind the last
-     * launch of a stream when the host waits for it (capture/watch_ring.c).
-     * Written by Python at watch entry, read relaxed by the callback. */
-    atomic_uint watch_every;
-    int watch_probe;                     /* CD_PROBE_*: CUDA_DEBUG_WATCH_PROBE, measuring only */
-    atomic_uint_fast64_t n_marked;       /* launches that got a marker of their own */
-    atomic_uint_fast64_t n_closed;       /* markers put behind a stream's last launch at a wait */
-    atomic_uint_fast64_t n_wait_ids_refused;   /* CD_WAIT_CBIDS that CUPTI refused */
-    int waits_enabled;                   /* CD_WAIT_CBIDS on (while watching); under sub_lock */
-    int detach;                          /* CUDA_DEBUG_CUPTI_DETACH: cuptiFinalize after the last scope */
-    atomic_uint_fast64_t n_detaches;     /* cuptiFinalize calls that succeeded */
-    /* Another client used CUPTI in this process (CD_SHARED_*, the first seen;
-     * 0 none): CUPTI is then never finalized by us (a profiler's next window
-     * would find its CUPTI state gone), so its dispatch stays armed after the
-     * last scope (subscription.c). Set once (under sub_lock), read by stats(). */
-    atomic_int cupti_shared;
-    /* The runtime's launches routed past CUPTI (hooks/runtime_launch.c):
-     * cuLaunchKernelEx_ptsz's callback off meanwhile. Under sub_lock. */
-    int launch_hooks;
-    atomic_uint_fast64_t n_hook_other_runtimes;   /* imports left alone: another runtime's */
-    /* Threads inside our CUPTI callback for long (a launch_blocking() wait,
-     * the fault path): CUPTI is not given to a profiler (which finalizes it
-     * at its end) until they are out (subscription.c). Cold paths only. */
-    atomic_int in_callback;
-    atomic_uint_fast64_t n_hand_overs_busy;   /* hand-overs that could not wait for them */
-    atomic_uint_fast64_t n_take_backs;        /* CUPTI taken back after a profiler */
-} cd_state_t;
-
 /* What a watched launch does, for measuring the cost of each part
  * (benchmarks/always_on.py): everything; only CUPTI's dispatch and our
  * entry (no record); a record without frames or marker; a record with
@@ -311,10 +242,83 @@ typedef struct {
 enum cd_watch_probe { CD_PROBE_OFF = 0, CD_PROBE_DISPATCH = 1, CD_PROBE_RECORD = 2,
                       CD_PROBE_FRAMES = 3 };
 
-extern cd_state_t cd_state;
-/* The child's state: no scope, no watch, sub_lock free; a subscription the
- * parent held stays (CUPTI's copy in the child has it) but is never given back
- * from the child (hands no CUPTI call to a forked CUDA). */
+/* The process-wide state is owned piece by piece: each piece is written by
+ * one file (tests/test_architecture.py::test_state_has_one_writer reads the
+ * tree for it), the others read it.
+ *   cd_gates     (state.c) what the callback reads lock-free, first thing at
+ *                each launch; written only through the cd_gate_* calls below.
+ *   cd_config    (state.c) the debug switches: written by cd_configure()
+ *                alone, before the first scope; read like constants.
+ *   the subscription (subscription.c: the subscriber, cd_sub_lock) and each
+ *                layer's counters (static in their file, read through its
+ *                *_stats getter: launch_callback.c, watch_ring.c, scopes.c,
+ *                runtime_launch.c, subscription.c, contexts.c).
+ *
+ * The gates: plain atomics, read relaxed by the callback.
+ *   active       open launch_blocking() scopes in the process (enabled ones):
+ *                nonzero means follower threads (PyTorch autograd workers) block.
+ *   watching     open watch() blocks.
+ *   all_threads  open scopes that asked for every thread.
+ *   capture_gen  moves on every call that can start a stream capture and on
+ *                every subscribe: the callback's capture-status cache is valid
+ *                for one generation (hooks/launch_callback.c).
+ *   capture_cache  0 when CUPTI refused a capture-begin id (ask every launch).
+ *   subscriptions  CUPTI subscriptions taken so far (CUPTI detached and
+ *                initialised again may number contexts anew).
+ *   watch_every  watch(): a completion marker behind every watch_every-th
+ *                launch of a stream (1: behind every launch, the exact mode),
+ *                and behind the last launch of a stream when the host waits
+ *                for it (capture/watch_ring.c). Set by Python at watch entry.
+ *   in_callback  threads inside our CUPTI callback for long (a
+ *                launch_blocking() wait, the fault path): CUPTI is not given
+ *                to a profiler (which finalizes it at its end) until they are
+ *                out (subscription.c). Cold paths only.
+ * active, watching, all_threads change under cd_sub_lock (scope entry and
+ * exit), never in the callback. */
+typedef struct {
+    atomic_int active;
+    atomic_int watching;
+    atomic_int all_threads;
+    atomic_uint_fast64_t capture_gen;
+    atomic_int capture_cache;
+    atomic_uint_fast64_t subscriptions;
+    atomic_uint watch_every;
+    atomic_int in_callback;
+} cd_gates_t;
+extern cd_gates_t cd_gates;
+
+enum cd_gate { CD_GATE_ACTIVE = 0, CD_GATE_WATCHING = 1, CD_GATE_ALL_THREADS = 2 };
+/* Under cd_sub_lock: one more (+1) or one fewer (-1, never below 0) of a count. */
+void cd_gate_count(enum cd_gate g, int delta);
+/* A call that can start a capture (or a subscription, or a hand-over): the
+ * capture-status caches are stale. */
+void cd_gate_capture_moved(void);
+/* Under cd_sub_lock: whether the callback may trust its capture-status cache. */
+void cd_gate_capture_cache(int on);
+/* Under cd_sub_lock, at a subscription: counted, and the caches stale. */
+void cd_gate_subscribed(void);
+void cd_gate_watch_every(unsigned every);
+/* A thread enters (+1) or leaves (-1) a long stay in the callback. */
+void cd_gate_in_callback(int delta);
+
+/* The debug switches, validated by Python (cuda_debug/_options.py) from
+ * CUDA_DEBUG_*: written by cd_configure() alone, under cd_sub_lock while
+ * nothing is subscribed (before the first scope), so the callback reads them
+ * as constants. */
+typedef struct {
+    int wait_mode;             /* CD_WAIT_*: CUDA_DEBUG_WAIT */
+    int tee_stderr;            /* the stderr tee (capture/stderr_tee.c): CUDA_DEBUG_CAPTURE */
+    int profile;               /* CUDA_DEBUG_PROFILE=1: time the callback */
+    int capture_check;         /* 0 only to measure: skip cuStreamIsCapturing */
+    int graph_markers;         /* CD_MARKERS_*: CUDA_DEBUG_GRAPH_MARKERS */
+    int graph_marker_every;    /* a marker every K launches of a capture's stream */
+    int watch_probe;           /* CD_PROBE_*: CUDA_DEBUG_WATCH_PROBE, measuring only */
+    int detach;                /* CUDA_DEBUG_CUPTI_DETACH: cuptiFinalize after the last scope */
+} cd_config_t;
+extern cd_config_t cd_config;
+void cd_configure(const cd_config_t *c);
+
+/* The child's gates: no scope, no watch, the capture caches stale. */
 void cd_state_fork(int op);
 
 /* --------------------------------------------------- launch_params.c -- */
@@ -349,28 +353,54 @@ typedef struct {
 
 /* ---------------------------------------------------- subscription.c -- */
 
+/* Protects the subscription and its transitions, and the writes of the
+ * scope counts (cd_gates: active, watching, all_threads); taken only at
+ * scope/watch entry and exit (and without waiting by the detaching
+ * callback), never on a launch's way. */
+extern pthread_mutex_t cd_sub_lock;
+/* Under cd_sub_lock (or for a statistic): CUPTI is subscribed by us; the
+ * subscription is a forked child's copy of its parent's (never given back
+ * from the child: no CUPTI call into a forked CUDA). */
+int cd_cupti_subscribed(void);
+int cd_cupti_inherited(void);
+/* The counters of subscription.c: capture ids CUPTI refused, host-wait
+ * ids it refused, CUPTI given to a starting profiler (of which could not
+ * wait for the callback's long stays), cuptiFinalize calls that succeeded
+ * (stats() shows them under these names); end-of-capture and resource ids
+ * it refused (graph_stats()). */
+#define CD_SUBSCRIPTION_COUNTS(X)                                                   \
+    X(capture_ids_refused) X(wait_ids_refused) X(hand_overs) X(hand_overs_busy)     \
+    X(detaches)
+typedef struct {
+    CD_SUBSCRIPTION_COUNTS(CD_COUNTER_FIELD)
+    uint64_t graph_ids_refused;
+} cd_subscription_counts;
+void cd_subscription_stats(cd_subscription_counts *out);
+
 /* Take CUPTI for `callback` (the driver launch and capture ids of
  * cupti_ids.h), unless it is already held by us: 0, or the CUptiResult with
- * `holder` filled (the other tool's name). Under cd_state.sub_lock. Returns 0
+ * `holder` filled (the other tool's name). Under cd_sub_lock. Returns 0
  * with *fresh = 1 when this call subscribed. */
 int cd_cupti_acquire(CUpti_CallbackFunc callback, int *fresh, char *holder, size_t holder_len);
-/* Under sub_lock: unsubscribe when no scope or watch needs the callback. */
+/* Under cd_sub_lock: unsubscribe when no scope or watch needs the callback. */
 void cd_cupti_release(void);
-/* Under sub_lock: the host-wait ids (CD_WAIT_CBIDS) on while a watch() is
+/* Under cd_sub_lock: the host-wait ids (CD_WAIT_CBIDS) on while a watch() is
  * open, off otherwise (a launch_blocking() scope's own waits are not
  * dispatched to us twice). */
 void cd_cupti_watch_waits(int on);
-/* Under sub_lock: give CUPTI up now, whatever is open, once no thread is
+/* Under cd_sub_lock: give CUPTI up now, whatever is open, once no thread is
  * inside the callback for long (up to 5 s: else counted in
  * n_hand_overs_busy); 1 if it was held. */
 int cd_cupti_hand_over_locked(void);
 /* The callback, at a launch's API exit: is a detach asked for; then do it
  * (cuptiFinalize; the subscription is gone). */
 int cd_cupti_detach_asked(void);
-void cd_subscription_fork(int op);      /* the child: no detach pending */
+/* The child: cd_sub_lock free, no detach pending, a subscription the parent
+ * held kept (CUPTI's copy in the child has it) but marked inherited. */
+void cd_subscription_fork(int op);
 void cd_cupti_detach_now(void);
 enum { CD_SHARED_NONE = 0, CD_SHARED_HELD = 1, CD_SHARED_PROFILER = 2 };
-/* Under sub_lock: another client used CUPTI (CD_SHARED_*): no detach from now on. */
+/* Under cd_sub_lock: another client used CUPTI (CD_SHARED_*): no detach from now on. */
 void cd_cupti_shared(int why);
 /* Why CUPTI's dispatch stays armed now that nothing is open (CD_RESIDUE_*;
  * CD_RESIDUE_NONE: nothing of ours left, or a scope is open). */
@@ -378,10 +408,14 @@ enum { CD_RESIDUE_NONE = 0, CD_RESIDUE_PENDING = 1, CD_RESIDUE_OFF = 2, CD_RESID
        CD_RESIDUE_PROFILER = 4, CD_RESIDUE_NO_FINALIZE = 5, CD_RESIDUE_INHERITED = 6,
        CD_RESIDUE_FAILED = 7 };
 int cd_cupti_residue(void);
-/* Under sub_lock: CUPTI's callback for the launch hooks' route
+/* Under cd_sub_lock: CUPTI's callback for the launch hooks' route
  * (cuLaunchKernelEx_ptsz) off (1) or on again (0); subscribing meanwhile
- * leaves it off. 0, or the CUptiResult. */
+ * leaves it off. 0, or the CUptiResult (a refused "off" leaves it on).
+ * cd_cupti_route_off: whether it is off now; cd_cupti_route_forget: the next
+ * subscription dispatches it (CUPTI is about to be given up: no CUPTI call). */
 int cd_cupti_route(int off);
+int cd_cupti_route_off(void);
+void cd_cupti_route_forget(void);
 
 /* ---------------------------------------------------------- intern.c -- */
 

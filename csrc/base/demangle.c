@@ -9,9 +9,9 @@
 #endif
 #include "base/base.h"
 
-#include <dlfcn.h>
-#include <stdlib.h>
-#include <string.h>
+#include <dlfcn.h>      /* dlsym, RTLD_DEFAULT, dlopen, ... */
+#include <stdlib.h>      /* free */
+#include <string.h>      /* strncmp, memchr, strlen, ... */
 
 typedef char *(*cxa_demangle_fn)(const char *, char *, size_t *, int *);
 

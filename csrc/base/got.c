@@ -45,14 +45,14 @@
 #endif
 #include "base/base.h"
 
-#include <dlfcn.h>
-#include <elf.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <link.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
+#include <dlfcn.h>      /* dlsym, RTLD_DEFAULT, dlopen, ... */
+#include <elf.h>         /* R_X86_64_JUMP_SLOT, R_X86_64_GLOB_DAT, R_AARCH64_JUMP_SLOT, ... */
+#include <errno.h>       /* errno, EINTR */
+#include <fcntl.h>       /* open, O_RDONLY, O_CLOEXEC */
+#include <link.h>        /* dl_phdr_info, ElfW, dl_iterate_phdr */
+#include <string.h>      /* strcmp, memset */
+#include <sys/mman.h>    /* PROT_READ, PROT_WRITE, PROT_EXEC, ... */
+#include <unistd.h>      /* sysconf, _SC_PAGESIZE, read, ... */
 
 #if defined(__x86_64__)
 #define CD_R_JUMP_SLOT R_X86_64_JUMP_SLOT

@@ -17,8 +17,8 @@
 #endif
 #include "base/base.h"
 
-#include <string.h>
-#include <sched.h>
+#include <string.h>     /* memcpy, memcmp, strcmp, ... */
+#include <sched.h>       /* sched_yield */
 
 #define CD_ARENA (4u << 20)
 #define STR_TABLE 32768            /* dedup table of strings (power of two) */

@@ -14,10 +14,10 @@
 #endif
 #include "base/base.h"
 
-#include <dlfcn.h>
-#include <link.h>
-#include <string.h>
-#include <stdio.h>
+#include <dlfcn.h>      /* dlsym, dlclose, dlinfo, ... */
+#include <link.h>        /* link_map */
+#include <string.h>      /* strlen, strchr */
+#include <stdio.h>       /* snprintf */
 
 cd_driver_api cd_drv;
 cd_cupti_api cd_cupti;

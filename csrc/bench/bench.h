@@ -16,16 +16,16 @@
 #define CUDA_DEBUG_BENCH_H
 
 #define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include <Python.h>      /* the C API: PyObject, PyArg_ParseTuple... */
 
-#include "bench/bench_api.h"
-#include "testing/testing.h"
+#include "bench/bench_api.h"     /* the bench functions _core binds */
+#include "testing/testing.h"     /* cd_fault_kernel (the empty kernel) */
 
 #ifndef BENCH_DEFINE_ARRAY_API
 #define NO_IMPORT_ARRAY
 #endif
 #define PY_ARRAY_UNIQUE_SYMBOL cd_ARRAY_API
-#include <numpy/arrayobject.h>
+#include <numpy/arrayobject.h>   /* PyArray_SimpleNew, PyArray_DATA */
 
 /* cuBLAS and cuBLASLt come with the rest of the CUDA declarations, in
  * base/cuda_api.h (through base.h). */

@@ -7,7 +7,7 @@
 #define CD_BENCH_API_H
 
 #define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include <Python.h>      /* the C API: PyObject, PyArg_ParseTuple... */
 
 #include "base/base.h"
 

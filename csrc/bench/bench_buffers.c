@@ -18,9 +18,8 @@
 #define BENCH_DEFINE_ARRAY_API
 #include "bench/bench.h"
 
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include <stdlib.h>     /* malloc, free, calloc */
+#include <time.h>        /* timespec, clock_gettime, CLOCK_MONOTONIC */
 
 #define BENCH_FILL_TILE (1u << 20)        /* random host tile, elements */
 

@@ -23,9 +23,9 @@
 #endif
 #include "bench/bench.h"
 
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
+#include <math.h>       /* round, isnan, isfinite, ... */
+#include <stdlib.h>      /* calloc, free */
+#include <string.h>      /* memset */
 
 #define BENCH_LT_MAX_ALGOS 16
 #define LT_CACHE 64

@@ -14,11 +14,11 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-const-variable"
 #pragma GCC diagnostic ignored "-Wunused-variable"
-#include "testing/fault_kernels_ptx.h"
+#include "testing/fault_kernels_ptx.h"   /* CD_KERNEL_EMPTY */
 #pragma GCC diagnostic pop
 
-#include <stdlib.h>
-#include <string.h>
+#include <stdlib.h>     /* calloc, free */
+#include <string.h>      /* memset */
 
 typedef struct {
     int device, sync_each, samples, repeats, loop_n;

@@ -29,7 +29,7 @@
 
 #include "base/base.h"
 
-#include <time.h>
+#include <time.h>       /* timespec, clock_gettime, CLOCK_MONOTONIC */
 
 /* ---------------------------------------------------------- frames.c -- */
 
@@ -56,7 +56,7 @@ enum {
  * were left out before the last id (the user frame). Returns the count
  * (0: the thread runs no Python, this Python version has no reader, or the
  * interpreter is shutting down: cd_frames_stop). */
-int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete);
+int cd_frames_read(uint32_t *ids, int max, int to_user, int *complete);
 typedef struct {
     uint32_t file, func;   /* interned */
     int lineno;
@@ -209,6 +209,8 @@ int cd_watch_context_device(int ctx_index);
  * again), 0 while it does. */
 int cd_watch_context_retired(int ctx_index, uint32_t gen);
 int cd_watch_contexts_live(void);
+/* The last failed allocation of a context's completion slots (0: none). */
+int cd_watch_alloc_rc(void);
 /* An entry's completion slots: host memory (readable after the context
  * died, from a signal handler) and the same memory's address in the context. */
 typedef struct {
@@ -297,6 +299,16 @@ void cd_watch_fill(cd_watch_record *r, const cd_launch *l, int frames, int *earl
  * that launch has none. Returns the markers written. */
 int cd_watch_close(uint32_t uid, int all, uintptr_t stream, int check_capture);
 uint64_t cd_watch_seq(void);
+/* The ring's counters: launches put in the ring (of which a marker was due
+ * and none was written), launches that got a marker of their own, markers
+ * put behind a stream's last launch at a wait; with CUDA_DEBUG_PROFILE, ns
+ * in cuStreamWriteValue32. write_rc: its last failure (0: none). */
+#define CD_WATCH_COUNTS(X) X(watched) X(unmarked) X(marked) X(closed) X(ns_marker)
+typedef struct {
+    CD_WATCH_COUNTS(CD_COUNTER_FIELD)
+    int write_rc;
+} cd_watch_counts;
+void cd_watch_stats(cd_watch_counts *out);
 /* The watch-ring seq of this thread's last launch (to tie a fault to it). */
 uint64_t cd_watch_thread_last(void);
 /* 1 when the record's completion slot holds its seq, 0 when not, -1 unknown,
@@ -334,7 +346,7 @@ static inline uint64_t cd_clock_ns(void)
 }
 /* watch(ops=True): the op the calling thread is in (a token Python hands out
  * per op call, 0 when none), copied into each watch record. */
-extern _Thread_local uint32_t cd_tls_op;
+void cd_watch_set_op(uint32_t op);
 
 /* -------------------------------------------------------- coverage.c -- */
 
@@ -352,7 +364,7 @@ typedef struct {
     uint8_t hooks_recording;       /* the runtime's launches (PyTorch's) were recorded */
     uint8_t closed;
 } cd_gap;
-/* Under sub_lock (cold). Opening while one is open keeps that one. */
+/* Under cd_sub_lock (cold). Opening while one is open keeps that one. */
 void cd_coverage_gap_open(int why, uint32_t where, int hooks_recording);
 void cd_coverage_gap_close(uint32_t where);
 int cd_coverage_gap_is_open(void);

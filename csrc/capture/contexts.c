@@ -29,8 +29,8 @@
  */
 #include "capture/capture.h"
 
-#include <string.h>
-#include <sys/mman.h>
+#include <string.h>     /* memset */
+#include <sys/mman.h>    /* mmap, PROT_READ, PROT_WRITE, ... */
 
 typedef struct {
     _Atomic int state;             /* CTX_FREE, CTX_LIVE, CTX_RETIRED */
@@ -48,12 +48,15 @@ static ctx_slots ctxs[CD_MAX_CONTEXTS];
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint ctx_epoch;      /* moves at every retirement: per-thread caches drop */
 static atomic_int ids_agree;       /* cuptiGetContextId == contextUid: 1 yes, -1 no, 0 unknown */
+static atomic_int alloc_rc;         /* the last failed map_slots (a statistic) */
 static _Thread_local uint32_t tls_uid;
 static _Thread_local unsigned tls_epoch;
 static _Thread_local int tls_ctx_index = -1;
 
 /* The entry's buffer registered with the current context (ctx_lock held).
  * 0, or the CUresult of the failure (the entry then has no markers). */
+int cd_watch_alloc_rc(void) { return atomic_load(&alloc_rc); }
+
 static int map_slots(ctx_slots *e)
 {
     int rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -110,7 +113,7 @@ static __attribute__((noinline, cold)) int register_context(CUcontext context, u
     atomic_fetch_add(&e->gen, 1);
     int rc = map_slots(e);
     if (rc) {
-        atomic_store(&cd_state.watch_alloc_rc, rc);
+        atomic_store(&alloc_rc, rc);
         e->host = NULL;
     }
     e->ctx = (uintptr_t)context;

@@ -11,13 +11,13 @@
  * The last CD_GAPS gaps, each with the watch-ring seq and the Python line
  * ("file:line", interned) of its start and end: the reports say what was not
  * covered, and since when, where a fault's culprit may lie in one. Written
- * under sub_lock (cold: a profiler starts or stops); read from host memory
+ * under cd_sub_lock (cold: a profiler starts or stops); read from host memory
  * only (a fault path, a signal handler): a gap is published by its `state`
  * word last, and a reader that sees it change while copying drops the copy.
  */
 #include "capture/capture.h"
 
-#include <string.h>
+#include <string.h>     /* memset, memcpy */
 
 static cd_gap gaps[CD_GAPS];
 static _Atomic uint32_t gap_state[CD_GAPS];   /* 2 * generation + 1 while written */

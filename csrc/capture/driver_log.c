@@ -13,8 +13,7 @@
 #endif
 #include "capture/capture.h"
 
-#include <stdlib.h>
-#include <string.h>
+#include <string.h>     /* memmem, memcpy, strnlen */
 
 #define LOG_LINES 64
 #define LOG_LEN 512

@@ -27,10 +27,9 @@
 
 #include "capture/capture.h"
 
-#include <dlfcn.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <dlfcn.h>      /* dlsym, RTLD_DEFAULT, Dl_info, ... */
+#include <stdio.h>       /* snprintf */
+#include <string.h>      /* memset, memcmp, memcpy */
 
 #if PY_VERSION_HEX >= 0x030D0000
 #  define CD_READER_TABLE 1           /* _Py_DebugOffsets */
@@ -38,10 +37,10 @@
 #  ifndef Py_BUILD_CORE
 #    define Py_BUILD_CORE 1
 #  endif
-#  include "internal/pycore_frame.h"
+#  include "internal/pycore_frame.h"   /* _PyInterpreterFrame */
 #  define CD_READER_INTERNAL 1        /* 3.11, 3.12 */
 #elif PY_VERSION_HEX >= 0x030A0000
-#  include <frameobject.h>
+#  include <frameobject.h>     /* PyFrameObject, PyFrame_GetCode */
 #  define CD_READER_FRAMEOBJECT 1     /* 3.10 */
 #endif
 

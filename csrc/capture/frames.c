@@ -25,12 +25,11 @@
 
 #include "capture/capture.h"
 
-#include <limits.h>
-#include <sched.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include <limits.h>     /* PATH_MAX */
+#include <sched.h>       /* sched_yield */
+#include <stdlib.h>      /* realpath */
+#include <string.h>      /* strlen, memcmp, memchr, ... */
+#include <time.h>        /* timespec, nanosleep */
 
 /* ------------------------------------------------------- configuration -- */
 
@@ -620,7 +619,7 @@ void cd_frames_stop(void)
     }
 }
 
-int cd_frames_capture(uint32_t *ids, int max, int to_user, int *complete)
+int cd_frames_read(uint32_t *ids, int max, int to_user, int *complete)
 {
     *complete = 0;
     if (max <= 0)

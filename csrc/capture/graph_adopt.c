@@ -23,8 +23,8 @@
  */
 #include "capture/graphs.h"
 
-#include <stdlib.h>
-#include <string.h>
+#include <stdlib.h>     /* free, malloc */
+#include <string.h>      /* memcpy, memset */
 
 static atomic_int adopt_rc;            /* the last failed graph API call of an adoption */
 static atomic_uint_fast64_t n_events;  /* user-frame events seen following captures */
@@ -74,7 +74,7 @@ static uint32_t user_line(int skip)
 {
     uint32_t ids[8];
     int complete;
-    int n = cd_frames_capture(ids, skip ? 8 : CD_RING_FRAMES, !skip, &complete);
+    int n = cd_frames_read(ids, skip ? 8 : CD_RING_FRAMES, !skip, &complete);
     for (int i = skip ? 1 : n - 1; i < n; i++) {
         cd_location loc;
         if (ids[i] && cd_location_get(ids[i], &loc) == 0 && loc.kind == CD_LOC_USER)
@@ -213,7 +213,7 @@ long cd_graph_adopt(CUstream s)
     }
     uint32_t frames[CD_RING_FRAMES];
     int complete = 0;
-    int n_frames = cd_frames_capture(frames, CD_RING_FRAMES, 1, &complete);
+    int n_frames = cd_frames_read(frames, CD_RING_FRAMES, 1, &complete);
     pthread_mutex_lock(&cd_gp_lock);
     int c = cd_gp_take_entry();
     if (c < 0) {

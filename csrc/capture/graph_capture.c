@@ -31,7 +31,7 @@
  */
 #include "capture/graphs.h"
 
-#include <string.h>
+#include <string.h>     /* memset */
 
 static atomic_uint_fast64_t n_nodes_marked, n_nodes_unmarked, n_captures_untracked,
     n_nodes_recorded;
@@ -59,7 +59,7 @@ static atomic_int kernel_rc;            /* the last failed load or launch */
 void cd_graph_capture_beginning(const CUpti_CallbackData *cb)
 {
     int ci = cd_watch_context_index(cb->context, cb->contextUid);  /* slots, before it captures */
-    if (ci < 0 || cd_state.graph_markers != CD_MARKERS_KERNEL)
+    if (ci < 0 || cd_config.graph_markers != CD_MARKERS_KERNEL)
         return;
     uint32_t gen = cd_watch_context_gen(ci);
     pthread_mutex_lock(&cd_gp_lock);
@@ -86,7 +86,7 @@ static CUresult write_marker(const capture_t *k, CUstream s, long g)
     CUdeviceptr at = cd_node_slot_dev(&slots, (uint32_t)g);
     uint32_t v = MARK(g, cd_gp_info[g].gen);
     CUfunction fn = marker_kernels[k->ctx].gen == k->ctx_gen ? marker_kernels[k->ctx].fn : NULL;
-    if (cd_state.graph_markers == CD_MARKERS_KERNEL && fn) {
+    if (cd_config.graph_markers == CD_MARKERS_KERNEL && fn) {
         void *params[2] = {&at, &v};
         tls_marking = 1;            /* its own launch callback must not make it a node */
         CUresult rc = cd_drv.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
@@ -117,8 +117,8 @@ void cd_graph_capture_begun(const CUpti_CallbackData *cb, CUstream s)
         k->ctx_gen = cd_watch_context_gen(ci);
         k->origin = (uintptr_t)s;
         /* watch(exact=True) (a marker behind every launch): every node too */
-        k->every = atomic_load(&cd_state.watch_every) == 1 || cd_state.graph_marker_every < 1
-                       ? 1 : (uint32_t)cd_state.graph_marker_every;
+        k->every = atomic_load(&cd_gates.watch_every) == 1 || cd_config.graph_marker_every < 1
+                       ? 1 : (uint32_t)cd_config.graph_marker_every;
         g = cd_gp_take_node(c);
     }
     if (g < 0) {
@@ -206,7 +206,7 @@ int cd_graph_launch_captured(const cd_launch *l)
      * (a torch.compile'd graph's generated code, whose line Inductor's line map
      * turns into the source line the kernel fused) are kept here. */
     int complete;
-    ni->n_deep = (uint8_t)cd_frames_capture(ni->deep, CD_NODE_FRAMES, 0, &complete);
+    ni->n_deep = (uint8_t)cd_frames_read(ni->deep, CD_NODE_FRAMES, 0, &complete);
     ni->tools_id = 0;
     if (n_deps == 1 && deps && deps[0] &&      /* the kernel's node: its id for tools */
         cd_drv.cuGraphNodeGetToolsId(deps[0], &ni->tools_id) != CUDA_SUCCESS)

@@ -10,7 +10,7 @@
  */
 #include "capture/graphs.h"
 
-#include <string.h>
+#include <string.h>     /* memset */
 
 capture_t cd_gp_caps[MAX_CAPTURES];
 atomic_int cd_gp_caps_hw;

@@ -6,7 +6,7 @@
  */
 #include "capture/graphs.h"
 
-#include <string.h>
+#include <string.h>     /* memcpy */
 
 /* 1 when node g's marker is in its slot, 0 when not, -1 unknown (no marker,
  * or its context is gone). */

@@ -24,7 +24,7 @@
  */
 #include "capture/capture.h"
 
-#include <string.h>
+#include <string.h>     /* memset, memcpy, strlen, ... */
 
 int cd_watch_seen_finished(uint32_t kernel, uint64_t before)
 {

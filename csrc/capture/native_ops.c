@@ -40,11 +40,11 @@
 #endif
 #include "capture/capture.h"
 
-#include <dlfcn.h>
-#include <link.h>
-#include <pthread.h>
-#include <string.h>
-#include <unwind.h>
+#include <dlfcn.h>      /* dlopen, RTLD_NOW, RTLD_LOCAL, ... */
+#include <link.h>        /* dl_phdr_info, ElfW, dl_iterate_phdr */
+#include <pthread.h>     /* pthread_self */
+#include <string.h>      /* strnlen, strncmp, memcmp, ... */
+#include <unwind.h>      /* _Unwind_Reason_Code, _Unwind_Context */
 
 #define MAX_PCS 128
 

@@ -33,14 +33,14 @@
 #endif
 #include "capture/capture.h"
 
-#include <dlfcn.h>
-#include <elf.h>
-#include <errno.h>
-#include <link.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
+#include <dlfcn.h>      /* dlinfo, RTLD_DI_LINKMAP */
+#include <elf.h>         /* R_X86_64_GLOB_DAT, R_AARCH64_GLOB_DAT, DT_RELA, ... */
+#include <errno.h>       /* errno, EINTR */
+#include <link.h>        /* ElfW, link_map, dl_phdr_info, ... */
+#include <stdio.h>       /* FILE, stderr, setvbuf, ... */
+#include <string.h>      /* memchr, memmem, memmove, ... */
+#include <sys/mman.h>    /* mprotect, PROT_READ, PROT_WRITE */
+#include <unistd.h>      /* write, sysconf, _SC_PAGESIZE, ... */
 
 #if defined(__x86_64__)
 #  define R_DATA_SLOT R_X86_64_GLOB_DAT

@@ -28,19 +28,31 @@
 #endif
 #include "capture/capture.h"
 
-#include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
+#include <string.h>     /* memcpy, memset */
+#include <sys/syscall.h> /* SYS_gettid */
+#include <unistd.h>      /* syscall */
 
 static cd_watch_record ring[CD_WATCH_RING];
 static atomic_uint_fast64_t watch_seq;
+/* The ring's counters (capture.h). */
+static struct {
+    CD_WATCH_COUNTS(CD_COUNTER_ATOMIC)
+    atomic_int write_rc;
+} counts;
+
+void cd_watch_stats(cd_watch_counts *out)
+{
+    CD_WATCH_COUNTS(CD_COUNTER_READ)
+    out->write_rc = atomic_load(&counts.write_rc);
+}
 /* A forked child's first seq of its own: the launches before it are the
  * parent's (cd_watch_fork), never read in the child. Written only there. */
 static uint64_t fork_floor;
 static _Thread_local uint64_t tls_last_seq;
 static _Thread_local int32_t tls_tid;
-_Thread_local uint32_t cd_tls_op;
+static _Thread_local uint32_t tls_op;
+
+void cd_watch_set_op(uint32_t op) { tls_op = op; }
 
 /* --------------------------------------------------------- launches -- */
 
@@ -68,10 +80,10 @@ void cd_watch_fill(cd_watch_record *r, const cd_launch *l, int frames, int *earl
     r->origin = (uint8_t)(l->origin ? l->origin : by_name);
     r->thread_id = thread_id();
     r->cbid = (uint16_t)l->cbid;
-    r->op = cd_tls_op;
+    r->op = tls_op;
     r->graph = 0;
     int complete = 0;
-    r->n_frames = frames ? (uint8_t)cd_frames_capture(r->frames, CD_RING_FRAMES, 1, &complete) : 0;
+    r->n_frames = frames ? (uint8_t)cd_frames_read(r->frames, CD_RING_FRAMES, 1, &complete) : 0;
     r->flags = complete < 0 ? CD_WATCH_USER_LAST : 0;
     if (cd_is_graph_launch(l->cbid))
         r->flags |= CD_WATCH_GRAPH;
@@ -183,7 +195,7 @@ static inline stream_entry *stream_of(uint32_t uid, uintptr_t s, int32_t tid)
  * (the dispatch probe). */
 int cd_watch_record_launch(const cd_launch *l, cd_watch_pending *p)
 {
-    const int probe = cd_state.watch_probe;
+    const int probe = cd_config.watch_probe;
     if (probe == CD_PROBE_DISPATCH)
         return 0;
     uint64_t seq = atomic_fetch_add_explicit(&watch_seq, 1, memory_order_relaxed) + 1;
@@ -199,7 +211,7 @@ int cd_watch_record_launch(const cd_launch *l, cd_watch_pending *p)
     r->ctx = (uint16_t)(ci < 0 ? 0xFFFF : ci);
     r->ctx_gen = (uint16_t)cd_watch_context_gen(ci);
 
-    const unsigned every = atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed);
+    const unsigned every = atomic_load_explicit(&cd_gates.watch_every, memory_order_relaxed);
     stream_entry *e = stream_of(l->context_uid, (uintptr_t)l->stream,
                                 l->stream == CU_STREAM_PER_THREAD ? r->thread_id : 0);
     int want = every <= 1 || !e || (r->flags & CD_WATCH_GRAPH) || early ||
@@ -230,29 +242,29 @@ void cd_watch_mark(const cd_launch *l, cd_watch_pending *p)
     if (p->want > 0 && cd_watch_context_slots(p->ctx_index, r->ctx_gen, &slots) == 0) {
         CUdeviceptr slot = cd_launch_slot_dev(&slots, p->seq);
         /* Default flags: the _v2 API refuses NO_MEMORY_BARRIER (seen: 1, INVALID_VALUE). */
-        uint64_t t0 = cd_state.profile ? cd_clock_ns() : 0;
+        uint64_t t0 = cd_config.profile ? cd_clock_ns() : 0;
         CUresult wrc = cd_drv.cuStreamWriteValue32(l->stream, slot, (cuuint32_t)p->seq,
                                                    CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (cd_state.profile)
-            atomic_fetch_add_explicit(&cd_state.ns_marker, cd_clock_ns() - t0,
+        if (cd_config.profile)
+            atomic_fetch_add_explicit(&counts.ns_marker, cd_clock_ns() - t0,
                                       memory_order_relaxed);
         if (wrc == CUDA_SUCCESS) {
             flags |= CD_WATCH_MARKED;
             if (e)
                 atomic_store_explicit(&e->unmarked, 0, memory_order_relaxed);
-            atomic_fetch_add_explicit(&cd_state.n_marked, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&counts.marked, 1, memory_order_relaxed);
         } else {
-            atomic_store_explicit(&cd_state.watch_write_rc, (int)wrc, memory_order_relaxed);
+            atomic_store_explicit(&counts.write_rc, (int)wrc, memory_order_relaxed);
         }
     }
     if (p->want && !(flags & CD_WATCH_MARKED))
-        atomic_fetch_add_explicit(&cd_state.n_unmarked, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&counts.unmarked, 1, memory_order_relaxed);
     r->flags = flags;
     atomic_store_explicit(&r->seq, p->seq, memory_order_release);
     if (e)
         atomic_store_explicit(&e->last_seq, p->seq, memory_order_release);
     tls_last_seq = p->seq;
-    atomic_fetch_add_explicit(&cd_state.n_watched, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&counts.watched, 1, memory_order_relaxed);
 }
 
 /* Cold: a marker behind entry e's newest launch, if that launch has none (a
@@ -278,7 +290,7 @@ static int close_stream(stream_entry *e, int check_capture)
     CUresult wrc = cd_drv.cuStreamWriteValue32((CUstream)r.stream, cd_launch_slot_dev(&slots, last),
                                                (cuuint32_t)last, CU_STREAM_WRITE_VALUE_DEFAULT);
     if (wrc != CUDA_SUCCESS) {
-        atomic_store_explicit(&cd_state.watch_write_rc, (int)wrc, memory_order_relaxed);
+        atomic_store_explicit(&counts.write_rc, (int)wrc, memory_order_relaxed);
         return 0;
     }
     /* The record says so (CLOSED: a marker behind it, put there later). If
@@ -290,13 +302,13 @@ static int close_stream(stream_entry *e, int check_capture)
     if (atomic_load(&slot->seq) != last)
         __atomic_fetch_and(&slot->flags, (uint8_t)~CD_WATCH_CLOSED, __ATOMIC_RELEASE);
     atomic_store_explicit(&e->unmarked, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&cd_state.n_closed, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&counts.closed, 1, memory_order_relaxed);
     return 1;
 }
 
 int cd_watch_close(uint32_t uid, int all, uintptr_t stream, int check_capture)
 {
-    if (atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) <= 1)
+    if (atomic_load_explicit(&cd_gates.watch_every, memory_order_relaxed) <= 1)
         return 0;                      /* every launch has its marker */
     const int32_t tid = thread_id();
     int n = 0;

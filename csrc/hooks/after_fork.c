@@ -38,8 +38,8 @@
  */
 #include "hooks/hooks.h"
 
-#include <errno.h>
-#include <semaphore.h>
+#include <errno.h>      /* errno, EINTR, EINVAL */
+#include <semaphore.h>   /* sem_t, sem_post, sem_wait, ... */
 
 static void (*beside)(int op);     /* a layer beside hooks/: the benchmarks' lock */
 

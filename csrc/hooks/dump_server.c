@@ -42,20 +42,20 @@
 #endif
 #include "hooks/hooks.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <poll.h>
-#include <signal.h>
-#include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
-#include <unistd.h>
+#include <errno.h>      /* errno, EINTR, EAGAIN, ... */
+#include <fcntl.h>       /* open, O_RDONLY, O_CLOEXEC */
+#include <limits.h>      /* INT_MAX */
+#include <poll.h>        /* pollfd, POLLOUT, POLLIN, ... */
+#include <signal.h>      /* sigset_t, sigfillset, pthread_sigmask */
+#include <stddef.h>      /* size_t, offsetof */
+#include <stdio.h>       /* snprintf */
+#include <stdlib.h>      /* strtol */
+#include <string.h>      /* strncmp, strstr, memset, ... */
+#include <sys/prctl.h>   /* prctl, PR_SET_NAME */
+#include <sys/socket.h>  /* shutdown, recv, send, ... */
+#include <sys/un.h>      /* sockaddr_un */
+#include <time.h>        /* timespec, clock_gettime, CLOCK_MONOTONIC, ... */
+#include <unistd.h>      /* close, geteuid, getpid, ... */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int state;           /* 1 listening, 0 not started, -errno failed */

@@ -29,9 +29,9 @@
 #endif
 #include "hooks/hooks.h"
 
-#include <signal.h>
-#include <sys/prctl.h>
-#include <time.h>
+#include <signal.h>     /* sigset_t, sigfillset, pthread_sigmask */
+#include <sys/prctl.h>   /* prctl, PR_SET_NAME */
+#include <time.h>        /* timespec, clock_gettime, CLOCK_MONOTONIC, ... */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv;                       /* CLOCK_MONOTONIC; made by init_cv */
@@ -59,7 +59,7 @@ static int was_reported(uint64_t seq)
 /* One look: report when a launch is newly stuck. */
 static void look(uint64_t h)
 {
-    if (!atomic_load(&cd_state.watching))
+    if (!atomic_load(&cd_gates.watching))
         return;
     uint64_t seq = cd_watch_seq();
     if (seq == last_seq && !last_unfinished)

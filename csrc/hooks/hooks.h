@@ -55,6 +55,17 @@ void cd_launch_exited(cd_launch *l);
 /* The launch hooks' record mode, around the runtime launch it makes (on 1,
  * then 0): CUPTI's callback inside it records nothing (the hook records it). */
 void cd_launch_recorded_by_hook(int on);
+/* The pipeline's counters: launches waited for (of which on follower
+ * threads), on a capturing stream and not tracked, refused with a sticky
+ * error; with CUDA_DEBUG_PROFILE, ns in the capture check, the wait, the
+ * whole callback, and record + mark (cd_watch_record_launch, cd_watch_mark). */
+#define CD_LAUNCH_COUNTS(X)                                                         \
+    X(synced) X(follower) X(skipped_capture) X(refused) X(ns_capture_check)         \
+    X(ns_wait) X(ns_callback) X(ns_watch)
+typedef struct {
+    CD_LAUNCH_COUNTS(CD_COUNTER_FIELD)
+} cd_launch_counts;
+void cd_launch_stats(cd_launch_counts *out);
 
 /* ---------------------------------------------------- runtime_launch.c -- */
 
@@ -72,17 +83,18 @@ typedef struct {
     /* CUDA_DEBUG_PROFILE=1: ns in the route's look-up (context, its id, the
      * kernel's function) and in the driver's own launch (cuLaunchKernelEx_ptsz) */
     uint64_t ns_lookup, ns_launch;
+    uint64_t other_runtimes;       /* imports left alone: another runtime's */
     /* the library whose __cudaLaunchKernel the entries lead to; one whose
      * importers were left alone (another runtime); "" for none */
     char runtime[256], other_runtime[256];
 } cd_hook_stats;
-/* Under sub_lock, while a watch opens or CUPTI comes back: the runtime's
+/* Under cd_sub_lock, while a watch opens or CUPTI comes back: the runtime's
  * launches (__cudaLaunchKernel imports) routed past CUPTI when it is ours,
  * else launched the runtime's way and recorded after (the record mode: a
  * profiler holds CUPTI); again at each watch entry for objects loaded since.
  * Off when the last watch closes. */
 void cd_runtime_hooks_on(void);
-/* Under sub_lock, before CUPTI is given to a profiler: the record mode. */
+/* Under cd_sub_lock, before CUPTI is given to a profiler: the record mode. */
 void cd_runtime_hooks_record(void);
 void cd_runtime_hooks_off(void);
 /* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS (one parser), before a watch opens. */
@@ -114,6 +126,8 @@ int cd_scopes_hand_over(uint32_t where);
 int cd_scopes_take_back(uint32_t where, char *holder, size_t holder_len);
 /* The child: a scope opened before the fork (its token) closes nothing there. */
 void cd_scopes_fork(int op);
+/* CUPTI taken back after a profiler (cd_scopes_take_back): a statistic. */
+uint64_t cd_scopes_take_backs(void);
 
 /* ----------------------------------------------------- hang_watcher.c -- */
 

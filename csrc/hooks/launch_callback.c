@@ -32,14 +32,14 @@
 #endif
 #include "hooks/hooks.h"
 
-#include <string.h>
-#include <sched.h>
-#include <time.h>
+#include <string.h>     /* memcpy */
+#include <sched.h>       /* sched_yield */
+#include <time.h>        /* timespec, nanosleep */
 
 /* Capture-status cache. Asking the driver whether a stream is capturing
  * costs an API call per launch; instead each thread remembers the last
  * stream it found NOT capturing, and the generation at which it looked.
- * cd_state.capture_gen moves on every call that can start a capture (CD_CAPTURE_CBIDS)
+ * cd_gates.capture_gen moves on every call that can start a capture (CD_CAPTURE_CBIDS)
  * and on every subscribe (captures begun while we were not subscribed are
  * unknown), which sends every thread back to the driver once. A capturing
  * stream is never cached. The generation moves at the API's exit: a launch by
@@ -52,6 +52,16 @@ static _Thread_local uint64_t tls_clear_gen;
 /* Inside a runtime launch that the launch hooks' record mode makes (they
  * record it themselves, after it returns): CUPTI's callback leaves it. */
 static _Thread_local int tls_hook_records;
+
+/* The pipeline's counters (hooks.h). */
+static struct {
+    CD_LAUNCH_COUNTS(CD_COUNTER_ATOMIC)
+} counts;
+
+void cd_launch_stats(cd_launch_counts *out)
+{
+    CD_LAUNCH_COUNTS(CD_COUNTER_READ)
+}
 
 void cd_launch_recorded_by_hook(int on) { tls_hook_records = on; }
 
@@ -68,9 +78,9 @@ static inline void cpu_relax(void)
 
 static inline CUresult wait_stream(CUstream s)
 {
-    if (cd_state.wait_mode == CD_WAIT_NONE)
+    if (cd_config.wait_mode == CD_WAIT_NONE)
         return CUDA_SUCCESS;
-    if (cd_state.wait_mode == CD_WAIT_SPIN) {
+    if (cd_config.wait_mode == CD_WAIT_SPIN) {
         CUresult rc;
         while ((rc = cd_drv.cuStreamQuery(s)) == CUDA_ERROR_NOT_READY)
             cpu_relax();
@@ -83,9 +93,9 @@ static inline CUresult wait_stream(CUstream s)
  * stream captures in global mode): no wait, no ring record. */
 static inline int capturing(CUstream s)
 {
-    uint64_t gen = atomic_load_explicit(&cd_state.capture_gen, memory_order_relaxed);
-    if (!cd_state.capture_check ||
-        (atomic_load_explicit(&cd_state.capture_cache, memory_order_relaxed) &&
+    uint64_t gen = atomic_load_explicit(&cd_gates.capture_gen, memory_order_relaxed);
+    if (!cd_config.capture_check ||
+        (atomic_load_explicit(&cd_gates.capture_cache, memory_order_relaxed) &&
          s == tls_clear_stream && gen == tls_clear_gen))
         return 0;
     CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -170,7 +180,7 @@ static __attribute__((noinline, cold)) void
 launch_refused(const cd_launch *l, CUresult code, int block, int watching)
 {
     if (cd_is_sticky((int)code)) {
-        atomic_fetch_add_explicit(&cd_state.n_refused, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&counts.refused, 1, memory_order_relaxed);
         if (watching)
             cd_report_watch_culprit((int)code, "a launch refused by the dead context", 0);
     }
@@ -181,26 +191,26 @@ launch_refused(const cd_launch *l, CUresult code, int block, int watching)
 static __attribute__((noinline)) void
 wait_and_check(const cd_launch *l)
 {
-    const int profile = cd_state.profile;
+    const int profile = cd_config.profile;
     uint64_t t1 = profile ? cd_clock_ns() : 0;
     char msg[CD_DEVICE_MESSAGE];
     cd_window w = {0};
     uint64_t assert_mark = 0;
-    if (cd_state.capture_on) {
+    if (cd_config.tee_stderr) {
         assert_mark = cd_tee_assert_mark();
         cd_tee_open(&w, msg, sizeof msg);
     }
     CUresult rc = wait_stream(l->stream);
-    if (cd_state.capture_on)
+    if (cd_config.tee_stderr)
         cd_tee_close();
-    atomic_fetch_add_explicit(&cd_state.n_synced, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&counts.synced, 1, memory_order_relaxed);
     if (rc != CUDA_SUCCESS) {              /* the kernel faulted (or the query did) */
-        fault_found(l, rc, 0, cd_state.capture_on ? &w : NULL, assert_mark);
+        fault_found(l, rc, 0, cd_config.tee_stderr ? &w : NULL, assert_mark);
         *l->ret = rc;                      /* the launcher fails at the launching call */
     }
     if (profile) {
         uint64_t t2 = cd_clock_ns();
-        atomic_fetch_add_explicit(&cd_state.ns_wait, t2 - t1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&counts.ns_wait, t2 - t1, memory_order_relaxed);
     }
 }
 
@@ -227,8 +237,8 @@ capture_api(const CUpti_CallbackData *cb, CUpti_CallbackId cbid, int at_exit)
         s = CU_STREAM_PER_THREAD;
     const int ok = !at_exit || *(const CUresult *)cb->functionReturnValue == CUDA_SUCCESS;
     if (begin) {
-        if (!atomic_load_explicit(&cd_state.watching, memory_order_relaxed) ||
-            !cd_state.graph_markers)
+        if (!atomic_load_explicit(&cd_gates.watching, memory_order_relaxed) ||
+            !cd_config.graph_markers)
             return;
         if (!at_exit)
             cd_graph_capture_beginning(cb);
@@ -305,8 +315,8 @@ static __attribute__((noinline, cold)) void host_waits(const CUpti_CallbackData 
 
 static inline int sparse_markers(void)
 {
-    return atomic_load_explicit(&cd_state.watching, memory_order_relaxed) &&
-           atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) > 1;
+    return atomic_load_explicit(&cd_gates.watching, memory_order_relaxed) &&
+           atomic_load_explicit(&cd_gates.watch_every, memory_order_relaxed) > 1;
 }
 
 /* A kernel that gets a marker of its own with sparse markers: an NCCL
@@ -344,7 +354,7 @@ void cd_launch_entering(const cd_launch *l)
  *            on (cold, fault_found) to the fault's record and its report. */
 void cd_launch_exited(cd_launch *l)
 {
-    const int watching = atomic_load_explicit(&cd_state.watching, memory_order_relaxed);
+    const int watching = atomic_load_explicit(&cd_gates.watching, memory_order_relaxed);
     const int block = cd_thread_wants_blocking();
     if (!watching && !block) {
         if (cd_cupti_detach_asked())
@@ -352,21 +362,21 @@ void cd_launch_exited(cd_launch *l)
         return;
     }
     if (*l->ret != CUDA_SUCCESS) {
-        atomic_fetch_add(&cd_state.in_callback, 1);     /* cold: counted (subscription.c) */
+        cd_gate_in_callback(1);        /* cold: counted (subscription.c) */
         launch_refused(l, *l->ret, block, watching);
-        atomic_fetch_sub(&cd_state.in_callback, 1);
+        cd_gate_in_callback(-1);
         return;
     }
-    const int profile = cd_state.profile;
+    const int profile = cd_config.profile;
     uint64_t t0 = profile ? cd_clock_ns() : 0;
     l->stream = cd_launch_stream(l->cbid, l->params, NULL);
     if (capturing(l->stream)) {
-        if (!(watching && cd_state.graph_markers && cd_graph_launch_captured(l)))
-            atomic_fetch_add_explicit(&cd_state.n_skipped_capture, 1, memory_order_relaxed);
+        if (!(watching && cd_config.graph_markers && cd_graph_launch_captured(l)))
+            atomic_fetch_add_explicit(&counts.skipped_capture, 1, memory_order_relaxed);
         return;
     }
     if (profile)
-        atomic_fetch_add_explicit(&cd_state.ns_capture_check, cd_clock_ns() - t0,
+        atomic_fetch_add_explicit(&counts.ns_capture_check, cd_clock_ns() - t0,
                                   memory_order_relaxed);
     cd_watch_pending rec;
     if (watching) {
@@ -374,7 +384,7 @@ void cd_launch_exited(cd_launch *l)
         if (cd_watch_record_launch(l, &rec))       /* record */
             cd_watch_mark(l, &rec);                /* mark */
         if (profile)
-            atomic_fetch_add_explicit(&cd_state.ns_watch, cd_clock_ns() - tw, memory_order_relaxed);
+            atomic_fetch_add_explicit(&counts.ns_watch, cd_clock_ns() - tw, memory_order_relaxed);
     }
     /* NCCL's kernels are not waited for inside a scope: a collective completes
      * only when every rank (or, with several GPUs per process, every GPU's
@@ -382,15 +392,15 @@ void cd_launch_exited(cd_launch *l)
      * group would never return. The next launch on the stream waits for it. */
     if (block && !cd_nccl_kernel(l->symbol)) {                 /* check */
         if (cd_thread_state() <= 0)
-            atomic_fetch_add_explicit(&cd_state.n_follower, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&counts.follower, 1, memory_order_relaxed);
         /* A wait can last (a long kernel): counted, so that CUPTI is not given
          * to a profiler, which finalizes it at its end, while we are inside. */
-        atomic_fetch_add_explicit(&cd_state.in_callback, 1, memory_order_relaxed);
+        cd_gate_in_callback(1);
         wait_and_check(l);
-        atomic_fetch_sub_explicit(&cd_state.in_callback, 1, memory_order_release);
+        cd_gate_in_callback(-1);
     }
     if (profile)
-        atomic_fetch_add_explicit(&cd_state.ns_callback, cd_clock_ns() - t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&counts.ns_callback, cd_clock_ns() - t0, memory_order_relaxed);
 }
 
 /* CUPTI's callback data of a launch entry point, as the pipeline reads it. */
@@ -434,7 +444,7 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
         CD_WAIT_CBIDS(CD_CAPTURE_CASE)
         return;
         CD_CAPTURE_CBIDS(CD_CAPTURE_CASE)
-        atomic_fetch_add_explicit(&cd_state.capture_gen, 1, memory_order_relaxed);
+        cd_gate_capture_moved();
         capture_api(cb, cbid, 1);
         return;
         CD_GRAPH_CBIDS(CD_CAPTURE_CASE)
@@ -451,6 +461,6 @@ void CUPTIAPI cd_on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_Ca
 
 void cd_on_sticky_logged(int code)
 {
-    if (atomic_load_explicit(&cd_state.watching, memory_order_relaxed))
+    if (atomic_load_explicit(&cd_gates.watching, memory_order_relaxed))
         cd_report_watch_culprit(code, "driver log", 0);
 }

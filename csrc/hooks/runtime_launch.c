@@ -48,9 +48,9 @@
 #endif
 #include "hooks/hooks.h"
 
-#include <dlfcn.h>
-#include <stdio.h>
-#include <string.h>
+#include <dlfcn.h>      /* Dl_info, dladdr */
+#include <stdio.h>       /* snprintf */
+#include <string.h>      /* strrchr, strncmp, strstr */
 
 typedef struct {
     unsigned x, y, z;
@@ -70,7 +70,7 @@ static int known_clash;                /* that walk found an import of the route
  * Only entries bound to it are written: an object importing another
  * runtime's (an extension built against libcudart.so.12 beside a CUDA 13
  * PyTorch) is left alone, its launches its runtime's and CUPTI's as without
- * the hooks (counted: cd_state.n_hook_other_runtimes; that runtime:
+ * the hooks (counted: n_other_runtimes; that runtime:
  * other_launch; stats() names both). */
 static void *real_launch;
 static void *other_launch;             /* the last walk's first other definition, or NULL */
@@ -80,6 +80,7 @@ static void *other_launch;             /* the last walk's first other definition
 enum { ROUTE_OFF = 0, ROUTE_DIRECT = 1, ROUTE_RECORD = 2 };
 static atomic_int route_on;
 static atomic_uint_fast64_t n_routed, n_recorded, n_handed_back, n_asked, n_unresolved;
+static atomic_uint_fast64_t n_other_runtimes;   /* imports left alone: another runtime's */
 static atomic_uint_fast64_t ns_lookup, ns_launch;   /* CUDA_DEBUG_PROFILE=1 */
 static atomic_int unresolved_rc;       /* the driver's last refusal of a handle */
 static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
@@ -224,7 +225,7 @@ static _Thread_local uint64_t tls_uid_sub;
 
 static int context_uid(CUcontext c, uint32_t *uid)
 {
-    const uint64_t sub = atomic_load_explicit(&cd_state.n_subscribes, memory_order_relaxed);
+    const uint64_t sub = atomic_load_explicit(&cd_gates.subscriptions, memory_order_relaxed);
     if (c == tls_ctx && tls_uid && sub == tls_uid_sub) {
         *uid = tls_uid;
         return 0;
@@ -248,12 +249,12 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
      * written after the launch's call than inside it (CUPTI's callback):
      * benchmarks/RESULTS.md. Its launches go the runtime's way, to CUPTI
      * (while CUPTI is ours: in the record mode every launch is recorded here). */
-    if (!mode || !atomic_load_explicit(&cd_state.watching, memory_order_relaxed) ||
+    if (!mode || !atomic_load_explicit(&cd_gates.watching, memory_order_relaxed) ||
         (mode == ROUTE_DIRECT &&
-         atomic_load_explicit(&cd_state.watch_every, memory_order_relaxed) <= 1) ||
+         atomic_load_explicit(&cd_gates.watch_every, memory_order_relaxed) <= 1) ||
         cd_thread_wants_blocking() || shmem > 0xFFFFFFFFu)
         return real(kernel, grid, block, args, shmem, stream);
-    const int profile = cd_state.profile;
+    const int profile = cd_config.profile;
     const uint64_t t0 = profile ? cd_clock_ns() : 0;
     CUcontext ctx = NULL;
     CUfunction f;
@@ -352,7 +353,7 @@ static int take_entries(void)
                                  framework_object, patches + n_patches,
                                  CD_HOOK_SLOTS - n_patches, &others, &other_launch);
         n_known = n_patches;
-        atomic_store(&cd_state.n_hook_other_runtimes, (uint_fast64_t)others);
+        atomic_store(&n_other_runtimes, (uint_fast64_t)others);
     }
     if (!n_patches) {
         refused_why = CD_HOOKS_NO_IMPORTS;
@@ -371,7 +372,7 @@ static int take_entries(void)
  * relocations). */
 void cd_runtime_hooks_on(void)
 {
-    if (cd_state.inherited) {
+    if (cd_cupti_inherited()) {
         refused_why = CD_HOOKS_NO_CUPTI;
         return;
     }
@@ -383,19 +384,16 @@ void cd_runtime_hooks_on(void)
         refused_why = CD_HOOKS_OLD_DRIVER;
         return;
     }
-    const int direct = cd_state.subscriber != NULL;
-    if (direct && !cd_state.launch_hooks) {
+    const int direct = cd_cupti_subscribed();
+    if (direct && !cd_cupti_route_off()) {
         if (cd_cupti_route(1)) {
             refused_why = CD_HOOKS_NO_CUPTI;
             return;
         }
-        cd_state.launch_hooks = 1;
     }
     if (take_entries()) {
-        if (cd_state.launch_hooks) {
-            cd_state.launch_hooks = 0;
+        if (cd_cupti_route_off())
             cd_cupti_route(0);
-        }
         atomic_store(&route_on, ROUTE_OFF);
         return;
     }
@@ -409,7 +407,7 @@ void cd_runtime_hooks_record(void)
 {
     if (atomic_load(&route_on) == ROUTE_DIRECT)
         atomic_store(&route_on, ROUTE_RECORD);
-    cd_state.launch_hooks = 0;         /* the next subscription dispatches the route */
+    cd_cupti_route_forget();           /* the next subscription dispatches the route */
 }
 
 /* Under sub_lock: the route off, every entry as it was, CUPTI dispatching
@@ -419,11 +417,8 @@ void cd_runtime_hooks_off(void)
     atomic_store(&route_on, ROUTE_OFF);
     cd_got_restore(patches, n_patches);
     n_patches = 0;
-    if (cd_state.launch_hooks) {
-        cd_state.launch_hooks = 0;
-        if (cd_state.subscriber)
-            cd_cupti_route(0);
-    }
+    if (cd_cupti_route_off())
+        cd_cupti_route(0);
 }
 
 /* A forked child: its launches go the runtime's way (its copy of the entries
@@ -433,8 +428,7 @@ void cd_runtime_hooks_fork(int op)
 {
     if (op != CD_FORK_CHILD)
         return;
-    atomic_store(&route_on, ROUTE_OFF);
-    cd_state.launch_hooks = 0;
+    atomic_store(&route_on, ROUTE_OFF);   /* the route's CUPTI side: cd_subscription_fork */
     tls_ctx = NULL;
     tls_uid = 0;
 }
@@ -454,6 +448,7 @@ void cd_runtime_hooks_stats(cd_hook_stats *s)
     s->why_off = refused_why;
     s->ns_lookup = atomic_load(&ns_lookup);
     s->ns_launch = atomic_load(&ns_launch);
+    s->other_runtimes = atomic_load(&n_other_runtimes);
     /* Cold (stats()): the libraries defining the runtime routed through and
      * the one left alone, as the loader names them; "" for none. */
     Dl_info di;

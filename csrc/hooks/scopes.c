@@ -18,13 +18,19 @@
  *
  * A profiler that starts while scopes are open gets CUPTI at once
  * (cd_scopes_hand_over): the hooks switch to their record mode, the
- * subscription is given up, and the gap opens, all under sub_lock (a watch()
+ * subscription is given up, and the gap opens, all under cd_sub_lock (a watch()
  * entered on another thread meanwhile sees one state or the other).
  */
 #include "hooks/hooks.h"
 
 static atomic_uint next_token = 1;
 static uint32_t fork_token;        /* a forked child: tokens below it are the parent's */
+static atomic_uint_fast64_t n_take_backs;   /* CUPTI taken back after a profiler */
+
+uint64_t cd_scopes_take_backs(void)
+{
+    return atomic_load(&n_take_backs);
+}
 
 /* The drain before a scope: 0, or the sticky error found. The caller skips
  * it while this thread captures a CUDA graph (a synchronisation would
@@ -51,32 +57,32 @@ int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int
     }
     const int state = cd_thread_state();
     int need_drain = may_drain && ((kind == CD_SCOPE_BLOCK && state <= 0) ||
-                                   (kind == CD_SCOPE_WATCH && atomic_load(&cd_state.watching) == 0));
+                                   (kind == CD_SCOPE_WATCH && atomic_load(&cd_gates.watching) == 0));
     if (need_drain && (*code = drain()) != 0)
         return 1;
     if (kind != CD_SCOPE_OPT_OUT) {
-        pthread_mutex_lock(&cd_state.sub_lock);
+        pthread_mutex_lock(&cd_sub_lock);
         int fresh = 0;
         int rc = cd_cupti_acquire(cd_on_launch, &fresh, holder, holder_len);
         if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && kind == CD_SCOPE_WATCH &&
-            !cd_state.inherited) {
+            !cd_cupti_inherited()) {
             /* A profiler holds CUPTI: watch without it (what is not seen is a gap),
              * the device's assert text caught as with it. */
-            if (cd_state.capture_on)
+            if (cd_config.tee_stderr)
                 cd_tee_install();
-            atomic_fetch_add(&cd_state.watching, 1);
+            cd_gate_count(CD_GATE_WATCHING, 1);
             cd_runtime_hooks_on();
             cd_hook_stats h;
             cd_runtime_hooks_stats(&h);
             cd_coverage_gap_open(CD_GAP_HELD, where, h.recording);
-            pthread_mutex_unlock(&cd_state.sub_lock);
+            pthread_mutex_unlock(&cd_sub_lock);
             cd_watch_prepare();
             *token = atomic_fetch_add(&next_token, 1);
             *code = rc;                /* opened, without CUPTI */
             return 0;
         }
         if (rc) {
-            pthread_mutex_unlock(&cd_state.sub_lock);
+            pthread_mutex_unlock(&cd_sub_lock);
             /* A dead context makes CUPTI refuse too (NOT_INITIALIZED): say
              * what really happened. */
             int dead = may_drain ? drain() : 0;
@@ -84,23 +90,23 @@ int cd_scope_open(int kind, int all_threads, int may_drain, uint32_t *token, int
             return dead ? 1 : 2;
         }
         if (fresh) {
-            if (cd_state.capture_on)
+            if (cd_config.tee_stderr)
                 cd_tee_install();
             cd_native_ops_warm();
             cd_coverage_gap_close(where);     /* CUPTI is ours again */
         }
         if (kind == CD_SCOPE_WATCH)
-            atomic_fetch_add(&cd_state.watching, 1);
+            cd_gate_count(CD_GATE_WATCHING, 1);
         else
-            atomic_fetch_add(&cd_state.active, 1);
+            cd_gate_count(CD_GATE_ACTIVE, 1);
         if (all_threads)
-            atomic_fetch_add(&cd_state.all_threads, 1);
-        if (atomic_load(&cd_state.watching)) {
+            cd_gate_count(CD_GATE_ALL_THREADS, 1);
+        if (atomic_load(&cd_gates.watching)) {
             cd_cupti_watch_waits(1);   /* also after a hand-over and a new subscription */
             if (kind == CD_SCOPE_WATCH)
                 cd_runtime_hooks_on();
         }
-        pthread_mutex_unlock(&cd_state.sub_lock);
+        pthread_mutex_unlock(&cd_sub_lock);
     }
     if (kind == CD_SCOPE_WATCH)
         cd_watch_prepare();
@@ -116,19 +122,17 @@ void cd_scope_close(int kind, int all_threads, uint32_t token)
         cd_thread_pop(token);
     if (kind == CD_SCOPE_OPT_OUT || token < fork_token)
         return;                    /* opted out, or the parent's (counted there, not here) */
-    pthread_mutex_lock(&cd_state.sub_lock);
-    if (all_threads && atomic_load(&cd_state.all_threads) > 0)
-        atomic_fetch_sub(&cd_state.all_threads, 1);
-    atomic_int *count = kind == CD_SCOPE_WATCH ? &cd_state.watching : &cd_state.active;
-    if (atomic_load(count) > 0)
-        atomic_fetch_sub(count, 1);
-    if (kind == CD_SCOPE_WATCH && atomic_load(&cd_state.watching) == 0) {
+    pthread_mutex_lock(&cd_sub_lock);
+    if (all_threads)
+        cd_gate_count(CD_GATE_ALL_THREADS, -1);
+    cd_gate_count(kind == CD_SCOPE_WATCH ? CD_GATE_WATCHING : CD_GATE_ACTIVE, -1);
+    if (kind == CD_SCOPE_WATCH && atomic_load(&cd_gates.watching) == 0) {
         cd_runtime_hooks_off();
         cd_cupti_watch_waits(0);
         cd_coverage_gap_close(0);      /* the watch ended inside it */
     }
     cd_cupti_release();
-    pthread_mutex_unlock(&cd_state.sub_lock);
+    pthread_mutex_unlock(&cd_sub_lock);
 }
 
 int cd_scopes_hand_over(uint32_t where)
@@ -138,52 +142,52 @@ int cd_scopes_hand_over(uint32_t where)
      * launches stay covered); else they are off (the entries written back).
      * Then CUPTI is given up; captures begun from now on are not seen (every
      * launch asks the driver). */
-    pthread_mutex_lock(&cd_state.sub_lock);
+    pthread_mutex_lock(&cd_sub_lock);
     cd_cupti_shared(CD_SHARED_PROFILER);   /* never finalized under the profiler's feet */
-    const int watching = atomic_load(&cd_state.watching) > 0;
+    const int watching = atomic_load(&cd_gates.watching) > 0;
     if (watching)
         cd_runtime_hooks_record();
     else
         cd_runtime_hooks_off();
     int had = cd_cupti_hand_over_locked();
     if (had) {
-        atomic_store_explicit(&cd_state.capture_cache, 0, memory_order_relaxed);
-        atomic_fetch_add(&cd_state.capture_gen, 1);
+        cd_gate_capture_cache(0);
+        cd_gate_capture_moved();
         if (watching) {
             cd_hook_stats h;
             cd_runtime_hooks_stats(&h);
             cd_coverage_gap_open(CD_GAP_PROFILER, where, h.recording);
         }
     }
-    pthread_mutex_unlock(&cd_state.sub_lock);
+    pthread_mutex_unlock(&cd_sub_lock);
     return had;
 }
 
 int cd_scopes_take_back(uint32_t where, char *holder, size_t holder_len)
 {
-    pthread_mutex_lock(&cd_state.sub_lock);
+    pthread_mutex_lock(&cd_sub_lock);
     if (holder_len)
         holder[0] = '\0';
-    if (cd_state.subscriber || cd_state.inherited ||
-        (atomic_load(&cd_state.watching) == 0 && atomic_load(&cd_state.active) == 0)) {
-        pthread_mutex_unlock(&cd_state.sub_lock);
+    if (cd_cupti_subscribed() || cd_cupti_inherited() ||
+        (atomic_load(&cd_gates.watching) == 0 && atomic_load(&cd_gates.active) == 0)) {
+        pthread_mutex_unlock(&cd_sub_lock);
         return 0;
     }
     int fresh = 0;
     int rc = cd_cupti_acquire(cd_on_launch, &fresh, holder, holder_len);
     if (rc) {
-        pthread_mutex_unlock(&cd_state.sub_lock);
+        pthread_mutex_unlock(&cd_sub_lock);
         return -rc;
     }
-    if (fresh && cd_state.capture_on)
+    if (fresh && cd_config.tee_stderr)
         cd_tee_install();
-    if (atomic_load(&cd_state.watching)) {
+    if (atomic_load(&cd_gates.watching)) {
         cd_cupti_watch_waits(1);
         cd_runtime_hooks_on();         /* the record mode becomes the direct route */
     }
     cd_coverage_gap_close(where);
-    atomic_fetch_add(&cd_state.n_take_backs, 1);
-    pthread_mutex_unlock(&cd_state.sub_lock);
+    atomic_fetch_add(&n_take_backs, 1);
+    pthread_mutex_unlock(&cd_sub_lock);
     return 1;
 }
 

@@ -14,8 +14,8 @@
 #endif
 #include "hooks/hooks.h"
 
-#include <string.h>
-#include <sys/prctl.h>
+#include <string.h>     /* strncmp, memmove */
+#include <sys/prctl.h>   /* prctl, PR_GET_NAME */
 
 static _Thread_local struct {
     uint32_t token;
@@ -46,9 +46,9 @@ int cd_thread_wants_blocking(void)
     int s = tls_state;
     if (s)
         return s > 0;
-    if (atomic_load_explicit(&cd_state.all_threads, memory_order_relaxed))
+    if (atomic_load_explicit(&cd_gates.all_threads, memory_order_relaxed))
         return 1;
-    if (!atomic_load_explicit(&cd_state.active, memory_order_relaxed))
+    if (!atomic_load_explicit(&cd_gates.active, memory_order_relaxed))
         return 0;
     if (!tls_kind)
         tls_kind = (signed char)classify_thread();

@@ -21,10 +21,10 @@
 #define CD_PY_H
 
 #define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include <Python.h>      /* the C API: PyObject, PyArg_ParseTuple... */
 
-#include "hooks/hooks.h"
-#include "replay/replay.h"
+#include "hooks/hooks.h"         /* hooks/ and, through it, report/, capture/, base/ */
+#include "replay/replay.h"       /* the replay's Sanitizer API side */
 
 /* ------------------------------------------------------------ the faces -- */
 

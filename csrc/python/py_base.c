@@ -4,9 +4,9 @@
  */
 #include "python/py.h"
 
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
+#include <errno.h>      /* errno */
+#include <stdlib.h>      /* free */
+#include <string.h>      /* strlen */
 
 /* ------------------------------------------------------- conversions -- */
 
@@ -290,48 +290,41 @@ PyObject *cd_py_last_call(PyObject *self, PyObject *noargs)
 
 /* ------------------------------------------------------------- options -- */
 
-/* set_options(wait, capture, profile, capture_check, graph_markers[, watch_probe,
- * detach, graph_marker_every]): the debug switches, validated by Python
- * (cuda_debug/_options.py) from CUDA_DEBUG_*. */
+/* set_options(wait, tee_stderr, profile, capture_check, graph_markers[, watch_probe,
+ * detach, graph_marker_every]): the debug switches (base.h's cd_config),
+ * validated by Python (cuda_debug/_options.py) from CUDA_DEBUG_*. */
 PyObject *cd_py_set_options(PyObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"wait", "capture", "profile", "capture_check", "graph_markers",
+    static char *kwlist[] = {"wait", "tee_stderr", "profile", "capture_check", "graph_markers",
                              "watch_probe", "detach", "graph_marker_every", NULL};
-    int wait = CD_WAIT_SYNC, capture = 1, profile = 0, capture_check = 1,
-        graph_markers = CD_MARKERS_KERNEL, watch_probe = CD_PROBE_OFF, detach = 0, every = 8;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ippiiipi", kwlist, &wait, &capture, &profile,
-                                     &capture_check, &graph_markers, &watch_probe, &detach,
-                                     &every))
+    cd_config_t c = {.wait_mode = CD_WAIT_SYNC, .tee_stderr = 1, .profile = 0,
+                     .capture_check = 1, .graph_markers = CD_MARKERS_KERNEL,
+                     .watch_probe = CD_PROBE_OFF, .detach = 0, .graph_marker_every = 8};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ippiiipi", kwlist, &c.wait_mode, &c.tee_stderr,
+                                     &c.profile, &c.capture_check, &c.graph_markers,
+                                     &c.watch_probe, &c.detach, &c.graph_marker_every))
         return NULL;
-    if (every < 1 || every > 1024) {
+    if (c.graph_marker_every < 1 || c.graph_marker_every > 1024) {
         PyErr_SetString(PyExc_ValueError, "graph_marker_every must be 1 to 1024");
         return NULL;
     }
-    if (watch_probe < CD_PROBE_OFF || watch_probe > CD_PROBE_FRAMES) {
+    if (c.watch_probe < CD_PROBE_OFF || c.watch_probe > CD_PROBE_FRAMES) {
         PyErr_SetString(PyExc_ValueError, "watch_probe must be 0 (off) to 3 (frames)");
         return NULL;
     }
-    if (graph_markers < CD_MARKERS_OFF || graph_markers > CD_MARKERS_KERNEL) {
+    if (c.graph_markers < CD_MARKERS_OFF || c.graph_markers > CD_MARKERS_KERNEL) {
         PyErr_SetString(PyExc_ValueError, "graph_markers must be 0 (off), 1 (memop) or 2 (kernel)");
         return NULL;
     }
-    if (wait < CD_WAIT_SYNC || wait > CD_WAIT_NONE) {
+    if (c.wait_mode < CD_WAIT_SYNC || c.wait_mode > CD_WAIT_NONE) {
         PyErr_SetString(PyExc_ValueError, "wait must be 0 (sync), 1 (spin) or 2 (none)");
         return NULL;
     }
-    pthread_mutex_lock(&cd_state.sub_lock);
-    int busy = cd_state.subscriber != NULL;
-    if (!busy) {
-        cd_state.wait_mode = wait;
-        cd_state.capture_on = capture;
-        cd_state.profile = profile;
-        cd_state.capture_check = capture_check;
-        cd_state.graph_markers = graph_markers;
-        cd_state.watch_probe = watch_probe;
-        cd_state.detach = detach;
-        cd_state.graph_marker_every = every;
-    }
-    pthread_mutex_unlock(&cd_state.sub_lock);
+    pthread_mutex_lock(&cd_sub_lock);
+    int busy = cd_cupti_subscribed();
+    if (!busy)
+        cd_configure(&c);
+    pthread_mutex_unlock(&cd_sub_lock);
     if (busy) {
         PyErr_SetString(PyExc_RuntimeError, "options cannot change while a scope or watch is open");
         return NULL;
@@ -341,72 +334,103 @@ PyObject *cd_py_set_options(PyObject *self, PyObject *args, PyObject *kw)
 
 /* --------------------------------------------------------------- stats -- */
 
+/* stats(): each layer's counters under their own names (their X-macro
+ * lists: CD_LAUNCH_COUNTS, CD_WATCH_COUNTS, CD_SUBSCRIPTION_COUNTS), then
+ * one row a key for the rest: (the dict, the key, its kind, its value).
+ * The values are read first, into the snapshots of cd_py_stats: the
+ * counters through each layer's getter, the gates as they are. Kinds: U an
+ * unsigned count, I an int, S a str. */
+#define CD_STATS(X)                                                                         \
+    X(top, "subscribes", U, atomic_load(&cd_gates.subscriptions))                           \
+    X(top, "active", I, atomic_load(&cd_gates.active))                                      \
+    X(top, "watching", I, atomic_load(&cd_gates.watching))                                  \
+    X(top, "all_threads", I, atomic_load(&cd_gates.all_threads))                            \
+    X(top, "in_callback", I, atomic_load(&cd_gates.in_callback))                            \
+    X(top, "watch_every", U, atomic_load(&cd_gates.watch_every))                            \
+    X(top, "watch_alloc_rc", I, cd_watch_alloc_rc())                                        \
+    X(top, "watch_write_rc", I, ring.write_rc)                                              \
+    X(top, "subscribed", I, cd_cupti_subscribed())                                          \
+    X(top, "interned_bytes", U, cd_intern_used())                                           \
+    X(top, "stderr_tee", I, cd_tee_installed())                                             \
+    X(top, "code_watcher", I, cd_frames_code_watched())                                     \
+    X(top, "take_backs", U, cd_scopes_take_backs())                                         \
+    X(top, "coverage_gap_open", I, cd_coverage_gap_is_open())                               \
+    X(top, "cupti_residue", S, residue)                                                     \
+    X(hooks, "on", I, h.on) X(hooks, "recording", I, h.recording)                           \
+    X(hooks, "entries", I, h.entries)                                                       \
+    X(hooks, "routed", U, h.routed) X(hooks, "recorded", U, h.recorded)                     \
+    X(hooks, "handed_back", U, h.handed_back) X(hooks, "asked", U, h.asked)                 \
+    X(hooks, "why_off", S, why_off)                                                         \
+    X(hooks, "other_runtimes", U, h.other_runtimes)                                         \
+    X(hooks, "runtime", S, h.runtime) X(hooks, "other_runtime", S, h.other_runtime)         \
+    X(hooks, "unresolved", U, h.unresolved) X(hooks, "unresolved_rc", I, h.unresolved_rc)   \
+    X(hooks, "ns_lookup", U, h.ns_lookup) X(hooks, "ns_launch", U, h.ns_launch)
+
+#define CD_STAT_U(v) PyLong_FromUnsignedLongLong((unsigned long long)(v))
+#define CD_STAT_I(v) PyLong_FromLong((long)(v))
+#define CD_STAT_S(v) PyUnicode_FromString(v)
+
+/* d[key] = v (a new reference, NULL: the error set); 0, or -1. */
+static int stat_put(PyObject *d, const char *key, PyObject *v)
+{
+    if (!v)
+        return -1;
+    const int rc = PyDict_SetItemString(d, key, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static const char *const residue_text[] = {
+    "", "pending: the next launch's callback detaches CUPTI (cuptiFinalize)",
+    "CUDA_DEBUG_CUPTI_DETACH=0: CUPTI stays loaded, unsubscribed",
+    "another client held CUPTI in this process: it is not finalized under it",
+    ("a profiler (torch.profiler/Kineto) used CUPTI in this process: it is not finalized "
+     "under it"),
+    "this libcupti has no cuptiFinalize", "a forked child: the parent's CUPTI",
+    "cuptiFinalize failed: CUPTI stays loaded, unsubscribed"};
+static const char *const hooks_off_text[] = {
+    "never on", "CUDA_DEBUG_LAUNCH_HOOKS=0", "no CUPTI", "driver too old",
+    "a library imports the route", "no library imports __cudaLaunchKernel"};
+
 PyObject *cd_py_stats(PyObject *self, PyObject *noargs)
 {
-#define U(x) (unsigned long long)atomic_load(&cd_state.x)
-    PyObject *d = Py_BuildValue(
-        "{sKsKsKsKsisisisKsKsKsKsKsKsKsKsKsisisisnsisKsisKsKsIsKsK}", "synced", U(n_synced), "follower",
-        U(n_follower), "skipped_capture", U(n_skipped_capture), "subscribes", U(n_subscribes),
-        "active", atomic_load(&cd_state.active), "watching", atomic_load(&cd_state.watching),
-        "all_threads", atomic_load(&cd_state.all_threads), "ns_capture_check",
-        U(ns_capture_check), "ns_wait", U(ns_wait), "ns_callback", U(ns_callback), "refused",
-        U(n_refused), "watched", U(n_watched), "unmarked", U(n_unmarked),
-        "capture_ids_refused", U(n_capture_ids_refused), "ns_watch", U(ns_watch), "ns_marker", U(ns_marker),
-        "watch_alloc_rc", atomic_load(&cd_state.watch_alloc_rc), "watch_write_rc",
-        atomic_load(&cd_state.watch_write_rc), "subscribed",
-        cd_state.subscriber != NULL, "interned_bytes", (Py_ssize_t)cd_intern_used(),
-        "stderr_tee", cd_tee_installed(), "hand_overs", U(n_hand_overs), "code_watcher",
-        cd_frames_code_watched(), "marked", U(n_marked), "closed", U(n_closed),
-        "watch_every", (unsigned)atomic_load(&cd_state.watch_every), "wait_ids_refused",
-        U(n_wait_ids_refused), "detaches", U(n_detaches));
-    if (!d)
-        return NULL;
-    static const char *const residue[] = {
-        "", "pending: the next launch's callback detaches CUPTI (cuptiFinalize)",
-        "CUDA_DEBUG_CUPTI_DETACH=0: CUPTI stays loaded, unsubscribed",
-        "another client held CUPTI in this process: it is not finalized under it",
-        "a profiler (torch.profiler/Kineto) used CUPTI in this process: it is not finalized "
-        "under it",
-        "this libcupti has no cuptiFinalize", "a forked child: the parent's CUPTI",
-        "cuptiFinalize failed: CUPTI stays loaded, unsubscribed"};
-    const int rs = cd_cupti_residue();
-    PyObject *more = Py_BuildValue("{sKsKsisiss}", "hand_overs_busy", U(n_hand_overs_busy),
-                                   "take_backs", U(n_take_backs), "in_callback",
-                                   atomic_load(&cd_state.in_callback), "coverage_gap_open",
-                                   cd_coverage_gap_is_open(), "cupti_residue",
-                                   residue[rs >= 0 && rs < 8 ? rs : 0]);
-    if (!more || PyDict_Update(d, more) < 0) {
-        Py_XDECREF(more);
-        Py_DECREF(d);
-        return NULL;
-    }
-    Py_DECREF(more);
+    cd_launch_counts launch;
+    cd_launch_stats(&launch);
+    cd_watch_counts ring;
+    cd_watch_stats(&ring);
+    cd_subscription_counts sub;
+    cd_subscription_stats(&sub);
     cd_hook_stats h;
     cd_runtime_hooks_stats(&h);
-    static const char *const why[] = {"never on", "CUDA_DEBUG_LAUNCH_HOOKS=0", "no CUPTI",
-                                      "driver too old", "a library imports the route",
-                                      "no library imports __cudaLaunchKernel"};
-    PyObject *v = Py_BuildValue("{sisisisKsKsKsKsssKsssssKsisKsK}", "on", h.on, "recording", h.recording,
-                                "entries", h.entries, "routed",
-                                (unsigned long long)h.routed, "recorded",
-                                (unsigned long long)h.recorded, "handed_back",
-                                (unsigned long long)h.handed_back, "asked",
-                                (unsigned long long)h.asked, "why_off",
-                                h.on ? "" : why[h.why_off >= 0 && h.why_off < 6 ? h.why_off : 0],
-                                "other_runtimes", U(n_hook_other_runtimes), "runtime",
-                                h.runtime, "other_runtime", h.other_runtime, "unresolved",
-                                (unsigned long long)h.unresolved, "unresolved_rc",
-                                h.unresolved_rc, "ns_lookup",
-                                (unsigned long long)h.ns_lookup, "ns_launch",
-                                (unsigned long long)h.ns_launch);
-    if (!v || PyDict_SetItemString(d, "launch_hooks", v) < 0) {
-        Py_XDECREF(v);
-        Py_DECREF(d);
-        return NULL;
-    }
-    Py_DECREF(v);
-    return d;
-#undef U
+    const int rs = cd_cupti_residue();
+    const char *residue = residue_text[rs >= 0 && rs < (int)CD_N_OF(residue_text) ? rs : 0];
+    const int wo = h.why_off >= 0 && h.why_off < (int)CD_N_OF(hooks_off_text) ? h.why_off : 0;
+    const char *why_off = h.on ? "" : hooks_off_text[wo];
+    PyObject *top = PyDict_New(), *hooks = PyDict_New();
+    if (!top || !hooks)
+        goto fail;
+#define PUT(dict, key, kind, value)                                                         \
+    if (stat_put(dict, key, CD_STAT_##kind(value)) < 0)                                    \
+        goto fail;
+#define PUT_LAUNCH(name) PUT(top, #name, U, launch.name)
+#define PUT_RING(name) PUT(top, #name, U, ring.name)
+#define PUT_SUB(name) PUT(top, #name, U, sub.name)
+    CD_LAUNCH_COUNTS(PUT_LAUNCH)
+    CD_WATCH_COUNTS(PUT_RING)
+    CD_SUBSCRIPTION_COUNTS(PUT_SUB)
+    CD_STATS(PUT)
+#undef PUT_SUB
+#undef PUT_RING
+#undef PUT_LAUNCH
+#undef PUT
+    if (PyDict_SetItemString(top, "launch_hooks", hooks) < 0)
+        goto fail;
+    Py_DECREF(hooks);
+    return top;
+fail:
+    Py_XDECREF(top);
+    Py_XDECREF(hooks);
+    return NULL;
 }
 
 /* ------------------------------------------------------------- strings -- */

@@ -5,8 +5,7 @@
  */
 #include "python/py.h"
 
-#include <dlfcn.h>
-#include <string.h>
+#include <dlfcn.h>      /* dlopen, RTLD_LAZY, RTLD_NOLOAD, ... */
 
 /* --------------------------------------------------------------- frames -- */
 
@@ -208,7 +207,7 @@ CD_PY_ARG(set_watch_markers, long, every)
         PyErr_SetString(PyExc_ValueError, "markers every 1 to 65536 launches");
         return NULL;
     }
-    atomic_store(&cd_state.watch_every, (unsigned)every);
+    cd_gate_watch_every((unsigned)every);
     Py_RETURN_NONE;
 }
 
@@ -219,7 +218,7 @@ PyObject *cd_py_set_op(PyObject *self, PyObject *arg)
     unsigned long v = PyLong_AsUnsignedLongMask(arg);
     if (v == (unsigned long)-1 && PyErr_Occurred())
         return NULL;
-    cd_tls_op = (uint32_t)v;
+    cd_watch_set_op((uint32_t)v);
     Py_RETURN_NONE;
 }
 
@@ -284,6 +283,8 @@ PyObject *cd_py_graph_stats(PyObject *self, PyObject *noargs)
 {
     cd_graph_counters g;
     cd_graph_stats(&g);
+    cd_subscription_counts sub;
+    cd_subscription_stats(&sub);
     return Py_BuildValue(
         "{sKsKsKsKsKsisisisisKsisisisisIsIsIsK}", "nodes_marked",
         (unsigned long long)g.nodes_marked, "nodes_unmarked", (unsigned long long)g.nodes_unmarked,
@@ -291,7 +292,7 @@ PyObject *cd_py_graph_stats(PyObject *self, PyObject *noargs)
         (unsigned long long)g.captures_untracked, "captures_freed",
         (unsigned long long)g.captures_freed, "captures", g.captures, "chunks_used",
         g.chunks_used, "chunks", g.chunks, "contexts", cd_watch_contexts_live(),
-        "graph_ids_refused", (unsigned long long)atomic_load(&cd_state.n_graph_ids_refused),
+        "graph_ids_refused", (unsigned long long)sub.graph_ids_refused,
         "clear_rc", g.clear_rc, "write_rc", g.write_rc, "kernel_rc", g.kernel_rc, "adopt_rc",
         g.adopt_rc, "execs", g.execs, "execs_refused", g.execs_refused, "exec_reach",
         g.exec_reach, "adopt_events", (unsigned long long)g.adopt_events);

@@ -4,9 +4,9 @@
  */
 #include "python/py.h"
 
-#include <structmember.h>
+#include <structmember.h> /* PyMemberDef, T_INT, READONLY */
 
-#include <string.h>
+#include <string.h>     /* strlen */
 
 /* ---------------------------------------------------------- scope handle -- */
 

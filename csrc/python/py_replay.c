@@ -4,8 +4,8 @@
  */
 #include "python/py.h"
 
-#include <stdlib.h>
-#include <string.h>
+#include <stdlib.h>     /* malloc */
+#include <string.h>      /* memcpy, memset, strlen */
 
 /* The Python callable that gives an instrumented launch its valid ranges
  * (cuda_debug._replay: PyTorch's live blocks). Process-wide, like the one

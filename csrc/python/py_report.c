@@ -4,7 +4,7 @@
  */
 #include "python/py.h"
 
-#include <string.h>
+#include <string.h>     /* strlen, strnlen */
 
 /* configure(names, restart, report, prefix, error_file, signals): texts and
  * switches Python owns, handed to the C fault path once. names: {code: (name,
@@ -210,7 +210,7 @@ PyObject *cd_py_on_raise(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_RETURN_NONE;
     PyObject *exc = args[2];
     if (!cd_fault_sticky_seen() &&
-        !(atomic_load_explicit(&cd_state.watching, memory_order_relaxed) &&
+        !(atomic_load_explicit(&cd_gates.watching, memory_order_relaxed) &&
           PyObject_TypeCheck(exc, (PyTypeObject *)PyExc_RuntimeError)))
         Py_RETURN_NONE;
     PyObject *r = PyObject_CallOneArg(raise_hook, exc);

@@ -15,7 +15,7 @@
 #ifndef CD_REPLAY_CHECK_H
 #define CD_REPLAY_CHECK_H
 
-#include <stdint.h>
+#include <stdint.h>     /* uint64_t, uint32_t */
 
 /* patches.cu defines it as a device function first; the host's is inline. */
 #ifndef CD_CHECK_FN

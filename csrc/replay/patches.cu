@@ -1,6 +1,6 @@
 // replay/patches.cu: the device functions the Sanitizer API calls before each
 // memory access of the one instrumented launch (replay/sanitizer.c patches only
-// that launch's module). Built by replay/gen_patches.py (nvcc
+// that launch's module). Built by tools/gen/replay_patches.py (nvcc
 // --compile-as-tools-patch, once, by a developer) into replay/patches_fatbin.h,
 // so that installing cuda_debug needs no nvcc.
 //

@@ -23,7 +23,7 @@
 #define CD_REPLAY_H
 
 #include "base/base.h"
-#include "replay/check.h"
+#include "replay/check.h"        /* the device check, shared with patches.cu */
 
 /* The Sanitizer headers replay/sanitizer_api.h was written from. */
 #define CD_SANITIZER_HEADERS_TEXT "CUDA 13.0 (Compute Sanitizer 2025.3)"

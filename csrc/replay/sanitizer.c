@@ -19,14 +19,14 @@
 #define _GNU_SOURCE 1
 #endif
 #include "replay/replay.h"
-#include "replay/sanitizer_api.h"
-#include "replay/patches_fatbin.h"
+#include "replay/sanitizer_api.h"   /* the Sanitizer API declarations we use */
+#include "replay/patches_fatbin.h"  /* cd_replay_patches, CD_PATCH_* (generated) */
 
-#include <dlfcn.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include <dlfcn.h>      /* dlopen, RTLD_NOW, RTLD_GLOBAL, ... */
+#include <stdio.h>       /* snprintf, fprintf, stderr */
+#include <stdlib.h>      /* getenv, realloc, qsort, ... */
+#include <string.h>      /* memset, strcmp, strlen, ... */
+#include <time.h>        /* timespec, clock_gettime, CLOCK_MONOTONIC */
 
 #define CD_ILLEGAL_ADDRESS 700     /* CUDA_ERROR_ILLEGAL_ADDRESS */
 

@@ -10,11 +10,11 @@
  */
 #include "report/report.h"
 
-#include <fcntl.h>
-#include <stdio.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include <fcntl.h>      /* open, O_WRONLY, O_CREAT, ... */
+#include <stdio.h>       /* snprintf */
+#include <string.h>      /* memchr */
+#include <time.h>        /* time */
+#include <unistd.h>      /* close */
 
 static char elastic_file[1024];        /* TORCHELASTIC_ERROR_FILE, "" when unset */
 static atomic_int elastic_written;      /* 0, ELASTIC_BY_SIGNAL or ELASTIC_FINAL */

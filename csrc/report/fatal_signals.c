@@ -20,10 +20,9 @@
 #endif
 #include "report/report.h"
 
-#include <errno.h>
-#include <signal.h>
-#include <string.h>
-#include <time.h>
+#include <errno.h>      /* errno */
+#include <signal.h>      /* sigaction, siginfo_t, SA_SIGINFO, ... */
+#include <string.h>      /* memset */
 
 static struct sigaction old_abrt, old_term;
 static atomic_int handlers_installed;
@@ -52,7 +51,7 @@ static void on_fatal_signal(int sig, siginfo_t *info, void *uctx)
                                                      old->sa_handler != NULL;
     int dying = sig == SIGABRT || (!chained && old->sa_handler == SIG_DFL);
     int taken = cd_report_lock();
-    if (atomic_load(&cd_state.watching))
+    if (atomic_load(&cd_gates.watching))
         cd_report_watch_culprit(0, sig == SIGABRT ? "SIGABRT" : "SIGTERM",
                                 dying ? CD_FROM_DYING_SIGNAL : CD_FROM_SIGNAL);
     cd_report_unlock(taken);

@@ -20,11 +20,11 @@
 #endif
 #include "report/report.h"
 
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
+#include <string.h>     /* memset, memcpy, strlen, ... */
+#include <sys/prctl.h>   /* prctl, PR_GET_NAME */
+#include <sys/syscall.h> /* SYS_gettid */
+#include <time.h>        /* timespec, clock_gettime, CLOCK_REALTIME */
+#include <unistd.h>      /* syscall */
 
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 static cd_fault ring[CD_FAULT_RING];
@@ -72,8 +72,8 @@ void cd_fault_fill(cd_fault *f, const cd_launch *l)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     f->wall_time = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-    f->n_frames = cd_frames_capture(f->frames, CD_FAULT_FRAMES, 0, &f->frames_complete);
-    if (atomic_load_explicit(&cd_state.watching, memory_order_relaxed))
+    f->n_frames = cd_frames_read(f->frames, CD_FAULT_FRAMES, 0, &f->frames_complete);
+    if (atomic_load_explicit(&cd_gates.watching, memory_order_relaxed))
         f->launch_seq = cd_watch_thread_last();
     f->log_end = cd_driver_log_count();
 }

@@ -22,12 +22,10 @@
 #endif
 #include "report/report.h"
 
-#include <errno.h>
-#include <signal.h>
-#include <stdio.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include <signal.h>     /* sigset_t, pthread_sigmask, sigemptyset, ... */
+#include <stdio.h>       /* snprintf */
+#include <string.h>      /* memchr, memmem, strlen, ... */
+#include <time.h>        /* timespec, time_t, nanosleep */
 
 #define MAX_NAMES 48
 static struct {
@@ -450,7 +448,7 @@ static void write_watch_culprit(int code, const char *found_at, int from_signal)
                                  "markers behind a few of them)");
     }
     cd_out_puts(&o, "\n");
-    const unsigned every = atomic_load(&cd_state.watch_every);
+    const unsigned every = atomic_load(&cd_gates.watch_every);
     uint64_t oldest = n ? seqs[0] : cd_watch_seq();
     for (int i = 1; i < n; i++)
         if (seqs[i] < oldest)

@@ -14,10 +14,10 @@
 #endif
 #include "report/report.h"
 
-#include <errno.h>
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
+#include <errno.h>      /* errno, EINTR */
+#include <stdio.h>       /* snprintf */
+#include <string.h>      /* memcpy, strlen */
+#include <unistd.h>      /* write */
 
 static char prefix[32];
 

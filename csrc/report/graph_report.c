@@ -23,7 +23,6 @@
  */
 #include "report/report.h"
 
-#include <string.h>
 
 #define SHOWN 3                        /* candidates written; the rest counted */
 

@@ -37,13 +37,13 @@
 #endif
 #include "report/report.h"
 
-#include <fcntl.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include <fcntl.h>      /* open, O_RDONLY, O_CLOEXEC */
+#include <pthread.h>     /* pthread_mutex_t, PTHREAD_MUTEX_INITIALIZER, pthread_mutex_lock, ... */
+#include <stdio.h>       /* snprintf */
+#include <stdlib.h>      /* realloc, free, malloc, ... */
+#include <string.h>      /* memcpy, memset, strlen */
+#include <time.h>        /* timespec, clock_gettime, CLOCK_REALTIME */
+#include <unistd.h>      /* read, close, getpid */
 
 void cd_buf_sink(void *ctx, const char *p, size_t n)
 {
@@ -400,7 +400,7 @@ int cd_report_dump_doc(cd_buf *b, const cd_dump_params *p)
     key(o, "time", 0);
     lit(o, tbuf);
     key(o, "watching", 0);
-    lit(o, atomic_load(&cd_state.watching) ? "true" : "false");
+    lit(o, atomic_load(&cd_gates.watching) ? "true" : "false");
     key(o, "hang_after_ns", 0);
     num(o, p->hang_after_ns);
     key(o, "dump_signal", 0);

@@ -37,11 +37,11 @@
 #endif
 #include "report/report.h"
 
-#include <errno.h>
-#include <signal.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include <errno.h>      /* errno */
+#include <signal.h>      /* SIGUSR1, SIGUSR2, sigset_t, ... */
+#include <string.h>      /* memset */
+#include <sys/syscall.h> /* SYS_gettid */
+#include <unistd.h>      /* getpid, syscall */
 
 /* Under cd_report_lock (or, when it could not be had in 3 s, shared at worst
  * with a report being written: text may mix, nothing worse). */
@@ -121,7 +121,7 @@ static void put_entry(cd_out *o, const cd_inflight *e, uint64_t now_ns)
         cd_out_u(o, (unsigned long long)e->open_seq);
         cd_out_puts(o, ", user and JIT kernels and kernels not seen to finish first: watch() "
                        "puts a completion marker behind every ");
-        cd_out_u(o, atomic_load(&cd_state.watch_every));
+        cd_out_u(o, atomic_load(&cd_gates.watch_every));
         cd_out_puts(o, "th launch of a stream; watch(exact=True) behind each)\n");
         uint64_t shown = 0;
         for (uint64_t seq = e->first_seq; seq <= e->open_seq && shown < 3; seq++) {
@@ -171,7 +171,7 @@ static void put_inflight(cd_out *o, const cd_inflight *t, int n, const cd_inflig
         cd_out_u(o, (unsigned long long)getpid());
         if (sig)
             cd_out_puts(o, ")");
-        if (!atomic_load(&cd_state.watching))
+        if (!atomic_load(&cd_gates.watching))
             cd_out_puts(o, ", no watch() open now (launches since it closed are not recorded)");
     }
     cd_out_puts(o, "\n");

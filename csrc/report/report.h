@@ -22,7 +22,7 @@
 
 #include "capture/capture.h"
 
-#include <signal.h>
+#include <signal.h>     /* sigset_t, sigaction, siginfo_t */
 
 /* ------------------------------------------------------- fd_writer.c -- */
 

@@ -36,7 +36,7 @@
  */
 #include "report/report.h"
 
-#include <string.h>
+#include <string.h>     /* strlen, strstr, memset, ... */
 
 /* Is `word` an identifier inside `name` (a kernel's name, mangled or not):
  * not preceded by a letter or '_' (a mangled length prefix's digits may

@@ -4,9 +4,9 @@
  * cuda_debug.testing, the test suite, the README demo and the latency bench.
  */
 #include "testing/testing.h"
-#include "testing/fault_kernels_ptx.h"
+#include "testing/fault_kernels_ptx.h"   /* cd_fault_kernels_ptx, CD_KERNEL_* (generated) */
 
-#include <string.h>
+#include <string.h>     /* strcmp */
 
 /* Per-device module and scratch buffer; guarded by the GIL (created from
  * Python-facing calls only, before the GIL is released for the launch). */

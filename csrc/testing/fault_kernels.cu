@@ -1,9 +1,9 @@
 // Kernels that fault on purpose, for cuda_debug.testing and the test suite.
-// Built to PTX by csrc/gen_fault_kernels.py (nvcc, once, by a developer); the
-// PTX is embedded in csrc/fault_kernels_ptx.h so users need no nvcc.
+// Built to PTX by tools/gen/fault_kernels.py (nvcc, once, by a developer); the
+// PTX is embedded in csrc/testing/fault_kernels_ptx.h so users need no nvcc.
 // NDEBUG must stay undefined here: it would compile the assert away.
 #undef NDEBUG
-#include <assert.h>
+#include <assert.h>      /* assert */
 
 namespace cuda_debug_testing {
 

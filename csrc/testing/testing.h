@@ -1,6 +1,6 @@
 /*
  * testing/testing.h: kernels that fault on purpose, embedded as PTX
- * (fault_kernels.cu -> fault_kernels_ptx.h by gen_fault_kernels.py) and
+ * (fault_kernels.cu -> fault_kernels_ptx.h by tools/gen/fault_kernels.py) and
  * launched through the driver like any framework would: cuda_debug.testing,
  * the test suite, the README demo and the latency benchmark use them.
  * A side layer: it calls base/ only.
@@ -9,7 +9,7 @@
 #define CD_TESTING_H
 
 #define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include <Python.h>      /* the C API: PyObject, PyArg_ParseTuple... */
 
 #include "base/base.h"
 

@@ -7,7 +7,7 @@ core is built with: generated from the real cuda.h / cupti.h, which it matches
 in ABI, tests/test_cuda_api.py), so that the fakes, like the package, build
 where no CUDA toolkit is. Once per source hash, into a folder under the temp
 dir. A fake that names a CUDA type, constant or function the header lacks
-fails to build: rerun ``csrc/base/gen_cuda_api.py`` (it reads tests/fake_cuda/
+fails to build: rerun ``tools/gen/cuda_api.py`` (it reads tests/fake_cuda/
 too). A child process preloads them
 (``ctypes.CDLL(path, RTLD_GLOBAL)``) before importing cuda_debug; cuda_debug's
 loader first asks for an already-loaded ``libcuda.so.1`` / ``libcupti.so.13``
@@ -159,7 +159,7 @@ def build():
         if p.returncode != 0:
             shutil.rmtree(work, ignore_errors=True)
             hint = ("\n(a CUDA name the fakes use is missing from csrc/base/cuda_api.h? "
-                    "Rerun csrc/base/gen_cuda_api.py: it reads tests/fake_cuda/ too)"
+                    "Rerun tools/gen/cuda_api.py: it reads tests/fake_cuda/ too)"
                     if any(w in p.stderr for w in ("undeclared", "unknown type name",
                                                    "implicit declaration")) else "")
             raise RuntimeError("building the fake CUDA driver failed:\n%s\n%s%s"

@@ -5,10 +5,10 @@ that building cuda_debug needs no CUDA toolkit and no NVIDIA header wheel
 (the libraries themselves are opened at run time).
 
 Usage:
-    python3 csrc/base/gen_cuda_api.py              # write csrc/base/cuda_api.h
-    python3 csrc/base/gen_cuda_api.py --check      # exit 1 if it is stale
-    python3 csrc/base/gen_cuda_api.py --probe DIR  # write the ABI probes (tests)
-    python3 csrc/base/gen_cuda_api.py --include DIR [--include DIR ...] --out PATH
+    python3 tools/gen/cuda_api.py              # write csrc/base/cuda_api.h
+    python3 tools/gen/cuda_api.py --check      # exit 1 if it is stale
+    python3 tools/gen/cuda_api.py --probe DIR  # write the ABI probes (tests)
+    python3 tools/gen/cuda_api.py --include DIR [--include DIR ...] --out PATH
 
 How: the C compiler preprocesses cuda.h, cupti.h, cublas_api.h and cublasLt.h
 (`cc -E -dD`, the build's -std=gnu11, for this machine: 64-bit Linux), which
@@ -36,8 +36,6 @@ Standard library only; Python 3.9+.
 
 import argparse
 import ast
-import difflib
-import importlib.util
 import os
 import re
 import shutil
@@ -45,7 +43,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _gen_common  # noqa: E402  (this folder's shared part)
+from c_decls import (  # noqa: E402  (C declarations, token by token)
+    KEYWORDS, TAG_KEYWORDS, tokenize, is_ident, strip_c_comments_and_strings, Macro, group_end,
+    split_top, skip_attributes, Decl, parse_preprocessed)
+
+REPO_ROOT = _gen_common.REPO_ROOT
 CSRC = REPO_ROOT / "csrc"
 DEFAULT_OUT = CSRC / "base" / "cuda_api.h"
 # The fake libcuda/libcupti of the tests (CPU-only CI) are compiled against this
@@ -57,309 +61,6 @@ NOT_SCANNED = {"base/cuda_api.h", "testing/fault_kernels_ptx.h"}
 # The system headers the declarations lean on (size_t, uint32_t...): the
 # generated header includes these; a type from any other fails its compile.
 SYSTEM_HEADERS = ("stddef.h", "stdint.h")
-
-KEYWORDS = set("""
-auto break case char const continue default do double else enum extern float for goto if
-inline int long register restrict return short signed sizeof static struct switch typedef
-union unsigned void volatile while _Bool _Complex _Alignas _Alignof _Atomic _Static_assert
-_Noreturn _Thread_local __attribute__ __attribute __extension__ __inline__ __inline __restrict
-__restrict__ __const__ __const __volatile__ __signed__ __typeof__ typeof __asm__ asm
-__builtin_offsetof __builtin_va_list __int128 _Float16 __fp16
-""".split())
-TAG_KEYWORDS = ("struct", "union", "enum")
-
-TOKEN_RE = re.compile(r"""
-    (?P<ws>\s+)
-  | (?P<str>L?"(?:\\.|[^"\\])*"|L?'(?:\\.|[^'\\])*')
-  | (?P<num>\.?\d(?:[eEpP][+-]|[\w.])*)
-  | (?P<id>[A-Za-z_]\w*)
-  | (?P<punct>\.\.\.|<<=|>>=|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||\#\#|[-+*/%&|^!~<>=?:;,.(){}\[\]\#\\@$`])
-""", re.X | re.S)
-IDENT_RE = re.compile(r"[A-Za-z_]\w*$")
-
-
-def tokenize(text):
-    out, pos = [], 0
-    while pos < len(text):
-        m = TOKEN_RE.match(text, pos)
-        if not m:
-            raise ValueError("gen_cuda_api: cannot tokenize near %r" % text[pos:pos + 40])
-        pos = m.end()
-        if m.lastgroup != "ws":
-            out.append(m.group())
-    return out
-
-
-def is_ident(tok):
-    return bool(IDENT_RE.match(tok))
-
-
-def strip_c_comments_and_strings(text):
-    """C source with comments, string and char literals blanked (identifiers
-    named only there are no roots)."""
-    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
-                  " ", text, flags=re.S)
-
-
-# ---------------------------------------------------------------------------
-# The preprocessed headers, as macros and top-level declarations
-# ---------------------------------------------------------------------------
-
-class Macro:
-    def __init__(self, name, params, body, origin, order):
-        self.name, self.params, self.body, self.origin, self.order = name, params, body, origin, order
-        self.tokens = tokenize(body)
-        self.refs = {t for t in self.tokens if is_ident(t)} - set(params or ())
-
-    def text(self):
-        params = "(%s)" % ", ".join(self.params) if self.params is not None else ""
-        return ("#define %s%s %s" % (self.name, params, self.body)).rstrip()
-
-
-def group_end(tokens, i):
-    """Index just past the bracket group opening at tokens[i]."""
-    pairs = {"(": ")", "[": "]", "{": "}"}
-    stack = [pairs[tokens[i]]]
-    j = i + 1
-    while stack:
-        t = tokens[j]
-        if t in pairs:
-            stack.append(pairs[t])
-        elif t == stack[-1]:
-            stack.pop()
-        j += 1
-    return j
-
-
-def split_top(tokens, sep):
-    """tokens split at `sep` outside any bracket group."""
-    parts, cur, i = [], [], 0
-    while i < len(tokens):
-        t = tokens[i]
-        if t in "([{":
-            j = group_end(tokens, i)
-            cur.extend(tokens[i:j])
-            i = j
-            continue
-        if t == sep:
-            parts.append(cur)
-            cur = []
-        else:
-            cur.append(t)
-        i += 1
-    if cur:
-        parts.append(cur)
-    return parts
-
-
-def skip_attributes(tokens):
-    """tokens without their __attribute__((...)) groups."""
-    out, i = [], 0
-    while i < len(tokens):
-        if tokens[i] in ("__attribute__", "__attribute") and i + 1 < len(tokens) and tokens[i + 1] == "(":
-            i = group_end(tokens, i + 1)
-            continue
-        out.append(tokens[i])
-        i += 1
-    return out
-
-
-class Decl:
-    """One top-level declaration (or definition) of the preprocessed headers."""
-
-    def __init__(self, tokens, origin, order):
-        self.tokens, self.origin, self.order = tokens, origin, order
-        self.names = set()        # ordinary identifiers it declares
-        self.tags = set()         # struct/union/enum tags it defines (with a body)
-        self.enums = []           # [(start, end, [(name, value)])]: token span of each enum body
-        self.typedefs = {}        # typedef name -> its declarator tokens
-        self.aggregates = []      # [(keyword, tag or None, body tokens, typedef names)]
-        self.kind = "other"
-        self._analyse()
-
-    # -- what it declares --------------------------------------------------
-    def _analyse(self):
-        toks = self.tokens
-        self.is_typedef = "typedef" in toks[:2]
-        i = 0
-        while i < len(toks):
-            if toks[i] in TAG_KEYWORDS:
-                kw, j = toks[i], i + 1
-                while j < len(toks) and toks[j] in ("__attribute__", "__attribute"):
-                    j = group_end(toks, j + 1)
-                tag = None
-                if j < len(toks) and is_ident(toks[j]) and toks[j] not in KEYWORDS:
-                    tag, j = toks[j], j + 1
-                if j < len(toks) and toks[j] == "{":
-                    end = group_end(toks, j)
-                    if tag:
-                        self.tags.add(tag)
-                    if kw == "enum":
-                        self.enums.append((j, end, self._enumerators(toks[j + 1:end - 1])))
-                    self.aggregates.append((kw, tag, toks[j + 1:end - 1], []))
-                    i = end
-                    continue
-            i += 1
-        for _, _, items in self.enums:
-            self.names.update(n for n, _ in items)
-        collapsed = self._collapse_bodies(toks)
-        if self.is_typedef:
-            self.kind = "typedef"
-            decls = split_top(collapsed[:-1] if collapsed[-1:] == [";"] else collapsed, ",")
-            for k, d in enumerate(decls):
-                name = self._declarator_name(d if k else d[1:])
-                if name:
-                    self.names.add(name)
-                    self.typedefs[name] = d
-            if self.aggregates and decls:
-                # typedef struct {...} A, *B: the aggregate is named by the
-                # declarators without a '*' or '[' of their own.
-                self.aggregates[0][3].extend(
-                    n for n, d in self.typedefs.items()
-                    if "*" not in skip_attributes(d) and "[" not in d)
-        elif any(t == "(" for t in collapsed):
-            name = self._function_name(collapsed)
-            if name:
-                self.kind = "function"
-                self.names.add(name)
-        elif self.aggregates and collapsed[-2:] in (["}", ";"], ["{}", ";"]):
-            self.kind = "aggregate"
-
-    @staticmethod
-    def _collapse_bodies(toks):
-        out, i = [], 0
-        while i < len(toks):
-            if toks[i] == "{":
-                i = group_end(toks, i)
-                out.append("{}")
-                continue
-            out.append(toks[i])
-            i += 1
-        return out
-
-    @staticmethod
-    def _declarator_name(d):
-        d = skip_attributes(d)
-        for i, t in enumerate(d):                         # (*name)(...) or (CUPTIAPI *name)
-            if t == "(" and "*" in d[i + 1:group_end(d, i)]:
-                inner = [x for x in d[i + 1:group_end(d, i) - 1] if is_ident(x) and x not in KEYWORDS]
-                return inner[-1] if inner else None
-        names, i = [], 0
-        while i < len(d):
-            t = d[i]
-            if t in ("[", "("):
-                i = group_end(d, i)
-                continue
-            if t in TAG_KEYWORDS:
-                i += 2 if i + 1 < len(d) and is_ident(d[i + 1]) and d[i + 1] != "{}" else 1
-                continue
-            if is_ident(t) and t not in KEYWORDS:
-                names.append(t)
-            i += 1
-        return names[-1] if names else None
-
-    @staticmethod
-    def _function_name(collapsed):
-        d = skip_attributes(collapsed)
-        for i, t in enumerate(d):
-            if t == "(" and i > 0 and is_ident(d[i - 1]) and d[i - 1] not in KEYWORDS:
-                return d[i - 1]
-        return None
-
-    @staticmethod
-    def _enumerators(body):
-        """[(name, value tokens or None)] of an enum body."""
-        out = []
-        for item in split_top(body, ","):
-            item = skip_attributes(item)
-            if not item:
-                continue
-            value = item[2:] if len(item) > 1 and item[1] == "=" else None
-            out.append((item[0], value))
-        return out
-
-    # -- what it needs ------------------------------------------------------
-    def refs(self):
-        """Identifiers and tags ('tag:X') this declaration names, its enum
-        bodies left out (their values are written out as numbers)."""
-        skip = set()
-        for start, end, _ in self.enums:
-            skip.update(range(start, end))
-        out, toks = set(), self.tokens
-        for i, t in enumerate(toks):
-            if i in skip or not is_ident(t) or t in KEYWORDS:
-                continue
-            if i > 0 and toks[i - 1] in TAG_KEYWORDS:
-                out.add("tag:" + t)
-            else:
-                out.add(t)
-        return out - self.names - {"tag:" + t for t in self.tags}
-
-
-def parse_preprocessed(text, is_cuda):
-    """(macros {name: Macro}, decls [Decl]) of `cc -E -dD` output;
-    is_cuda(path) says which files are CUDA's."""
-    macros, decls = {}, []
-    origin = ""
-    pending, depth, order = [], 0, 0
-    line_re = re.compile(r'#\s*(\d+)\s+"([^"]*)"')
-    define_re = re.compile(r"#\s*define\s+([A-Za-z_]\w*)(\(([^)]*)\))?\s*(.*)$")
-    body_kinds = []
-    for line in text.splitlines():
-        s = line.strip()
-        if s.startswith("#"):
-            m = line_re.match(s)
-            if m:
-                origin = m.group(2)
-                continue
-            m = define_re.match(s)
-            if m and is_cuda(origin):
-                params = None
-                if m.group(2) is not None:
-                    params = [p.strip() for p in m.group(3).split(",") if p.strip()]
-                order += 1
-                macros[m.group(1)] = Macro(m.group(1), params, m.group(4).strip(), origin, order)
-            elif s.startswith("#undef") and is_cuda(origin):
-                macros.pop(s.split()[1], None)
-            continue                                    # #pragma, built-in defines
-        for tok in tokenize(line):
-            if not pending:
-                pending_origin = origin
-            pending.append(tok)
-            if tok == "{":
-                body_kinds.append("function" if depth == 0 and _opens_function(pending[:-1])
-                                  else "block")
-            if tok in "([{":
-                depth += 1
-            elif tok in ")]}":
-                depth -= 1
-            if tok == "}" and body_kinds.pop() == "function" and depth == 0:
-                tok = ";"                                # a definition ends at its brace
-            if tok == ";" and depth == 0:
-                order += 1
-                if is_cuda(pending_origin):
-                    decls.append(Decl(pending, pending_origin, order))
-                pending = []
-    return macros, decls
-
-
-def _opens_function(before):
-    """True if a '{' after these tokens opens a function body."""
-    d = skip_attributes(before)
-    if not d or d[0] == "typedef" or "=" in d:
-        return False
-    if d[-1] != ")":
-        return False
-    k = len(d) - 1                    # find the '(' matching the last ')'
-    level = 0
-    while k >= 0:
-        level += d[k] == ")"
-        level -= d[k] == "("
-        if level == 0:
-            break
-        k -= 1
-    return k > 0 and is_ident(d[k - 1]) and d[k - 1] not in KEYWORDS
-
 
 # ---------------------------------------------------------------------------
 # Values of enumerators and macros
@@ -423,7 +124,7 @@ def enum_values(decls, macros):
                     except ValueError:
                         nxt = None
                 elif nxt is None:
-                    raise ValueError("gen_cuda_api: %s follows an enumerator of unknown value" % name)
+                    raise ValueError("tools/gen/cuda_api.py: %s follows an enumerator of unknown value" % name)
                 if nxt is not None:
                     known[name] = nxt
                     nxt += 1
@@ -492,7 +193,7 @@ class Model:
                 vals = [(self.values[n], n) for n, _ in items if n in self.values]
                 if len(vals) != len(items):
                     unknown = [n for n, _ in items if n not in self.values]
-                    raise SystemExit("gen_cuda_api: enumerators of unknown value: %s" % unknown)
+                    raise SystemExit("tools/gen/cuda_api.py: enumerators of unknown value: %s" % unknown)
                 self.enumerators.update((min(vals)[1], max(vals)[1]))
 
 
@@ -585,7 +286,7 @@ def versions(macros):
 def render(model, include_dirs):
     stamp = versions(model.macros)
     out = [
-        "/* generated by csrc/base/gen_cuda_api.py from the CUDA headers (%s)"
+        "/* generated by tools/gen/cuda_api.py from the CUDA headers (%s)"
         " \u2014 do not edit */" % stamp,
         "/*",
         " * The CUDA driver API, CUPTI and cuBLAS/cuBLASLt declarations that csrc/ uses",
@@ -635,7 +336,7 @@ def probe_source(model):
     """C source printing one 'what name value' line per fact of the header's
     ABI; compiled with -DCD_PROBE_REAL it includes the real headers instead."""
     lines = [
-        "/* generated by csrc/base/gen_cuda_api.py --probe: the ABI of csrc/base/cuda_api.h */",
+        "/* generated by tools/gen/cuda_api.py --probe: the ABI of csrc/base/cuda_api.h */",
         "#include <stdio.h>", "#include <stddef.h>", "#include <stdint.h>",
         "#ifdef CD_PROBE_REAL",
     ] + ["#include <%s>" % h for h in HEADERS] + [
@@ -683,7 +384,7 @@ def redeclaration_source(model):
     """C source that includes the real headers and then redeclares the
     header's prototypes, body-less typedefs and macros: the compiler refuses
     (with -Werror, for macros) any that differs from the real one."""
-    lines = ["/* generated by csrc/base/gen_cuda_api.py --probe: csrc/base/cuda_api.h's",
+    lines = ["/* generated by tools/gen/cuda_api.py --probe: csrc/base/cuda_api.h's",
              " * prototypes, typedefs and macros, redeclared after the real headers */"]
     lines += ["#include <%s>" % h for h in HEADERS]
     for d in model.chosen:
@@ -759,19 +460,11 @@ def complete_typedefs(model):
 # Driver
 # ---------------------------------------------------------------------------
 
-def header_search():
-    spec = importlib.util.spec_from_file_location(
-        "_cuda_headers", REPO_ROOT / "cuda_debug" / "_cuda_headers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def find_include_dirs():
-    search = header_search()
+    search = _gen_common.header_search()
     dirs, tried = search.find(HEADERS)
     if not dirs:
-        raise SystemExit("gen_cuda_api: the CUDA headers %s were not all found together "
+        raise SystemExit("tools/gen/cuda_api.py: the CUDA headers %s were not all found together "
                          "(cuda_debug/_cuda_headers.py looked in: %s); pass --include DIR"
                          % (", ".join(HEADERS), ", ".join(tried)))
     return dirs
@@ -780,12 +473,12 @@ def find_include_dirs():
 def preprocess(include_dirs, cc=None):
     cc = cc or os.environ.get("CC") or "cc"
     if not shutil.which(cc):
-        raise SystemExit("gen_cuda_api: no C compiler %r to preprocess the headers" % cc)
+        raise SystemExit("tools/gen/cuda_api.py: no C compiler %r to preprocess the headers" % cc)
     src = "".join("#include <%s>\n" % h for h in HEADERS)
     cmd = [cc, "-E", "-dD", "-std=gnu11", "-x", "c", "-"] + ["-I" + d for d in include_dirs]
     p = subprocess.run(cmd, input=src, capture_output=True, text=True)
     if p.returncode != 0:
-        raise SystemExit("gen_cuda_api: %s failed:\n%s" % (" ".join(cmd), p.stderr[-3000:]))
+        raise SystemExit("tools/gen/cuda_api.py: %s failed:\n%s" % (" ".join(cmd), p.stderr[-3000:]))
     return p.stdout
 
 
@@ -805,8 +498,7 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="header to write")
     ap.add_argument("--probe", type=Path, metavar="DIR",
                     help="write the ABI probes (abi_probe.c, redeclare.c) to DIR instead")
-    ap.add_argument("--check", action="store_true",
-                    help="do not write; exit 1 if --out differs from what would be generated")
+    ap.add_argument("--check", action="store_true", help=_gen_common.CHECK_HELP)
     args = ap.parse_args(argv)
     dirs = args.include or find_include_dirs()
     model = build_model(dirs)
@@ -816,26 +508,12 @@ def main(argv=None):
         (args.probe / "redeclare.c").write_text(redeclaration_source(model), encoding="utf-8")
         print("wrote %s/abi_probe.c and redeclare.c (%s)" % (args.probe, versions(model.macros)))
         return 0
-    text = render(model, dirs)
-    stamp = versions(model.macros)
-    if args.check:
-        old = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
-        if old == text:
-            print("%s: up to date (%s)" % (args.out, stamp))
-            return 0
-        print("%s: %s; run csrc/base/gen_cuda_api.py to regenerate (%s)"
-              % (args.out, "out of date" if old else "missing", stamp))
-        for line in list(difflib.unified_diff(old.splitlines(), text.splitlines(),
-                                              "on disk", "generated", lineterm="", n=1))[:60]:
-            print(line)
-        return 1
-    with open(args.out, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
     n_decls = sum(isinstance(x, Decl) for x in model.chosen)
-    print("wrote %s: %d declarations, %d macros, %d enumerators from %d roots (%s)"
-          % (args.out, n_decls, len(model.chosen_macros), len(model.enumerators),
-             len(model.roots), stamp))
-    return 0
+    detail = "%d declarations, %d macros, %d enumerators from %d roots (%s)" % (
+        n_decls, len(model.chosen_macros), len(model.enumerators), len(model.roots),
+        versions(model.macros))
+    return _gen_common.finish(__file__, [(args.out, render(model, dirs))], args.check,
+                              stamp=versions(model.macros), detail=detail)
 
 
 if __name__ == "__main__":
