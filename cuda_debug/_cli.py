@@ -995,8 +995,8 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     except BrokenPipeError:        # `dump PID | head`: the reader had enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return status
-    if ns.trace and docs:
-        _write_dump_trace(ns.trace, docs, where)
+    if ns.trace and docs and not _write_dump_trace(ns.trace, docs, where):
+        status = EXIT_ERROR
     return status
 
 
@@ -1064,8 +1064,8 @@ def _dump_job(host: str, port: int, where: str, as_json: bool = False,
         if docs or hangs:
             for line in _dump.verdict_lines(docs + hangs):
                 print(line)
-    if trace and docs:
-        _dump.write_trace(trace, docs)
+    if trace and docs and not _write_dump_trace(trace, docs, where):
+        return EXIT_ERROR
     return EXIT_ERROR if missing else 0
 
 
@@ -1120,16 +1120,18 @@ def _print_dump(docs, ranked: bool, as_json: bool) -> None:
             print(line)
 
 
-def _write_dump_trace(path: str, docs, where: str = MODULE_PROG + " dump") -> None:
+def _write_dump_trace(path: str, docs, where: str = MODULE_PROG + " dump") -> bool:
+    """The trace written (said on stderr, with where); False (why, said) when not."""
     from . import _dump
     try:
         _dump.write_trace(path, docs)
     except OSError as e:
-        _say(where, "--trace %s: %s" % (path, e))
-        return
+        _say(where, "--trace %s: not written: %s" % (path, e.strerror or e))
+        return False
     n = sum(len(d.get("recent") or ()) for d in docs)
     _say(where, "%d launches of %d process%s written to %s (open it in ui.perfetto.dev or "
                 "chrome://tracing)" % (n, len(docs), "" if len(docs) == 1 else "es", path))
+    return True
 
 
 # -- doctor ---------------------------------------------------------------------------

@@ -655,11 +655,28 @@ def trace_events(docs: Sequence[dict], culprit: Optional[Dict[int, int]] = None)
 
 
 def write_trace(path: str, docs: Sequence[dict], culprit: Optional[Dict[int, int]] = None) -> None:
-    data = trace_events(docs, culprit)
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    """The trace events of `docs`, written to `path` whole or not at all: into
+    a temporary file of an unpredictable name in `path`'s folder, created
+    with O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600 (tempfile.mkstemp: never
+    another user's file or a link planted there), then renamed over `path`
+    (a link at `path` is replaced, not followed). OSError (the temporary
+    file removed) when it cannot be written, or `path` is a folder."""
+    import tempfile
+    data = json.dumps(trace_events(docs, culprit))
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "a folder, not a file to write", path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".cuda_debug-trace-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 _FAULT_TRACE = []
