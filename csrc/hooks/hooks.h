@@ -60,7 +60,7 @@ void cd_launch_recorded_by_hook(int on);
 
 /* Why the launch hooks are off (0: on). */
 enum { CD_HOOKS_NEVER = 0, CD_HOOKS_OFF = 1, CD_HOOKS_NO_CUPTI = 2, CD_HOOKS_OLD_DRIVER = 3,
-       CD_HOOKS_CLASH = 4, CD_HOOKS_NO_IMPORTS = 5 };
+       CD_HOOKS_CLASH = 4, CD_HOOKS_NO_IMPORTS = 5, CD_HOOKS_FORKED = 6 };
 typedef struct {
     int on, recording, entries, why_off;
     uint64_t routed, recorded, handed_back, asked;   /* asked: the driver asked for a kernel */

@@ -82,7 +82,13 @@ static atomic_int route_on;
 static atomic_uint_fast64_t n_routed, n_recorded, n_handed_back, n_asked, n_unresolved;
 static atomic_int unresolved_rc;       /* the driver's last refusal of a handle */
 static int refused_why;                /* CD_HOOKS_*: why the hooks are not on */
-static int hooks_wanted = 1;           /* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS */
+static atomic_int hooks_wanted = 1;    /* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS */
+/* A forked child never walks the loaded objects (dl_iterate_phdr): glibc's
+ * fork resets the loader's dl_load_lock in the child, not dl_load_write_lock,
+ * which dl_iterate_phdr, dlopen and dlclose take; another thread of the
+ * parent inside one at the fork leaves it held in the child for good. Set by
+ * the child handler, never cleared (the child's children are forked too). */
+static int forked;
 
 /* What a runtime kernel handle (a CUkernel) is in a context: its function
  * (cuKernelGetFunction: what the runtime launches), name and origin.
@@ -303,7 +309,7 @@ static int route_clash(void)
     return 0;
 }
 
-void cd_runtime_hooks_want(int on) { hooks_wanted = on != 0; }
+void cd_runtime_hooks_want(int on) { atomic_store(&hooks_wanted, on != 0); }
 
 /* Under sub_lock: the entries ours (written again, or found by a walk when
  * something was loaded or unloaded since the last one). 0 when some are. */
@@ -355,11 +361,15 @@ static int take_entries(void)
  * relocations). */
 void cd_runtime_hooks_on(void)
 {
+    if (forked) {
+        refused_why = CD_HOOKS_FORKED;
+        return;
+    }
     if (cd_state.inherited) {
         refused_why = CD_HOOKS_NO_CUPTI;
         return;
     }
-    if (!hooks_wanted) {
+    if (!atomic_load(&hooks_wanted)) {
         refused_why = CD_HOOKS_OFF;
         return;
     }
@@ -401,7 +411,8 @@ void cd_runtime_hooks_record(void)
 void cd_runtime_hooks_off(void)
 {
     atomic_store(&route_on, ROUTE_OFF);
-    cd_got_restore(patches, n_patches);
+    if (!forked)                       /* a child's copies stay ours: no walk (`forked`) */
+        cd_got_restore(patches, n_patches);
     n_patches = 0;
     if (cd_state.launch_hooks) {
         cd_state.launch_hooks = 0;
@@ -411,12 +422,14 @@ void cd_runtime_hooks_off(void)
 }
 
 /* A forked child: its launches go the runtime's way (its copy of the entries
- * still points here: nothing recorded, no call into the parent's CUPTI
- * subscription, which is not the child's). */
+ * still points here, for good: nothing recorded, no call into the parent's
+ * CUPTI subscription, which is not the child's), and no walk of the loaded
+ * objects from now on (`forked`): the hooks stay off there. */
 void cd_runtime_hooks_fork(int op)
 {
     if (op != CD_FORK_CHILD)
         return;
+    forked = 1;
     atomic_store(&route_on, ROUTE_OFF);
     cd_state.launch_hooks = 0;
     tls_ctx = NULL;

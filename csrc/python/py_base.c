@@ -375,14 +375,15 @@ PyObject *cd_py_stats(PyObject *self, PyObject *noargs)
     cd_runtime_hooks_stats(&h);
     static const char *const why[] = {"never on", "CUDA_DEBUG_LAUNCH_HOOKS=0", "no CUPTI",
                                       "driver too old", "a library imports the route",
-                                      "no library imports __cudaLaunchKernel"};
+                                      "no library imports __cudaLaunchKernel",
+                                      "a forked child"};
     PyObject *v = Py_BuildValue("{sisisisKsKsKsKsssKsssssKsi}", "on", h.on, "recording", h.recording,
                                 "entries", h.entries, "routed",
                                 (unsigned long long)h.routed, "recorded",
                                 (unsigned long long)h.recorded, "handed_back",
                                 (unsigned long long)h.handed_back, "asked",
                                 (unsigned long long)h.asked, "why_off",
-                                h.on ? "" : why[h.why_off >= 0 && h.why_off < 6 ? h.why_off : 0],
+                                h.on ? "" : why[h.why_off >= 0 && h.why_off < (int)CD_N_OF(why) ? h.why_off : 0],
                                 "other_runtimes", U(n_hook_other_runtimes), "runtime",
                                 h.runtime, "other_runtime", h.other_runtime, "unresolved",
                                 (unsigned long long)h.unresolved, "unresolved_rc",

@@ -1,0 +1,155 @@
+"""The launch hooks never hang or crash their host (SPEC sections 12, 16;
+csrc/base/got.c, csrc/hooks/runtime_launch.c), against the fake CUDA driver:
+CPU only.
+
+- An object's name is copied inside the loader's walk: another thread's
+  dlclose() frees the loader's string, so one kept past dl_iterate_phdr is
+  read after it was freed (fake_cuda/phdr_shim.c scribbles each name once
+  the walk returns, as that free may).
+- A forked child never walks the loaded objects: glibc resets the loader's
+  main lock in the child, not the one dl_iterate_phdr takes
+  (dl_load_write_lock), so a child forked while another thread was inside a
+  walk (or a dlopen/dlclose) would wait for that lock for good at its
+  watch() exit (or entry). Its copies of the entries keep pointing at the
+  hook, which sends every launch the runtime's way there.
+
+Each case runs in a child: the failures these guard against kill or hang it.
+"""
+import os
+import subprocess
+
+import pytest
+
+from fake_cuda import HERE, cflags, compiler
+
+RT = '''
+import ctypes, os, sys
+import cuda_debug
+from cuda_debug import _core
+cudart = ctypes.CDLL(os.path.join(FAKE_DIR, "libfake_cudart.so"), ctypes.RTLD_GLOBAL)
+cudart.fake_runtime_calls.restype = ctypes.c_long
+rt = ctypes.CDLL(os.path.join(FAKE_DIR, "libfake_rt_user.so"))
+rt.fake_rt_launch.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
+'''
+
+
+# The runtime's user library opened with RTLD_LAZY (ctypes.CDLL binds every
+# entry at once: RTLD_NOW), its launch function taken by dlsym.
+LAZY = '''
+import ctypes, os, sys
+import cuda_debug
+from cuda_debug import _core
+cudart = ctypes.CDLL(os.path.join(FAKE_DIR, "libfake_cudart.so"), ctypes.RTLD_GLOBAL)
+cudart.fake_runtime_calls.restype = ctypes.c_long
+libc = ctypes.CDLL(None)
+libc.dlopen.restype = libc.dlsym.restype = ctypes.c_void_p
+libc.dlsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+handle = libc.dlopen(os.path.join(FAKE_DIR, "libfake_rt_user.so").encode(), 1)   # RTLD_LAZY
+assert handle
+class rt:
+    fake_rt_launch = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long)(
+        libc.dlsym(handle, b"fake_rt_launch"))
+'''
+
+
+@pytest.fixture(scope="module")
+def phdr_shim(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("shim") / "libphdr_shim.so")
+    cmd = [compiler()] + cflags() + ["-shared", "-o", out, os.path.join(HERE, "phdr_shim.c"),
+                                     "-ldl"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_an_objects_name_is_not_read_after_the_walk_that_showed_it(fake_child, phdr_shim):
+    """The runtime's user library not bound yet (lazy binding: its entry
+    points into its own PLT): binding it asks the loader by the object's name,
+    after the walk. Read from the loader's string past the walk (freed by a
+    dlclose meanwhile: ASan's heap-use-after-free), the name was the shim's
+    scribble, and the entry was not taken."""
+    preload = " ".join(p for p in (os.environ.get("LD_PRELOAD"), phdr_shim) if p)
+    c = fake_child(LAZY + '''
+out = {}
+with cuda_debug.watch():                      # the library's entry still unbound
+    h = _core.stats()["launch_hooks"]
+    out["on"], out["entries"], out["why"] = h["on"], h["entries"], h["why_off"]
+    r0 = cudart.fake_runtime_calls()
+    rt.fake_rt_launch(b"k", 0, 7)
+    out["routed"] = _core.stats()["launch_hooks"]["routed"]
+    out["runtime"] = cudart.fake_runtime_calls() - r0
+report(out)
+''', env={"LD_PRELOAD": preload})
+    r = c.result
+    assert r is not None, c
+    assert r["on"] == 1 and r["entries"] >= 1, r
+    assert r["routed"] == 7 and r["runtime"] == 0, r
+
+
+FORK_WHILE_WALKING = '''
+import threading, time
+out = {}
+# Another thread inside dl_iterate_phdr (holding the loader's write lock),
+# its callback waiting: the fork happens while it holds the lock.
+CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+inside, release = threading.Event(), threading.Event()
+def visit(info, size, data):
+    inside.set()
+    release.wait(60)
+    return 1
+cb = CB(visit)
+libc = ctypes.CDLL(None)
+walker = threading.Thread(target=lambda: libc.dl_iterate_phdr(cb, None))
+with cuda_debug.watch():
+    rt.fake_rt_launch(b"k", 0, 3)
+    h = _core.stats()["launch_hooks"]
+    out["parent_hooks"] = (h["on"], h["entries"], h["routed"])
+    walker.start()
+    assert inside.wait(20)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            rt.fake_rt_launch(b"k", 0, 2)            # the entries (the parent's) point at us
+        except BaseException:
+            os._exit(3)
+    else:
+        release.set()
+if pid == 0:                                         # the child left the watch (no walk)
+    try:
+        with cuda_debug.watch():                     # and entered another (no walk)
+            c = cudart.fake_runtime_calls()
+            rt.fake_rt_launch(b"k", 0, 4)
+            ok = cudart.fake_runtime_calls() - c == 4
+            why = _core.stats()["launch_hooks"]["why_off"]
+        os._exit(0 if ok and why == "a forked child" else 4)
+    except BaseException:
+        os._exit(5)
+deadline = time.monotonic() + 15
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        out["child"] = os.waitstatus_to_exitcode(status)
+        break
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        out["child"] = "hung"
+        break
+    time.sleep(0.05)
+walker.join(20)
+with cuda_debug.watch():                             # the parent's hooks: as before
+    out["parent_again"] = _core.stats()["launch_hooks"]["on"]
+report(out)
+'''
+
+
+def test_a_child_forked_while_another_thread_walks_the_objects_does_not_hang(fake_child):
+    """Before: the child's watch() exit restored the entries inside
+    dl_iterate_phdr and waited for good on the lock the walking thread held
+    at the fork (1 fork in 60-150 in the review; here every time)."""
+    c = fake_child(RT + FORK_WHILE_WALKING, timeout=90)
+    r = c.result
+    assert r is not None, c
+    assert r["parent_hooks"][0] == 1 and r["parent_hooks"][2] == 3, r
+    assert r["child"] == 0, r
+    assert r["parent_again"] == 1, r
