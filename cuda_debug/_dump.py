@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
-from ._untrusted import FORMAT, VERSION, document_problem, printable  # noqa: F401 (ours too)
+from ._untrusted import FORMAT, VERSION, document_problem, loads, printable  # noqa: F401 (ours too)
 
 TIMEOUT_S = 5.0
 DOC_MAX = 64 << 20
@@ -321,7 +321,7 @@ def ask(pid: int, recent: int = 0, timeout: float = TIMEOUT_S) -> dict:
     finally:
         s.close()
     try:
-        doc = json.loads(raw)
+        doc = loads(raw, DOC_MAX)
     except ValueError as e:
         raise DumpError("%s sent a document that is not JSON (%s)" % (what, e)) from None
     problem = document_problem(doc)

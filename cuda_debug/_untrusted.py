@@ -7,10 +7,81 @@ applies). Used by cuda_debug/_dump.py (``dump PID``) and cuda_debug/_job.py
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
+import json
+import math
 from typing import Optional
 
 FORMAT = "cuda_debug.dump"
 VERSION = 1                       # csrc/report/report.h CD_DOC_VERSION
+
+
+# -- JSON, bounded ----------------------------------------------------------------------
+
+DEPTH_MAX = 32                    # a document nests 5 deep (doc, streams, entry, frames, frame)
+INT_MAX = 1 << 64                 # every integer the C core writes fits in 64 bits
+
+
+class OutOfBounds(ValueError):
+    """JSON beyond what cuda_debug writes: too long, too deep, a number too large."""
+
+
+def _int(text: str) -> int:
+    if len(text) > 21:            # -(2**64) has 21 characters
+        raise OutOfBounds("a number of %d digits" % len(text))
+    v = int(text)
+    if not -INT_MAX < v < INT_MAX:
+        raise OutOfBounds("a number beyond 64 bits")
+    return v
+
+
+def _float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise OutOfBounds("a number beyond a double (%s...)" % text[:16])
+    return v
+
+
+def _constant(text: str):
+    raise OutOfBounds("%s, not a number" % text)
+
+
+def _depth(text) -> int:
+    """How deep `text`'s arrays and objects nest (brackets inside strings do
+    not count): without recursion."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "surrogateescape")
+    if text.count("[") + text.count("{") <= DEPTH_MAX:
+        return 0                  # cannot nest deeper: not scanned
+    import re
+    deepest = depth = 0
+    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def loads(raw, most: int):
+    """JSON that another process wrote, parsed within bounds: at most `most`
+    bytes, nesting at most DEPTH_MAX deep, integers of 64 bits, finite
+    numbers (no NaN, Infinity, 1e400). OutOfBounds (a ValueError: one line)
+    beyond them, ValueError for what is not JSON; never
+    RecursionError, never a number too large to print or to make a float."""
+    if raw is None:
+        raise ValueError("nothing")
+    if len(raw) > most:
+        raise OutOfBounds("%d bytes, more than %d" % (len(raw), most))
+    if _depth(raw) > DEPTH_MAX:
+        raise OutOfBounds("arrays or objects nested more than %d deep" % DEPTH_MAX)
+    try:
+        return json.loads(raw, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except RecursionError:        # not reached after _depth; kept as the promise
+        raise OutOfBounds("arrays or objects nested too deep") from None
+    except (TypeError, UnicodeDecodeError) as e:
+        raise ValueError(str(e)) from None
 
 
 # -- what a document may hold -----------------------------------------------------------

@@ -137,3 +137,108 @@ def test_a_trace_that_cannot_be_written_leaves_nothing_and_fails_dump(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(
         "python -m cuda_debug dump: --trace %s: not written: " % target), lines
     assert os.listdir(tmp_path) == ["a_folder"] and os.listdir(target) == []
+
+
+# -- the store: what a rank leaves there, what stops it answering ----------------------
+
+from conftest import Live                                   # noqa: E402
+from fake_cuda import PRELUDE                               # noqa: E402
+from test_dump_trust_cpu import JOB_RANK, rank_env, wait_key  # noqa: E402
+
+
+def ask(store, n, params):
+    store.put("cuda_debug/dump/params/%d" % n, params)
+    store.put("cuda_debug/dump/requests", str(n))
+
+
+def test_a_rank_keeps_at_most_two_answers_in_the_store_whoever_asks(fake_cuda_dir):
+    """Anyone can add to the request counter with a 40-byte write, asking for
+    65536 launches: each answer (up to 25 MB) stayed in the store for good
+    (5 requests: 111.6 MB after 14 s). Now a rank deletes its answers but the
+    newest two, and dump --job deletes what it read."""
+    with FakeStore() as store:
+        with Live(PRELUDE + JOB_RANK, env=rank_env(fake_cuda_dir, store)) as live:
+            live.wait_for("READY", name="stdout")
+            wait_key(store, "cuda_debug/dump/rank/0")
+            base = int(store.value("cuda_debug/dump/requests") or b"0")
+            for n in range(base + 1, base + 6):
+                ask(store, n, b'{"recent": 65536}')
+                wait_key(store, "cuda_debug/dump/answer/%d/0" % n)
+            time.sleep(0.5)
+            answers = store.keys("cuda_debug/dump/answer/")
+            assert answers == ["cuda_debug/dump/answer/%d/0" % n for n in (base + 4, base + 5)], \
+                answers
+
+
+def test_dump_job_leaves_nothing_of_its_request_in_the_store():
+    with FakeStore() as store:
+        store.put("cuda_debug/dump/rank/0", registration())
+        t = answering_rank(store, json.dumps(GOOD))
+        p = dump_job(store)
+        t.join(5)
+        assert p.returncode == 0, p
+        assert store.keys("cuda_debug/dump/answer/") == [], store.keys()
+        assert store.keys("cuda_debug/dump/params/") == [], store.keys()
+
+
+def test_requests_nested_thousands_deep_never_stop_a_rank_answering(fake_cuda_dir):
+    """"[" * 4000 as a request's params raised RecursionError in the rank,
+    which dropped its store connection; reconnections were counted and never
+    reset, so after 3 such requests the rank never answered again."""
+    with FakeStore() as store:
+        with Live(PRELUDE + JOB_RANK, env=rank_env(fake_cuda_dir, store)) as live:
+            live.wait_for("READY", name="stdout")
+            wait_key(store, "cuda_debug/dump/rank/0")
+            base = int(store.value("cuda_debug/dump/requests") or b"0")
+            for i in range(1, 5):                   # each answered, as a request of none
+                ask(store, base + i, b"[" * 4000)
+                doc = json.loads(wait_key(store, "cuda_debug/dump/answer/%d/0" % (base + i),
+                                          timeout=10.0))
+                assert len(doc["recent"]) == 1, doc
+            ask(store, base + 5, b'{"recent": 0}')
+            doc = json.loads(wait_key(store, "cuda_debug/dump/answer/%d/0" % (base + 5)))
+            assert doc["pid"] == live.pid and doc["recent"] == [], doc
+            assert "Traceback" not in live.text(), live
+
+
+def test_json_from_another_process_is_parsed_within_bounds():
+    from cuda_debug import _untrusted
+    for raw, why in [(b"[" * 4000, "nested more than 32 deep"),
+                     (b'{"a": %d}' % 10**400, "a number of 401 digits"),
+                     (b'{"a": %d}' % (1 << 64), "a number beyond 64 bits"),
+                     (b"1e400", "a number beyond a double"), (b"[NaN]", "NaN, not a number"),
+                     (b"-Infinity", "-Infinity, not a number"),
+                     (b"x" * 100, "100 bytes, more than 99")]:
+        with pytest.raises(_untrusted.OutOfBounds, match=why.replace("*", r"\*")):
+            _untrusted.loads(raw, 99 if len(raw) == 100 else 1 << 20)
+    with pytest.raises(ValueError):
+        _untrusted.loads(b"\xff\xfe", 100)
+    deep_string = b'{"s": "' + b"[" * 5000 + b'", "t": [[1]]}'
+    assert _untrusted.loads(deep_string, 1 << 20) == {"s": "[" * 5000, "t": [[1]]}
+    assert _untrusted.loads(b'[-18446744073709551615, 1.5e300]', 100) == \
+        [-18446744073709551615, 1.5e300]
+
+
+def test_a_rank_answers_after_any_number_of_store_hiccups(fake_cuda_dir):
+    """Connections lost were counted and never reset: after 3 in a job's
+    life the rank never connected again. Here the store drops every
+    connection 4 times; the rank comes back each time (it registers again)
+    and answers."""
+    with FakeStore() as store:
+        registered = []
+        store.on_set = lambda key, value: registered.append(key) \
+            if key == b"/cuda_debug/dump/rank/0" else None
+        with Live(PRELUDE + JOB_RANK, env=rank_env(fake_cuda_dir, store)) as live:
+            live.wait_for("READY", name="stdout")
+            wait_key(store, "cuda_debug/dump/rank/0")
+            for i in range(4):
+                seen = len(registered)
+                store.drop_connections()
+                deadline = time.monotonic() + 20
+                while len(registered) == seen:
+                    assert time.monotonic() < deadline, "not back after %d hiccups" % (i + 1)
+                    time.sleep(0.05)
+            n = int(store.value("cuda_debug/dump/requests") or b"0") + 1
+            ask(store, n, b'{"recent": 0}')
+            doc = json.loads(wait_key(store, "cuda_debug/dump/answer/%d/0" % n))
+            assert doc["pid"] == live.pid, doc
