@@ -355,7 +355,7 @@ def records(doc: dict):
 
 def _graph_fields(e: dict) -> dict:
     """A graph replay's candidates from the document (inflight_doc.c)."""
-    if not e.get("graph") or "graph_nodes" not in e:
+    if not e.get("graph") or e.get("graph_nodes") is None:
         return {}
     from . import _graph_names, _locations
     nodes = tuple(dict(node=n["node"], kernel=n["kernel"] or "", short=n["short"],

@@ -36,7 +36,7 @@ import threading
 import time
 from typing import List
 
-from ._untrusted import OutOfBounds, document_problem, loads, printable
+from ._untrusted import OutOfBounds, document_problem, loads, printable, shown
 
 PREFIX = "cuda_debug/dump/"
 POLL_S = 2.0
@@ -400,8 +400,7 @@ def registration_problem(info, r: int):
     if info.get("format", REGISTRATION) != REGISTRATION or info.get("version", 1) != 1:
         return ("rank %d's registration is of another version (%s %s; this cuda_debug reads %s "
                 "1): run the dump of the cuda_debug the job runs" % (
-                    r, printable(repr(info.get("format"))), printable(repr(info.get("version"))),
-                    REGISTRATION))
+                    r, shown(info.get("format")), shown(info.get("version")), REGISTRATION))
     for key, kinds in (("pid", int), ("world_size", int), ("host", str)):
         v = info.get(key)
         if not isinstance(v, kinds) or isinstance(v, bool):

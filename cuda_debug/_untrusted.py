@@ -94,6 +94,22 @@ _LAUNCH = {"seq": int, "stream": int, "kernel": _STR, "short": _STR, "collective
 _TOP = {"pid": int, "rank": _INT, "time": (int, float), "text": _STR, "streams": list,
         "recent": (list, type(None))}
 _OPTIONAL = {"rank", "text", "recent"}
+# Fields a document may leave out, of one kind when present (null: as absent).
+_MAYBE_TOP = {"culprit": int, "watching": bool, "world_size": int}
+_MAYBE_STREAM = {"candidates": int, "graph_status": int, "graph_candidates": int,
+                 "last_seq": int, "open_seq": int, "cbid": int}
+_MAYBE_RECENT = {"done": int}
+_WAIT = {"collective": _STR, "backend": _STR, "filename": _STR, "lineno": _INT,
+         "function": _STR, "thread_id": _INT, "thread_name": _STR, "since": (int, float)}
+_ENTRY = {"seq": (int, str, type(None)), "op": _STR, "state": _STR, "pg": (int, str, type(None))}
+
+
+def _maybe_problem(d, spec, where) -> Optional[str]:
+    for k, t in spec.items():
+        v = d.get(k)
+        if v is not None and (not isinstance(v, t) or (t is int and isinstance(v, bool))):
+            return "%s whose %r is a %s" % (where, k, type(v).__name__)
+    return None
 
 
 def _frames_problem(frames) -> Optional[str]:
@@ -117,6 +133,13 @@ def _fields_problem(d, spec, where, optional=()) -> Optional[str]:
     return None
 
 
+def shown(value, most: int = 40) -> str:
+    """A value another process sent, as a message quotes it: repr, printable,
+    at most `most` characters."""
+    r = printable(repr(value))
+    return r if len(r) <= most else r[:most - 3] + "..."
+
+
 def document_problem(doc) -> Optional[str]:
     """Why `doc` is not a dump document this cuda_debug can read (one phrase,
     after the sender's name: "sent ..."), or None."""
@@ -125,17 +148,18 @@ def document_problem(doc) -> Optional[str]:
     if doc.get("format") != FORMAT or doc.get("version") != VERSION:
         return ("speaks another version of the dump (%s %s; this cuda_debug reads %s %d): run "
                 "the dump of the cuda_debug it runs" % (
-                    printable(repr(doc.get("format"))), printable(repr(doc.get("version"))),
-                    FORMAT, VERSION))
-    problem = _fields_problem(doc, _TOP, "a document", _OPTIONAL)
+                    shown(doc.get("format")), shown(doc.get("version")), FORMAT, VERSION))
+    problem = _fields_problem(doc, _TOP, "a document", _OPTIONAL) or \
+        _maybe_problem(doc, _MAYBE_TOP, "a document")
     if not problem and doc["pid"] <= 0:
         problem = "a document whose pid is %d" % doc["pid"]
-    launches = [("a stream", e, dict(_LAUNCH, queued=int)) for e in doc["streams"]] \
-        if not problem else []
-    launches += [("a recent launch", e, _LAUNCH) for e in doc.get("recent") or ()] \
-        if not problem else []
-    for where, e, spec in launches:
-        problem = _fields_problem(e, spec, where) or _frames_problem(e["frames"])
+    launches = [("a stream", e, dict(_LAUNCH, queued=int), _MAYBE_STREAM)
+                for e in doc["streams"]] if not problem else []
+    launches += [("a recent launch", e, _LAUNCH, _MAYBE_RECENT)
+                 for e in doc.get("recent") or ()] if not problem else []
+    for where, e, spec, maybe in launches:
+        problem = _fields_problem(e, spec, where) or _maybe_problem(e, maybe, where) or \
+            _frames_problem(e["frames"])
         if not problem and e.get("graph_nodes") is not None:
             nodes = e["graph_nodes"]
             if not isinstance(nodes, list):
@@ -150,10 +174,17 @@ def document_problem(doc) -> Optional[str]:
             break
     fr = doc.get("flight_recorder")
     if not problem and fr is not None:
-        if not isinstance(fr, dict) or not isinstance(fr.get("entries", []), list) or \
-                not all(isinstance(e, dict) for e in fr.get("entries", [])) or \
-                not isinstance(fr.get("time", 0), (int, float)):
-            problem = "a flight recorder that is not {time, entries: [...]}"
+        entries, waits = (fr.get("entries"), fr.get("cpu_waits")) if isinstance(fr, dict) \
+            else (None, None)
+        if not isinstance(fr, dict) or not isinstance(entries or [], list) or \
+                not isinstance(waits or [], list) or \
+                not all(isinstance(e, dict) and not _maybe_problem(e, _ENTRY, "")
+                        for e in entries or ()) or \
+                not all(isinstance(w, dict) and not _maybe_problem(w, _WAIT, "")
+                        for w in waits or ()) or \
+                not isinstance(fr.get("time", 0), (int, float)) or \
+                isinstance(fr.get("time", 0), bool):
+            problem = "a flight recorder that is not {time, entries: [...], cpu_waits: [...]}"
     return "sent %s" % problem if problem else None
 
 
