@@ -153,3 +153,44 @@ def test_a_child_forked_while_another_thread_walks_the_objects_does_not_hang(fak
     assert r["parent_hooks"][0] == 1 and r["parent_hooks"][2] == 3, r
     assert r["child"] == 0, r
     assert r["parent_again"] == 1, r
+
+
+REFUSED_WHILE_RECORDING = '''
+import time, cuda_debug, cuda_debug.testing as t
+from cuda_debug import _dispatch_fallback
+fake.fake_set_async(1)                                   # kernels run on a device thread
+fake.fake_set_driver_log(0)                              # a driver older than 12.9: no log
+t.empty()
+fake.fake_set_kernel(b"bad_k", 710, -1, b"idx < n", -1, 0)
+out = {}
+try:
+    with cuda_debug.watch():
+        rt.fake_rt_launch(b"ok_k", 0, 3)
+        _dispatch_fallback.hand_over()                   # a profiler window opens
+        fake.fake_hold_cupti(b"Kineto")
+        out["recording"] = _core.stats()["launch_hooks"]["recording"]
+        r0 = _core.stats()["refused"]
+        rt.fake_rt_launch(b"bad_k", 0, 1)                # LAUNCH
+        time.sleep(0.3)                                  # it ran: the context is dead
+        for _ in range(3):
+            out.setdefault("rcs", []).append(rt.fake_rt_launch(b"ok_k", 0, 1))  # refused: dead
+        out["refused"] = _core.stats()["refused"] - r0
+        fake.fake_hold_cupti(None)
+except cuda_debug.CudaError as e:
+    out["kernel"] = e.kernel
+report(out)
+'''
+
+
+def test_a_launch_refused_in_the_record_mode_is_counted_and_reported(fake_child):
+    """While a profiler holds CUPTI the hooks launch the runtime's way and
+    record after the call; a launch the dead context refused was dropped
+    there: no refusal counted, no fd-2 block (nothing else writes it on
+    drivers older than 12.9)."""
+    c = fake_child(RT + REFUSED_WHILE_RECORDING)
+    r = c.result
+    assert r is not None, c
+    assert r["recording"] == 1, r
+    assert r["refused"] >= 1, r
+    assert "cuda_debug (watch): device-side assert (CUDA_ERROR_ASSERT)" in c.stderr, c.stderr
+    assert "found at a launch refused by the dead context" in c.stderr, c.stderr

@@ -237,6 +237,19 @@ static int context_uid(CUcontext c, uint32_t *uid)
     return 0;
 }
 
+/* The record mode's refusal of a launch it could not resolve (the dead
+ * context refuses the kernel's handle as well): the pipeline's refusal path
+ * (counted, the fd-2 block), which reads nothing of the launch but its code.
+ * CUPTI, the profiler's now, does not call ours. The runtime's sticky codes
+ * are the driver's numbers (700-720); its other codes are none of them. */
+static __attribute__((noinline, cold)) void record_refusal(int rrc)
+{
+    CUresult rc = (CUresult)rrc;
+    cd_launch l = {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, NULL, &rc, NULL, NULL, 0,
+                   CD_ORIGIN_UNKNOWN, NULL};
+    cd_launch_exited(&l);
+}
+
 static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args, size_t shmem,
                          void *stream)
 {
@@ -257,8 +270,12 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
     const char *name;
     int origin = CD_ORIGIN_UNKNOWN;
     if (cd_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || context_uid(ctx, &uid) ||
-        kernel_of(kernel, __builtin_return_address(0), ctx, &f, &name, &origin))
-        return real(kernel, grid, block, args, shmem, stream);
+        kernel_of(kernel, __builtin_return_address(0), ctx, &f, &name, &origin)) {
+        const int rrc = real(kernel, grid, block, args, shmem, stream);
+        if (rrc != 0 && mode == ROUTE_RECORD)
+            record_refusal(rrc);       /* a dead context refuses the kernel's handle too */
+        return rrc;
+    }
     CUlaunchConfig cfg = {grid.x, grid.y, grid.z, block.x, block.y, block.z,
                           (unsigned)shmem, stream ? (CUstream)stream : CU_STREAM_LEGACY, NULL, 0};
     /* The launch as the pipeline reads it (hooks/launch_callback.c): the
@@ -272,10 +289,11 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
         cd_launch_recorded_by_hook(1);   /* a CUPTI callback inside leaves it to us */
         int rrc = real(kernel, grid, block, args, shmem, stream);
         cd_launch_recorded_by_hook(0);
-        if (rrc == 0) {
+        if (rrc == 0)
             atomic_fetch_add_explicit(&n_recorded, 1, memory_order_relaxed);
-            cd_launch_exited(&l);
-        }
+        /* a refusal: the pipeline's refusal path too (record_refusal) */
+        rc = (CUresult)rrc;
+        cd_launch_exited(&l);
         return rrc;
     }
     rc = cd_drv.cuLaunchKernelEx_ptsz(&cfg, f, args, NULL);
