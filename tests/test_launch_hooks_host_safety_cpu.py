@@ -194,3 +194,29 @@ def test_a_launch_refused_in_the_record_mode_is_counted_and_reported(fake_child)
     assert r["refused"] >= 1, r
     assert "cuda_debug (watch): device-side assert (CUDA_ERROR_ASSERT)" in c.stderr, c.stderr
     assert "found at a launch refused by the dead context" in c.stderr, c.stderr
+
+
+def test_after_a_context_reset_the_hooks_record_launches_under_the_new_context(fake_child):
+    """The hooks keep, per thread, the id of the last context they saw. A
+    reset hands back the same CUcontext pointer with a new id: the cached
+    id was the dead context's, so the new context's stream appeared twice
+    in the hang report and a launch merely queued behind the stuck one was
+    named the oldest unfinished."""
+    c = fake_child(RT + '''
+import cuda_debug.testing as t
+fake.fake_set_async(1)
+out = {}
+with cuda_debug.watch():
+    rt.fake_rt_launch(b"ok_k", 0, 3)          # this thread caches the context's id
+    out["reset"] = fake.fake_primary_ctx_reset()               # same pointer, new id
+    t.spin(8)                                 # STUCK (CUPTI's path: the new id)
+    rt.fake_rt_launch(b"ok_k", 0, 4)                           # queued behind it (hooks)
+    out["routed"] = _core.stats()["launch_hooks"]["routed"]
+    out["in_flight"] = [(r.short or r.kernel, r.stream, r.queue_depth)
+                        for r in cuda_debug.in_flight()]
+report(out)
+''', timeout=90)
+    r = c.result
+    assert r is not None, c
+    assert r["routed"] == 7, r
+    assert r["in_flight"] == [["spin", 0, 4]], r

@@ -218,13 +218,18 @@ static int kernel_of(void *k, const void *caller, CUcontext ctx, CUfunction *f, 
     return ask_kernel(k, caller, f, name, origin);   /* cold: crowded, stale or a second context */
 }
 
-/* The context's CUPTI id, per thread for the last context seen. */
+/* The context's CUPTI id, per thread for the last context seen, good while
+ * no context entry has retired since (capture/watch_ring.c's epoch): a reset
+ * hands back the same CUcontext pointer with a new id, and a launch recorded
+ * under the old one split its stream in two in the hang report. */
 static _Thread_local CUcontext tls_ctx;
 static _Thread_local uint32_t tls_uid;
+static _Thread_local unsigned tls_ctx_epoch;
 
 static int context_uid(CUcontext c, uint32_t *uid)
 {
-    if (c == tls_ctx && tls_uid) {
+    const unsigned epoch = cd_watch_context_epoch();
+    if (c == tls_ctx && tls_uid && epoch == tls_ctx_epoch) {
         *uid = tls_uid;
         return 0;
     }
@@ -233,6 +238,7 @@ static int context_uid(CUcontext c, uint32_t *uid)
         return -1;
     tls_ctx = c;
     tls_uid = id;
+    tls_ctx_epoch = epoch;
     *uid = id;
     return 0;
 }
