@@ -700,8 +700,10 @@ def _launch_value(option: str, raw: Optional[str]) -> Tuple[int, ...]:
     if raw is None:
         raise UsageError("%s needs a value" % option)
     words = [w.strip() for w in raw.split(",")] if "," in raw else [raw.replace("_", "")]
+    if "" in words:                    # "1,,2", "1,": a candidate left out is not dropped
+        raise UsageError("%s %r has an empty item: %s" % (option, raw, many))
     try:
-        launches = tuple(int(w) for w in words if w)
+        launches = tuple(int(w) for w in words)
     except ValueError:
         launches = ()
     if not launches or min(launches) < 1:

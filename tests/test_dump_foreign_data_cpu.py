@@ -242,3 +242,31 @@ def test_a_rank_answers_after_any_number_of_store_hiccups(fake_cuda_dir):
             ask(store, n, b'{"recent": 0}')
             doc = json.loads(wait_key(store, "cuda_debug/dump/answer/%d/0" % n))
             assert doc["pid"] == live.pid, doc
+
+
+# -- smaller: what the C core embeds, what replay takes -------------------------------
+
+def test_the_extra_every_dump_document_embeds_must_be_a_json_object():
+    """dump_set_extra took any bytes and every later document embedded them
+    (a document that is not JSON: no dump of the process parsed again)."""
+    from cuda_debug import _core, _dump
+    try:
+        for bad in (b"{not json", b"[1, 2]", b'{"a": 1', b"\xff", b"1"):
+            with pytest.raises(ValueError, match="not a JSON object"):
+                _core.dump_set_extra(bad)
+            assert _dump.document_problem(_dump.local_document(0)) is None
+        _core.dump_set_extra(b'{"time": 1.0, "entries": []}')
+        assert _dump.local_document(0)["flight_recorder"] == {"time": 1.0, "entries": []}
+    finally:
+        _core.dump_set_extra(b"")
+    assert _dump.local_document(0).get("flight_recorder") is None
+
+
+@pytest.mark.parametrize("raw", ["1,,2", "1,", ",3", " , "])
+def test_replay_launch_candidates_with_an_empty_item_are_refused(raw):
+    """`--launch 1,,2` dropped the empty item silently (a candidate the user
+    meant to give, left out)."""
+    from cuda_debug import _cli
+    with pytest.raises(_cli.UsageError, match="has an empty item"):
+        _cli._launch_value("--launch", raw)
+    assert _cli._launch_value("--launch", "1, 2") == (1, 2)

@@ -220,3 +220,44 @@ report(out)
     assert r is not None, c
     assert r["routed"] == 7, r
     assert r["in_flight"] == [["spin", 0, 4]], r
+
+
+def test_watches_open_and_close_while_the_profiler_hand_over_runs(fake_child):
+    """Threads entering and leaving watch() (the hooks wanted or not, CUPTI
+    subscribed and given up) while another thread hands CUPTI to a profiler
+    and takes it back: run under ThreadSanitizer by .ci/sanitize.sh (plain
+    ints written by one and read by the other were data races:
+    hooks_wanted, cd_state.capture_cache)."""
+    c = fake_child(RT + '''
+import threading, time
+from cuda_debug import _dispatch_fallback
+import cuda_debug.testing as t
+t.empty()
+stop = time.monotonic() + 2.0
+errors = []
+def watcher(i):
+    try:
+        while time.monotonic() < stop:
+            _core.set_launch_hooks(i % 2 == 0)
+            with cuda_debug.watch():
+                rt.fake_rt_launch(b"k", 0, 3)
+                t.empty()
+    except Exception as e:
+        errors.append(repr(e))
+def profiler():
+    try:
+        while time.monotonic() < stop:
+            if _dispatch_fallback.hand_over():
+                time.sleep(0.001)
+                _dispatch_fallback.take_back()
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=watcher, args=(i,)) for i in range(3)]
+threads.append(threading.Thread(target=profiler))
+for th in threads: th.start()
+for th in threads: th.join()
+report({"errors": errors})
+''', timeout=120)
+    r = c.result
+    assert r is not None, c
+    assert r["errors"] == [], r

@@ -239,7 +239,9 @@ enum cd_graph_markers { CD_MARKERS_OFF = 0, CD_MARKERS_MEMOP = 1, CD_MARKERS_KER
  *   wait_mode, capture_on, profile, capture_check: set at
  *                import from the environment (Python validates them), under
  *                sub_lock and only while nothing is subscribed.
- *   capture_cache: 0 when CUPTI refused a capture-begin id (ask every launch).
+ *   capture_cache: 0 when CUPTI refused a capture-begin id (ask every launch);
+ *                atomic: written at a subscription (under sub_lock) while
+ *                another thread's callback reads it.
  *   counters     relaxed atomics, statistics only.
  */
 typedef struct {
@@ -253,7 +255,7 @@ typedef struct {
     int capture_on;
     int profile;                         /* CUDA_DEBUG_PROFILE=1: time the callback */
     int capture_check;                   /* 0 only to measure: skip cuStreamIsCapturing */
-    int capture_cache;
+    atomic_int capture_cache;            /* written under sub_lock, read by callbacks */
 
     atomic_uint_fast64_t n_synced;       /* launches waited for */
     atomic_uint_fast64_t n_follower;     /* of which on follower threads */
