@@ -267,10 +267,13 @@ def test_dump_job_on_a_hostile_store_says_so_in_a_line_or_reports(case, tmp_path
             store.put("cuda_debug/dump/requests", value)
         if where == "hang":
             store.put("cuda_debug/dump/hang/0", value)
-        t = answering_rank(store, value if where == "answer" else json.dumps(document()))
+        # (no rank answers while the counter is nonsense: the fake rank reads it too)
+        t = answering_rank(store, value if where == "answer" else json.dumps(document())) \
+            if where != "requests" else None
         t0 = time.monotonic()
         p = dump_job(store, "--trace", str(trace))
-        t.join(5)
+        if t is not None:
+            t.join(5)
     took = time.monotonic() - t0
     assert took < 30, took
     assert "Traceback" not in p.stderr and "Error:" not in p.stderr, p.stderr
