@@ -33,7 +33,7 @@ import struct
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ._untrusted import FORMAT, VERSION, document_problem, printable  # noqa: F401 (ours too)
+from ._untrusted import FORMAT, VERSION, document_problem, loads, printable  # noqa: F401 (ours too)
 
 TIMEOUT_S = 5.0
 DOC_MAX = 64 << 20
@@ -385,7 +385,7 @@ def ask(pid: int, recent: int = 0, timeout: float = TIMEOUT_S) -> dict:
     finally:
         s.close()
     try:
-        doc = json.loads(raw)
+        doc = loads(raw, DOC_MAX)
     except ValueError as e:
         raise DumpError("%s sent a document that is not JSON (%s)" % (what, e)) from None
     problem = document_problem(doc)
@@ -419,7 +419,7 @@ def records(doc: dict):
 
 def _graph_fields(e: dict) -> dict:
     """A graph replay's candidates from the document (inflight_doc.c)."""
-    if not e.get("graph") or "graph_nodes" not in e:
+    if not e.get("graph") or e.get("graph_nodes") is None:
         return {}
     from . import _graph_names, _locations
     nodes = tuple(dict(node=n["node"], kernel=n["kernel"] or "", short=n["short"],

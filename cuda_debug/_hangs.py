@@ -80,6 +80,15 @@ def in_flight() -> List[InFlight]:
     return out
 
 
+def _demangled(kernel: str) -> str:
+    """The kernel's name demangled, else as given (a name with bytes that are
+    not UTF-8, which the document spells as lone surrogates, stays as given)."""
+    try:
+        return _core.demangle(kernel) or kernel
+    except (UnicodeEncodeError, ValueError):
+        return kernel
+
+
 def record(seq, stream, kernel, short, collective, graph, thread_id, thread_name, device, stack,
            age_ns, queued, candidates=1, graph_nodes=(), graph_note=None) -> InFlight:
     """One InFlight from a stream's raw fields (this process's ring, or the
@@ -96,7 +105,7 @@ def record(seq, stream, kernel, short, collective, graph, thread_id, thread_name
         short = first["short"] if first else None
         collective = first["collective"] if first else None
     return InFlight(
-        kernel=(_core.demangle(kernel) or kernel) if kernel else None,
+        kernel=_demangled(kernel) if kernel else None,
         short=short or None, collective=collective, graph=graph,
         stream=stream, device=device if device is not None and device >= 0 else None,
         thread_id=thread_id, thread_name=thread_name, filename=fs.filename if fs else None,

@@ -36,7 +36,7 @@ import threading
 import time
 from typing import List
 
-from ._untrusted import document_problem, printable
+from ._untrusted import OutOfBounds, document_problem, loads, printable, shown
 
 PREFIX = "cuda_debug/dump/"
 POLL_S = 2.0
@@ -81,8 +81,8 @@ def requested_recent(raw) -> int:
     ``dump --job`` wrote, or whatever else anyone who can reach the store put
     there): 0 to RECENT_MAX, else 1."""
     try:
-        params = json.loads(raw)
-    except (ValueError, TypeError):
+        params = loads(raw, PARAMS_MAX)
+    except ValueError:
         return 1
     recent = params.get("recent", 1) if isinstance(params, dict) else None
     if not isinstance(recent, int) or isinstance(recent, bool) or not 0 <= recent <= RECENT_MAX:
@@ -90,68 +90,110 @@ def requested_recent(raw) -> int:
     return recent
 
 
+PARAMS_MAX = 4096                  # bytes of a request's params/<n> read
+ANSWERS_KEPT = 2                   # a rank's answers left in the store (the newest)
+BACKOFF_MAX_S = 60.0               # the longest wait before connecting again
+
+
+class _Publisher:
+    """The rank's side of ``dump --job``: its connection to the store, the
+    requests it has seen, its answers still in the store."""
+
+    def __init__(self, rank: int, world: int):
+        self.rank, self.world = rank, world
+        self.store = None
+        self.seen = 0              # the newest request taken
+        self.hangs = None          # the hang reports counted so far
+        self.failures = 0          # connections lost or refused in a row
+        self.next_try = 0.0        # time.monotonic() of the next connection attempt
+        self.answered = []         # this rank's answer keys in the store, oldest first
+
+    def drop(self) -> None:
+        """The connection lost: the next attempt after a wait that doubles
+        with each failure in a row (POLL_S, 2 POLL_S... BACKOFF_MAX_S), and is
+        never given up (a store that comes back, a long job's hiccups)."""
+        if self.store is not None:
+            try:
+                self.store.close()
+            except Exception:
+                pass
+        self.store = None
+        self.failures += 1
+        self.next_try = time.monotonic() + min(BACKOFF_MAX_S,
+                                               POLL_S * (1 << min(self.failures - 1, 8)))
+
+
 def _publish() -> None:
     """The thread's loop. Whatever the store holds, it neither dies nor writes
-    to the program's stderr: what it reads is checked (requested_recent, the
-    counters are ints by the store's protocol), and anything else going wrong
-    costs the connection (a few tries, then none), never the thread."""
-    rank, world = _env_int("RANK", -1), _env_int("WORLD_SIZE", 0)
-    store, seen, hangs, tries = None, 0, None, 0
+    to the program's stderr: what it reads is data (bounded parses, checked
+    values: requested_recent), anything going wrong costs the connection (a
+    new one later: _Publisher.drop), never the thread, and never the rank's
+    answers to later requests."""
+    p = _Publisher(_env_int("RANK", -1), _env_int("WORLD_SIZE", 0))
     while True:
         try:
-            store, seen, hangs, tries = _publish_once(rank, world, store, seen, hangs, tries)
+            _publish_once(p)
         except Exception:          # never the program's: its stderr gets nothing of ours
-            if store is not None:
-                try:
-                    store.close()
-                except Exception:
-                    pass
-            store = None
+            p.drop()
         time.sleep(POLL_S)
 
 
-def _publish_once(rank, world, store, seen, hangs, tries):
-    """One poll: register (a few tries), answer a new request, publish a new
-    hang report; returns the loop's state."""
+def _publish_once(p: "_Publisher") -> None:
+    """One poll: connect when it is time (registering), answer a new
+    request, publish a new hang report."""
     from . import _core
-    from ._tcpstore import TooLarge
     env = os.environ
-    if hangs is None:
-        hangs = _core.hang_state()[1]
+    if p.hangs is None:
+        p.hangs = _core.hang_state()[1]
     _snapshot()
-    if store is None and tries < 3:
-        tries += 1
+    if p.store is None and time.monotonic() >= p.next_try:
         try:
-            store = _store(env["MASTER_ADDR"], int(env["MASTER_PORT"]), TIMEOUT_S)
+            p.store = _store(env["MASTER_ADDR"], int(env["MASTER_PORT"]), TIMEOUT_S)
             # The requests so far, read before the registration is published:
             # a request made once a client sees this rank registered is newer
             # (read after it, a request in between was taken as answered).
-            seen = int(store.add(PREFIX + "requests", 0))
-            store.set(PREFIX + "rank/%d" % rank, json.dumps(
+            p.seen = int(p.store.add(PREFIX + "requests", 0))
+            p.store.set(PREFIX + "rank/%d" % p.rank, json.dumps(
                 {"format": REGISTRATION, "version": 1, "pid": os.getpid(),
-                 "host": socket.gethostname(), "world_size": world}))
+                 "host": socket.gethostname(), "world_size": p.world}))
         except OSError:
-            store = None           # not up yet, or gone: a few tries, then none
-    if store is not None:
-        try:
-            n = int(store.add(PREFIX + "requests", 0))
-            if n > seen:
-                seen = n
-                recent = 1
-                if store.check([PREFIX + "params/%d" % n]):
-                    try:
-                        recent = requested_recent(store.get(PREFIX + "params/%d" % n, 4096))
-                    except TooLarge:
-                        recent = 1         # not dump --job's: the default
-                store.set(PREFIX + "answer/%d/%d" % (n, rank), _core.dump_document(recent))
-            h = _core.hang_state()[1]
-            if h > hangs:
-                hangs = h
-                store.set(PREFIX + "hang/%d" % rank, _core.dump_document(1))
-        except (OSError, ValueError):
-            store.close()
-            store = None           # the job's store went away (the job ends)
-    return store, seen, hangs, tries
+            p.drop()               # not up yet, or gone: again later
+            return
+    if p.store is None:
+        return
+    try:
+        _poll(p)
+    except (OSError, ValueError):
+        p.drop()                   # the job's store went away, or spoke nonsense
+        return
+    p.failures = 0                 # a whole poll: the connection is good
+
+
+def _poll(p: "_Publisher") -> None:
+    from . import _core
+    from ._tcpstore import TooLarge
+    store = p.store
+    n = int(store.add(PREFIX + "requests", 0))
+    if n > p.seen:
+        p.seen = n
+        recent = 1
+        if store.check([PREFIX + "params/%d" % n]):
+            try:
+                recent = requested_recent(store.get(PREFIX + "params/%d" % n, PARAMS_MAX))
+            except TooLarge:
+                recent = 1         # not dump --job's: the default
+        key = PREFIX + "answer/%d/%d" % (n, p.rank)
+        store.set(key, _core.dump_document(recent))
+        # At most ANSWERS_KEPT answers of this rank stay in the store, whoever
+        # asks and however often: the client deletes what it read; a request
+        # nobody reads (anyone may add to the counter) is deleted here.
+        p.answered.append(key)
+        while len(p.answered) > ANSWERS_KEPT:
+            store.delete(p.answered.pop(0))
+    h = _core.hang_state()[1]
+    if h > p.hangs:
+        p.hangs = h
+        store.set(PREFIX + "hang/%d" % p.rank, _core.dump_document(1))
 
 
 # -- NCCL's flight recorder ------------------------------------------------------------
@@ -358,8 +400,7 @@ def registration_problem(info, r: int):
     if info.get("format", REGISTRATION) != REGISTRATION or info.get("version", 1) != 1:
         return ("rank %d's registration is of another version (%s %s; this cuda_debug reads %s "
                 "1): run the dump of the cuda_debug the job runs" % (
-                    r, printable(repr(info.get("format"))), printable(repr(info.get("version"))),
-                    REGISTRATION))
+                    r, shown(info.get("format")), shown(info.get("version")), REGISTRATION))
     for key, kinds in (("pid", int), ("world_size", int), ("host", str)):
         v = info.get(key)
         if not isinstance(v, kinds) or isinstance(v, bool):
@@ -374,9 +415,19 @@ def registration_problem(info, r: int):
     return None
 
 
+REGISTRATION_MAX = 4096           # bytes of a rank's registration read
+DOC_MAX = 64 << 20                # bytes of a rank's answer read (cuda_debug/_dump.py's)
+
+
 def _read_json(store, key: str, what: str):
+    from ._tcpstore import TooLarge
     try:
-        return json.loads(store.get(key))
+        return loads(store.get(key, REGISTRATION_MAX), REGISTRATION_MAX)
+    except TooLarge:
+        raise JobError("%s is longer than %d bytes: not written by cuda_debug"
+                       % (what, REGISTRATION_MAX)) from None
+    except OutOfBounds as e:
+        raise JobError("%s holds %s: not written by cuda_debug" % (what, e)) from None
     except ValueError:
         raise JobError("%s is not JSON: not written by cuda_debug" % what) from None
 
@@ -391,8 +442,13 @@ def _registration(store, r: int):
 
 def _answer(store, key: str, r: int):
     """Rank r's document (an answer or its hang report), or (None, why not)."""
+    from ._tcpstore import TooLarge
     try:
-        doc = json.loads(store.get(key))
+        doc = loads(store.get(key, DOC_MAX), DOC_MAX)
+    except TooLarge:
+        return None, "sent an answer longer than %d MiB" % (DOC_MAX >> 20)
+    except OutOfBounds as e:
+        return None, "sent an answer that holds %s" % e
     except ValueError:
         return None, "sent an answer that is not JSON"
     problem = document_problem(doc)
@@ -431,11 +487,13 @@ def _ask(store, host, port, recent, timeout):
             key = PREFIX + "answer/%d/%d" % (n, r)
             if r not in docs and r not in bad and store.check([key]):
                 doc, why = _answer(store, key, r)
+                store.delete(key)          # read: the store keeps nothing of this request
                 if doc is not None:
                     docs[r] = doc
                 else:
                     bad[r] = why
         time.sleep(0.1)
+    store.delete(PREFIX + "params/%d" % n)
     for r in range(max(world, max(registered) + 1)):
         if r in docs:
             continue

@@ -179,12 +179,26 @@ def stack_from_ids(ids):
 def stack_from_frames(frames):
     """A StackSummary (outermost first) from (filename, lineno, function, kind)
     entries, innermost first: the frames another process's C core resolved
-    and sent (cuda_debug/_dump.py), classified there, by that process's rule."""
-    entries = [Frame(f or "?", n, fn or "?", k) for f, n, fn, k in reversed(frames)]
-    stack = traceback.StackSummary.from_list(entries)
-    for fs in stack:
-        fs.line
-    return stack
+    and sent (cuda_debug/_dump.py), classified there, by that process's rule.
+    Rendered as given: the file is another process's word (SPEC section 19),
+    never opened or read here (no linecache: a FIFO would hang the caller,
+    /dev/zero fill its memory, a file the caller may read and the sender may
+    not would be printed), so a frame has no source line (``line`` None)."""
+    return traceback.StackSummary.from_list(
+        [ForeignFrame(f or "?", n, fn or "?", k) for f, n, fn, k in reversed(frames)])
+
+
+class ForeignFrame(Frame):
+    """A frame another process sent: its file is a name, not a file of ours
+    (no source line is looked up for it)."""
+    __slots__ = ()
+
+    def __init__(self, filename, lineno, name, kind):
+        super().__init__(filename, lineno, name, kind, line="")
+
+    @property
+    def line(self):
+        return None
 
 
 def user_frame(stack, complete=True):

@@ -17,6 +17,7 @@ never unblock each other early.
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
 import contextlib
+import os
 import functools
 import sys
 import warnings
@@ -46,6 +47,18 @@ def _set_markers(exact_delta: int) -> None:
     with _exact_lock:
         _exact_open = max(0, _exact_open + exact_delta)
         _core.set_watch_markers(1 if _exact_open else _options.OPTIONS.watch_every)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child: the lock free (another thread may have held it at the
+    fork: the child's own watch() waited for it for good), no exact watch of
+    the parent's open here."""
+    global _exact_lock, _exact_open
+    _exact_lock = None
+    _exact_open = 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 # Regions entered and not yet exited, kept alive until they are: a block entered
 # without a reference kept (``cuda_debug.watch().__enter__()``, the notebook idiom

@@ -1,14 +1,15 @@
 """A client of PyTorch's c10d TCPStore (the store torchrun runs at
 MASTER_ADDR:MASTER_PORT), for ``cuda-debug dump --job`` (cuda_debug/_job.py).
 
-Only what dump needs: set, get (of a key known to exist), add, check. Written
+Only what dump needs: set, get (of a key known to exist), add, check, delete. Written
 here rather than taken from ``torch.distributed.TCPStore`` so that a rank can
 publish and ``dump --job`` can read with or without PyTorch importable in that
 process. The wire format is the store's (torch/csrc/distributed/c10d/
 TCPStore.cpp, store/TCPStoreBackend.hpp): after connecting, VALIDATE with the
 magic number; each request is a one-byte QueryType then its arguments, a
 string as a uint64 length and its bytes, numbers in the machine's byte order;
-ADD answers an int64, CHECK one byte (0 ready), GET a uint64 length and bytes.
+ADD answers an int64, CHECK one byte (0 ready), GET a uint64 length and bytes,
+DELETE_KEY an int64 (how many keys it deleted).
 Keys get the prefix torch's own client puts before each ("/"), so that
 ``TCPStore.get("cuda_debug/...")`` reads what this client set, and back.
 tests/test_dump_cpu.py checks it against torch's own server.
@@ -20,7 +21,7 @@ import struct
 from typing import List
 
 MAGIC = 0x3C85F7CE
-VALIDATE, SET, GET, ADD, CHECK = 0, 1, 3, 4, 5
+VALIDATE, SET, GET, ADD, CHECK, DELETE_KEY = 0, 1, 3, 4, 5, 8
 READY = 0
 
 
@@ -80,6 +81,11 @@ class Client:
         self.sock.sendall(bytes([CHECK]) + struct.pack("=Q", len(keys)) +
                           b"".join(self._k(k) for k in keys))
         return self._recv(1)[0] == READY
+
+    def delete(self, key: str) -> bool:
+        """Remove a key (one that is not there: False)."""
+        self.sock.sendall(bytes([DELETE_KEY]) + self._k(key))
+        return struct.unpack("=q", self._recv(8))[0] > 0
 
     def get(self, key: str, most: int = 256 << 20) -> bytes:
         """The value of a key that exists (check() first: GET of a missing

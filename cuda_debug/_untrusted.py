@@ -7,10 +7,81 @@ applies). Used by cuda_debug/_dump.py (``dump PID``) and cuda_debug/_job.py
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """
+import json
+import math
 from typing import Optional
 
 FORMAT = "cuda_debug.dump"
 VERSION = 1                       # csrc/report/report.h CD_DOC_VERSION
+
+
+# -- JSON, bounded ----------------------------------------------------------------------
+
+DEPTH_MAX = 32                    # a document nests 5 deep (doc, streams, entry, frames, frame)
+INT_MAX = 1 << 64                 # every integer the C core writes fits in 64 bits
+
+
+class OutOfBounds(ValueError):
+    """JSON beyond what cuda_debug writes: too long, too deep, a number too large."""
+
+
+def _int(text: str) -> int:
+    if len(text) > 21:            # -(2**64) has 21 characters
+        raise OutOfBounds("a number of %d digits" % len(text))
+    v = int(text)
+    if not -INT_MAX < v < INT_MAX:
+        raise OutOfBounds("a number beyond 64 bits")
+    return v
+
+
+def _float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise OutOfBounds("a number beyond a double (%s...)" % text[:16])
+    return v
+
+
+def _constant(text: str):
+    raise OutOfBounds("%s, not a number" % text)
+
+
+def _depth(text) -> int:
+    """How deep `text`'s arrays and objects nest (brackets inside strings do
+    not count): without recursion."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "surrogateescape")
+    if text.count("[") + text.count("{") <= DEPTH_MAX:
+        return 0                  # cannot nest deeper: not scanned
+    import re
+    deepest = depth = 0
+    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def loads(raw, most: int):
+    """JSON that another process wrote, parsed within bounds: at most `most`
+    bytes, nesting at most DEPTH_MAX deep, integers of 64 bits, finite
+    numbers (no NaN, Infinity, 1e400). OutOfBounds (a ValueError: one line)
+    beyond them, ValueError for what is not JSON; never
+    RecursionError, never a number too large to print or to make a float."""
+    if raw is None:
+        raise ValueError("nothing")
+    if len(raw) > most:
+        raise OutOfBounds("%d bytes, more than %d" % (len(raw), most))
+    if _depth(raw) > DEPTH_MAX:
+        raise OutOfBounds("arrays or objects nested more than %d deep" % DEPTH_MAX)
+    try:
+        return json.loads(raw, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except RecursionError:        # not reached after _depth; kept as the promise
+        raise OutOfBounds("arrays or objects nested too deep") from None
+    except (TypeError, UnicodeDecodeError) as e:
+        raise ValueError(str(e)) from None
 
 
 # -- what a document may hold -----------------------------------------------------------
@@ -23,6 +94,22 @@ _LAUNCH = {"seq": int, "stream": int, "kernel": _STR, "short": _STR, "collective
 _TOP = {"pid": int, "rank": _INT, "time": (int, float), "text": _STR, "streams": list,
         "recent": (list, type(None))}
 _OPTIONAL = {"rank", "text", "recent"}
+# Fields a document may leave out, of one kind when present (null: as absent).
+_MAYBE_TOP = {"culprit": int, "watching": bool, "world_size": int}
+_MAYBE_STREAM = {"candidates": int, "graph_status": int, "graph_candidates": int,
+                 "last_seq": int, "open_seq": int, "cbid": int}
+_MAYBE_RECENT = {"done": int}
+_WAIT = {"collective": _STR, "backend": _STR, "filename": _STR, "lineno": _INT,
+         "function": _STR, "thread_id": _INT, "thread_name": _STR, "since": (int, float)}
+_ENTRY = {"seq": (int, str, type(None)), "op": _STR, "state": _STR, "pg": (int, str, type(None))}
+
+
+def _maybe_problem(d, spec, where) -> Optional[str]:
+    for k, t in spec.items():
+        v = d.get(k)
+        if v is not None and (not isinstance(v, t) or (t is int and isinstance(v, bool))):
+            return "%s whose %r is a %s" % (where, k, type(v).__name__)
+    return None
 
 
 def _frames_problem(frames) -> Optional[str]:
@@ -46,6 +133,13 @@ def _fields_problem(d, spec, where, optional=()) -> Optional[str]:
     return None
 
 
+def shown(value, most: int = 40) -> str:
+    """A value another process sent, as a message quotes it: repr, printable,
+    at most `most` characters."""
+    r = printable(repr(value))
+    return r if len(r) <= most else r[:most - 3] + "..."
+
+
 def document_problem(doc) -> Optional[str]:
     """Why `doc` is not a dump document this cuda_debug can read (one phrase,
     after the sender's name: "sent ..."), or None."""
@@ -54,17 +148,18 @@ def document_problem(doc) -> Optional[str]:
     if doc.get("format") != FORMAT or doc.get("version") != VERSION:
         return ("speaks another version of the dump (%s %s; this cuda_debug reads %s %d): run "
                 "the dump of the cuda_debug it runs" % (
-                    printable(repr(doc.get("format"))), printable(repr(doc.get("version"))),
-                    FORMAT, VERSION))
-    problem = _fields_problem(doc, _TOP, "a document", _OPTIONAL)
+                    shown(doc.get("format")), shown(doc.get("version")), FORMAT, VERSION))
+    problem = _fields_problem(doc, _TOP, "a document", _OPTIONAL) or \
+        _maybe_problem(doc, _MAYBE_TOP, "a document")
     if not problem and doc["pid"] <= 0:
         problem = "a document whose pid is %d" % doc["pid"]
-    launches = [("a stream", e, dict(_LAUNCH, queued=int)) for e in doc["streams"]] \
-        if not problem else []
-    launches += [("a recent launch", e, _LAUNCH) for e in doc.get("recent") or ()] \
-        if not problem else []
-    for where, e, spec in launches:
-        problem = _fields_problem(e, spec, where) or _frames_problem(e["frames"])
+    launches = [("a stream", e, dict(_LAUNCH, queued=int), _MAYBE_STREAM)
+                for e in doc["streams"]] if not problem else []
+    launches += [("a recent launch", e, _LAUNCH, _MAYBE_RECENT)
+                 for e in doc.get("recent") or ()] if not problem else []
+    for where, e, spec, maybe in launches:
+        problem = _fields_problem(e, spec, where) or _maybe_problem(e, maybe, where) or \
+            _frames_problem(e["frames"])
         if not problem and e.get("graph_nodes") is not None:
             nodes = e["graph_nodes"]
             if not isinstance(nodes, list):
@@ -79,10 +174,17 @@ def document_problem(doc) -> Optional[str]:
             break
     fr = doc.get("flight_recorder")
     if not problem and fr is not None:
-        if not isinstance(fr, dict) or not isinstance(fr.get("entries", []), list) or \
-                not all(isinstance(e, dict) for e in fr.get("entries", [])) or \
-                not isinstance(fr.get("time", 0), (int, float)):
-            problem = "a flight recorder that is not {time, entries: [...]}"
+        entries, waits = (fr.get("entries"), fr.get("cpu_waits")) if isinstance(fr, dict) \
+            else (None, None)
+        if not isinstance(fr, dict) or not isinstance(entries or [], list) or \
+                not isinstance(waits or [], list) or \
+                not all(isinstance(e, dict) and not _maybe_problem(e, _ENTRY, "")
+                        for e in entries or ()) or \
+                not all(isinstance(w, dict) and not _maybe_problem(w, _WAIT, "")
+                        for w in waits or ()) or \
+                not isinstance(fr.get("time", 0), (int, float)) or \
+                isinstance(fr.get("time", 0), bool):
+            problem = "a flight recorder that is not {time, entries: [...], cpu_waits: [...]}"
     return "sent %s" % problem if problem else None
 
 

@@ -1,7 +1,7 @@
 """A stand-in for PyTorch's c10d TCPStore server (what torchrun runs at
 MASTER_ADDR:MASTER_PORT), for the tests of ``dump --job`` without PyTorch:
 the subset of the wire format cuda_debug/_tcpstore.py speaks (VALIDATE, SET,
-GET, ADD, CHECK; keys and values as a uint64 length and bytes, numbers in the
+GET, ADD, CHECK, DELETE_KEY; keys and values as a uint64 length and bytes, numbers in the
 machine's byte order). The torch-based tests in tests/test_dump_cpu.py check
 the client against torch's own server; this one lets a test plant anything in
 the store, as anyone who can reach the port can.
@@ -15,7 +15,7 @@ import socketserver
 import struct
 import threading
 
-VALIDATE, SET, GET, ADD, CHECK = 0, 1, 3, 4, 5
+VALIDATE, SET, GET, ADD, CHECK, DELETE_KEY = 0, 1, 3, 4, 5, 8
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -33,6 +33,8 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def handle(self):
         store = self.server.store
+        with store.lock:
+            store.conns.add(self.request)
         try:
             while True:
                 op = self._read(1)[0]
@@ -57,6 +59,11 @@ class _Handler(socketserver.BaseRequestHandler):
                         v = int(store.data.get(key, b"0")) + delta
                         store.data[key] = str(v).encode()
                     self.request.sendall(struct.pack("=q", v))
+                elif op == DELETE_KEY:
+                    key = self._string()
+                    with store.lock:
+                        gone = store.data.pop(key, None) is not None
+                    self.request.sendall(struct.pack("=q", int(gone)))
                 elif op == CHECK:
                     n = struct.unpack("=Q", self._read(8))[0]
                     keys = [self._string() for _ in range(n)]
@@ -67,6 +74,9 @@ class _Handler(socketserver.BaseRequestHandler):
                     return
         except (EOFError, OSError, ValueError):
             return
+        finally:
+            with store.lock:
+                store.conns.discard(self.request)
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -82,6 +92,7 @@ class FakeStore:
         # server reads that client's next request (what another client does
         # at that moment); write self.data directly there.
         self.on_set = None
+        self.conns = set()                 # the clients' connections, open now
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.store = self
         self.port = self.server.server_address[1]
@@ -92,6 +103,22 @@ class FakeStore:
         """What a client's set(key, value) stores (key without torch's "/")."""
         with self.lock:
             self.data[b"/" + key.encode()] = value if isinstance(value, bytes) else value.encode()
+
+    def drop_connections(self):
+        """A hiccup: every client's connection closed by the store."""
+        import socket as _socket
+        with self.lock:
+            conns = list(self.conns)
+        for c in conns:
+            try:
+                c.shutdown(_socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def keys(self, prefix=""):
+        """The keys (without torch's "/") that start with `prefix`."""
+        with self.lock:
+            return sorted(k[1:].decode() for k in self.data if k[1:].startswith(prefix.encode()))
 
     def value(self, key):
         with self.lock:

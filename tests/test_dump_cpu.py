@@ -96,7 +96,9 @@ def test_dump_json_has_the_in_flight_fields_pid_rank_and_time(fake_live):
             assert got[k] == want[k], (k, got, want)
         assert got["lineno"] == live.line_of("# SPIN") and got["queue_depth"] == 20, got
         assert got["candidates"] > 1, got
-        assert got["stack"] == want["stack"], (got, want)
+        # the frames as the target sent them; no source line (the file is the
+        # target's word: dump never opens it, docs/dump.md)
+        assert got["stack"] == [f[:3] + [None] for f in want["stack"]], (got, want)
         assert got["age_s"] >= want["age_s"] and got["thread_name"], got   # the OS name
 
 

@@ -370,11 +370,13 @@ def registration(**kw):
     ("[1, 2]", "rank 0's registration is a JSON list, not a cuda_debug registration"),
     ("{not json", "rank 0's registration is not JSON: not written by cuda_debug"),
     (registration(pid=None), "rank 0's registration has no pid, not an int"),
-    (registration(pid=10**30), "rank 0's registration names pid %d: not a process id" % 10**30),
+    (registration(pid=10**30), "rank 0's registration holds a number of 31 digits: not written "
+                               "by cuda_debug"),
+    (registration(pid=1 << 40), "rank 0's registration names pid %d: not a process id" % (1 << 40)),
     (registration(host=["h"]), "rank 0's registration has a list host, not a string"),
     (registration(format="other", version=9), "rank 0's registration is of another version "
                                               "('other' 9; this cuda_debug reads"),
-], ids=["world_size 10**9", "a list", "not JSON", "no pid", "pid 10**30", "host a list",
+], ids=["world_size 10**9", "a list", "not JSON", "no pid", "pid 10**30", "pid 2**40", "host a list",
         "another version"])
 def test_dump_job_on_a_registration_that_is_nonsense_says_so_in_one_line(planted, message):
     with FakeStore() as store:

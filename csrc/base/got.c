@@ -63,12 +63,18 @@
 #endif
 
 #define CD_GOT_FOUND 256
+#define CD_GOT_NAME 512            /* an object's name, copied during the walk */
 typedef struct {
     void **slot;
     void *now;                   /* what the entry holds */
-    const char *object;          /* an unbound entry's object (its l_name), else NULL */
+    /* the object's name (its dlpi_name), copied inside the walk: the
+     * loader's string is freed when another thread dlcloses the object, so
+     * it is never kept past dl_iterate_phdr. "" when it did not fit (never
+     * bound by name, never preferred). */
+    char object[CD_GOT_NAME];
     cd_got_patch id;             /* the object's identity, the page's protection */
     int unbound;
+    int main_program;            /* the program itself (no name) */
 } found_t;
 
 typedef struct {
@@ -212,10 +218,12 @@ static int write_slot(void **slot, void *v, int prot)
 }
 
 /* The definition an unbound entry of this object would be bound to. */
-static void *bind_now(const char *object, const char *symbol)
+static void *bind_now(const char *object, const char *symbol, int main_program)
 {
-    if (!object || !object[0])
+    if (main_program)
         return dlsym(RTLD_DEFAULT, symbol);
+    if (!object[0])
+        return NULL;                   /* a name too long to copy: left alone */
     void *h = dlopen(object, RTLD_LAZY | RTLD_NOLOAD);
     if (!h)
         return NULL;
@@ -263,7 +271,13 @@ static void take(walk_t *w, const struct dl_phdr_info *info, const ElfW(Rela) *r
         f->slot = slot;
         f->now = now;
         f->unbound = segment_of(info, (uintptr_t)now, PT_LOAD) != NULL;   /* its own PLT */
-        f->object = info->dlpi_name;
+        const char *name = info->dlpi_name ? info->dlpi_name : "";
+        f->main_program = !name[0];
+        size_t len = strnlen(name, sizeof f->object);
+        if (len < sizeof f->object)
+            memcpy(f->object, name, len + 1);
+        else
+            f->object[0] = '\0';              /* too long: not usable by name */
         identify(&f->id, info, slot);
     }
 }
@@ -383,7 +397,7 @@ int cd_got_hook(const char *symbol, void *replacement, void **original,
     *other_targets = 0;
     *other_target = NULL;
 #ifdef CD_R_JUMP_SLOT
-    static walk_t w;                   /* callers serialise (sub_lock); 20 KiB off the stack */
+    static walk_t w;                   /* callers serialise (sub_lock); 150 KiB off the stack */
     Dl_info self;
     memset(&w, 0, sizeof w);
     w.symbol = symbol;
@@ -395,12 +409,12 @@ int cd_got_hook(const char *symbol, void *replacement, void **original,
      * entry is bound to what the loader would give its object. */
     static void *targets[CD_GOT_FOUND];
     for (int i = 0; i < w.n_found; i++)
-        targets[i] = w.found[i].unbound ? bind_now(w.found[i].object, symbol) : w.found[i].now;
+        targets[i] = w.found[i].unbound ? bind_now(w.found[i].object, symbol, w.found[i].main_program) : w.found[i].now;
     /* The first time, the definition a preferred object's entry leads to
      * (PyTorch's own libraries: most launches), else the first one found;
      * not the load order's pick of whichever library came first. */
     for (int i = 0; prefer && !*original && i < w.n_found; i++)
-        if (targets[i] && prefer(w.found[i].object))
+        if (targets[i] && w.found[i].object[0] && prefer(w.found[i].object))
             *original = targets[i];
     int n = 0;
     for (int i = 0; i < w.n_found; i++) {

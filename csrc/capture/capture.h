@@ -200,6 +200,9 @@ void cd_watch_context_destroyed(CUcontext context);
 /* The launch's context entry (registered on first sight: never call it while
  * the launch's stream captures), or -1. */
 int cd_watch_context_index(CUcontext context, uint32_t uid);
+/* Moves each time a context entry retires (a context destroyed or reset):
+ * a per-thread cache of a context's id is good while it has not moved. */
+unsigned cd_watch_context_epoch(void);
 /* The live entry of a context id, or -1; registers nothing. */
 int cd_watch_context_find(uint32_t uid);
 /* The entry's generation, as records keep it (16 bits); its device (-1). */

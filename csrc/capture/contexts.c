@@ -210,6 +210,11 @@ int cd_watch_context_find(uint32_t uid)
     return -1;
 }
 
+unsigned cd_watch_context_epoch(void)
+{
+    return atomic_load_explicit(&ctx_epoch, memory_order_acquire);
+}
+
 /* The launch's context entry, registered on first sight (hot: a per-thread
  * cache of the last id, valid until any entry retires). */
 int cd_watch_context_index(CUcontext context, uint32_t uid)

@@ -34,7 +34,10 @@
  *
  * The child handler only stores into our own variables (and initialises a
  * condition variable): async-signal-safe in practice, as POSIX asks of a
- * child handler after a multi-threaded fork.
+ * child handler after a multi-threaded fork. One prepare/parent pair: the
+ * dump listener's accept_mu, held by fork, so that a caller's socket accepted
+ * just before it is listed (and closed by the child's handler), never copied
+ * into the child unseen.
  */
 #include "hooks/hooks.h"
 
@@ -62,13 +65,18 @@ static void in_child(void)
         beside(CD_FORK_CHILD);
 }
 
+/* Around the fork itself, in the parent: the dump listener lists a caller's
+ * fd before a fork may copy it (cd_dump_server_fork_prepare). */
+static void before_fork(void) { cd_dump_server_fork_prepare(1); }
+static void in_parent(void) { cd_dump_server_fork_prepare(0); }
+
 int cd_fork_init(void (*more)(int op))
 {
     static atomic_int done;
     if (atomic_exchange(&done, 1))
         return 0;
     beside = more;
-    return pthread_atfork(NULL, NULL, in_child);
+    return pthread_atfork(before_fork, in_parent, in_child);
 }
 
 /* ---------------------------------------------------------- tests -- */

@@ -58,6 +58,10 @@
 #include <unistd.h>      /* close, geteuid, getpid, ... */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+/* Held from accept4() until the caller's fd is listed in conns[] (or closed),
+ * and by fork (cd_dump_server_fork_prepare): a child never holds a copy of a
+ * caller's socket that its fork handler cannot see to close. */
+static pthread_mutex_t accept_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int state;           /* 1 listening, 0 not started, -errno failed */
 static int listen_fd = -1;         /* under mu */
 static atomic_int srv_rank = -1, srv_world;
@@ -196,8 +200,10 @@ static int take_callers(int lfd)
                 c = &conns[i];
         if (!c)
             return 0;
+        pthread_mutex_lock(&accept_mu);
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
+            pthread_mutex_unlock(&accept_mu);
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
             if (errno == EBADF || errno == EINVAL || errno == ENOTSOCK)
@@ -213,6 +219,7 @@ static int take_callers(int lfd)
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 ||
             (cr.uid != geteuid() && cr.uid != 0)) {
             close(fd);             /* another user's process: no answer */
+            pthread_mutex_unlock(&accept_mu);
             continue;
         }
         c->answering = 0;
@@ -221,7 +228,18 @@ static int take_callers(int lfd)
         memset(&c->doc, 0, sizeof c->doc);   /* a forked child's stale one is not ours */
         c->deadline_ns = now_ns() + REQUEST_S * 1000000000ll;
         atomic_store(&c->fd, fd);
+        pthread_mutex_unlock(&accept_mu);
     }
+}
+
+/* pthread_atfork's prepare (before 1) and parent (0) handlers: no fork
+ * between an accept4() and the listing of its fd (accept_mu). */
+void cd_dump_server_fork_prepare(int before)
+{
+    if (before)
+        pthread_mutex_lock(&accept_mu);
+    else
+        pthread_mutex_unlock(&accept_mu);
 }
 
 static void *server_main(void *arg)
@@ -277,6 +295,7 @@ void cd_dump_server_fork(int op)
     switch (op) {
     case CD_FORK_CHILD:
         pthread_mutex_init(&mu, NULL);
+        pthread_mutex_init(&accept_mu, NULL);   /* taken by the prepare handler */
         if (listen_fd >= 0)
             close(listen_fd);      /* the parent's name: the parent answers for it */
         listen_fd = -1;

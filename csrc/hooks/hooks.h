@@ -71,7 +71,7 @@ void cd_launch_stats(cd_launch_counts *out);
 
 /* Why the launch hooks are off (0: on). */
 enum { CD_HOOKS_NEVER = 0, CD_HOOKS_OFF = 1, CD_HOOKS_NO_CUPTI = 2, CD_HOOKS_OLD_DRIVER = 3,
-       CD_HOOKS_CLASH = 4, CD_HOOKS_NO_IMPORTS = 5 };
+       CD_HOOKS_CLASH = 4, CD_HOOKS_NO_IMPORTS = 5, CD_HOOKS_FORKED = 6 };
 typedef struct {
     int on, recording, entries, why_off;
     uint64_t routed, recorded, handed_back, asked;   /* asked: the driver asked for a kernel */
@@ -148,6 +148,8 @@ void cd_hang_watch_fork(int op);
 /* Once, at module init: the child handler (pthread_atfork) that gives a
  * forked child its own state, every layer's (and `more`'s: a layer beside
  * this one, the benchmarks) cd_*_fork(CD_FORK_CHILD). 0, or pthread_atfork's error. */
+/* dump_server.c: pthread_atfork's prepare (1) and parent (0) handlers. */
+void cd_dump_server_fork_prepare(int before);
 int cd_fork_init(void (*more)(int op));
 /* Tests: a thread of ours takes every lock the child handler resets (1),
  * and holds them until given back (0): a fork meanwhile is a fork while

@@ -87,6 +87,12 @@ static int refused_why;                /* CD_HOOKS_*: why the hooks are not on *
 /* Python's reading of CUDA_DEBUG_LAUNCH_HOOKS, written at each watch() entry
  * (any thread, before sub_lock): an atomic. */
 static atomic_int hooks_wanted = 1;
+/* A forked child never walks the loaded objects (dl_iterate_phdr): glibc's
+ * fork resets the loader's dl_load_lock in the child, not dl_load_write_lock,
+ * which dl_iterate_phdr, dlopen and dlclose take; another thread of the
+ * parent inside one at the fork leaves it held in the child for good. Set by
+ * the child handler, never cleared (the child's children are forked too). */
+static int forked;
 
 /* What a runtime kernel handle (a CUkernel) is in a context: its function
  * (cuKernelGetFunction: what the runtime launches), name and origin.
@@ -218,15 +224,20 @@ static int kernel_of(void *k, const void *caller, CUcontext ctx, CUfunction *f, 
 
 /* The context's CUPTI id, per thread for the last context seen, under the
  * subscription it was asked in (CUPTI detached and initialised again may
- * number the contexts anew). */
+ * number the contexts anew), and while no context entry has retired since
+ * (capture/contexts.c's epoch): a reset hands back the same CUcontext pointer
+ * with a new id, and a launch recorded under the old one split its stream in
+ * two in the hang report. */
 static _Thread_local CUcontext tls_ctx;
 static _Thread_local uint32_t tls_uid;
 static _Thread_local uint64_t tls_uid_sub;
+static _Thread_local unsigned tls_ctx_epoch;
 
 static int context_uid(CUcontext c, uint32_t *uid)
 {
     const uint64_t sub = atomic_load_explicit(&cd_gates.subscriptions, memory_order_relaxed);
-    if (c == tls_ctx && tls_uid && sub == tls_uid_sub) {
+    const unsigned epoch = cd_watch_context_epoch();
+    if (c == tls_ctx && tls_uid && sub == tls_uid_sub && epoch == tls_ctx_epoch) {
         *uid = tls_uid;
         return 0;
     }
@@ -236,8 +247,22 @@ static int context_uid(CUcontext c, uint32_t *uid)
     tls_ctx = c;
     tls_uid = id;
     tls_uid_sub = sub;
+    tls_ctx_epoch = epoch;
     *uid = id;
     return 0;
+}
+
+/* The record mode's refusal of a launch it could not resolve (the dead
+ * context refuses the kernel's handle as well): the pipeline's refusal path
+ * (counted, the fd-2 block), which reads nothing of the launch but its code.
+ * CUPTI, the profiler's now, does not call ours. The runtime's sticky codes
+ * are the driver's numbers (700-720); its other codes are none of them. */
+static __attribute__((noinline, cold)) void record_refusal(int rrc)
+{
+    CUresult rc = (CUresult)rrc;
+    cd_launch l = {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, NULL, &rc, NULL, NULL, 0,
+                   CD_ORIGIN_UNKNOWN, NULL};
+    cd_launch_exited(&l);
 }
 
 static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args, size_t shmem,
@@ -262,8 +287,12 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
     const char *name;
     int origin = CD_ORIGIN_UNKNOWN;
     if (cd_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || context_uid(ctx, &uid) ||
-        kernel_of(kernel, __builtin_return_address(0), ctx, &f, &name, &origin))
-        return real(kernel, grid, block, args, shmem, stream);
+        kernel_of(kernel, __builtin_return_address(0), ctx, &f, &name, &origin)) {
+        const int rrc = real(kernel, grid, block, args, shmem, stream);
+        if (rrc != 0 && mode == ROUTE_RECORD)
+            record_refusal(rrc);       /* a dead context refuses the kernel's handle too */
+        return rrc;
+    }
     CUlaunchConfig cfg = {grid.x, grid.y, grid.z, block.x, block.y, block.z,
                           (unsigned)shmem, stream ? (CUstream)stream : CU_STREAM_LEGACY, NULL, 0};
     /* The launch as the pipeline reads it (hooks/launch_callback.c): the
@@ -277,10 +306,11 @@ static int hooked_launch(void *kernel, cd_dim3 grid, cd_dim3 block, void **args,
         cd_launch_recorded_by_hook(1);   /* a CUPTI callback inside leaves it to us */
         int rrc = real(kernel, grid, block, args, shmem, stream);
         cd_launch_recorded_by_hook(0);
-        if (rrc == 0) {
+        if (rrc == 0)
             atomic_fetch_add_explicit(&n_recorded, 1, memory_order_relaxed);
-            cd_launch_exited(&l);
-        }
+        /* a refusal: the pipeline's refusal path too (record_refusal) */
+        rc = (CUresult)rrc;
+        cd_launch_exited(&l);
         return rrc;
     }
     const uint64_t t1 = profile ? cd_clock_ns() : 0;
@@ -372,6 +402,10 @@ static int take_entries(void)
  * relocations). */
 void cd_runtime_hooks_on(void)
 {
+    if (forked) {
+        refused_why = CD_HOOKS_FORKED;
+        return;
+    }
     if (cd_cupti_inherited()) {
         refused_why = CD_HOOKS_NO_CUPTI;
         return;
@@ -415,19 +449,22 @@ void cd_runtime_hooks_record(void)
 void cd_runtime_hooks_off(void)
 {
     atomic_store(&route_on, ROUTE_OFF);
-    cd_got_restore(patches, n_patches);
+    if (!forked)                       /* a child's copies stay ours: no walk (`forked`) */
+        cd_got_restore(patches, n_patches);
     n_patches = 0;
     if (cd_cupti_route_off())
         cd_cupti_route(0);
 }
 
 /* A forked child: its launches go the runtime's way (its copy of the entries
- * still points here: nothing recorded, no call into the parent's CUPTI
- * subscription, which is not the child's). */
+ * still points here, for good: nothing recorded, no call into the parent's
+ * CUPTI subscription, which is not the child's), and no walk of the loaded
+ * objects from now on (`forked`): the hooks stay off there. */
 void cd_runtime_hooks_fork(int op)
 {
     if (op != CD_FORK_CHILD)
         return;
+    forked = 1;
     atomic_store(&route_on, ROUTE_OFF);   /* the route's CUPTI side: cd_subscription_fork */
     tls_ctx = NULL;
     tls_uid = 0;

@@ -390,7 +390,7 @@ static const char *const residue_text[] = {
     "cuptiFinalize failed: CUPTI stays loaded, unsubscribed"};
 static const char *const hooks_off_text[] = {
     "never on", "CUDA_DEBUG_LAUNCH_HOOKS=0", "no CUPTI", "driver too old",
-    "a library imports the route", "no library imports __cudaLaunchKernel"};
+    "a library imports the route", "no library imports __cudaLaunchKernel", "a forked child"};
 
 PyObject *cd_py_stats(PyObject *self, PyObject *noargs)
 {

@@ -121,6 +121,18 @@ PyObject *cd_py_dump_set_extra(PyObject *self, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "dump_set_extra: at most 1 MiB");
         return NULL;
     }
+    if (n) {                           /* every dump document embeds it: one JSON object */
+        PyObject *json = PyImport_ImportModule("json");
+        PyObject *v = json ? PyObject_CallMethod(json, "loads", "O", arg) : NULL;
+        Py_XDECREF(json);
+        int is_object = v && PyDict_Check(v);
+        Py_XDECREF(v);
+        if (!is_object) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "dump_set_extra: not a JSON object");
+            return NULL;
+        }
+    }
     if (cd_report_set_extra(p, (size_t)n) != 0)
         return PyErr_NoMemory();
     Py_RETURN_NONE;

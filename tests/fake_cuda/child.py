@@ -32,6 +32,7 @@ _SIGNATURES = {
     "fake_set_kernel": (None, [c_char_p, c_int, c_int, c_char_p, c_long, c_longlong]),
     "fake_set_assert_site": (c_int, [c_char_p, c_char_p, c_int, c_char_p]),
     "fake_set_async": (None, [c_int]),
+    "fake_set_driver_log": (None, [c_int]),
     "fake_set_print_thread": (None, [c_int]),
     "fake_launch": (c_int, [c_char_p, c_size] + [c_uint] * 6),
     "fake_launch_ex": (c_int, [c_char_p, c_size] + [c_uint] * 6),

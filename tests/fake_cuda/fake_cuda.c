@@ -250,9 +250,14 @@ static const char *err_name(int code)
     return NULL;
 }
 
+/* fake_set_driver_log(0): the driver logs nothing (a driver older than
+ * 12.9, which has no error log: the registration succeeds, no line comes). */
+static atomic_int log_off;
+FAKE_EXPORT void fake_set_driver_log(int on) { atomic_store(&log_off, !on); }
+
 static CUresult logret(const char *api, CUresult rc)
 {
-    if (rc == CUDA_SUCCESS || rc == CUDA_ERROR_NOT_READY || !n_log_cbs)
+    if (rc == CUDA_SUCCESS || rc == CUDA_ERROR_NOT_READY || !n_log_cbs || atomic_load(&log_off))
         return rc;
     char msg[256];
     const char *n = err_name(rc);
