@@ -1,5 +1,5 @@
 """``cuda-debug dump`` never loses an answer and never prints an attacker's bytes
-(issue 36), on the fake driver (CPU):
+on the fake driver (CPU):
 
 - a fork while the listener answers does not keep the caller waiting (the answer
   ends by its length, the connection is shut down, the child closes its copies);
@@ -26,8 +26,8 @@ import pytest
 from conftest import Live
 from fake_cuda import PRELUDE, child_env
 from fake_store import FakeStore
-from test_cli import cli
-from test_dump_cpu import AGENT        # an agent-like parent of two ranks
+from helpers.cli import cli
+from helpers.snippets import AGENT        # an agent-like parent of two ranks
 
 #: a completion marker behind every launch: the unfinished one is named
 EXACT = {"CUDA_DEBUG_WATCH_EXACT": "1"}
