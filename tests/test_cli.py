@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 import conftest
-from conftest import PKG_PARENT
+from conftest import PKG_PARENT, gpu_unavailable_reason
 from helpers.cli import NO_GPU, cli, cli_env  # noqa: F401
 
 
