@@ -140,6 +140,18 @@ def sanitizer_report(stderr):
     return None
 
 
+def child_environ(env=None):
+    """os.environ for a child, PKG_PARENT first on its PYTHONPATH (a script's
+    own folder, not the cwd, is its sys.path[0]: without it the child would
+    import whichever cuda_debug the interpreter finds, such as another
+    checkout's editable install), then `env` on top."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [PKG_PARENT, os.environ.get("PYTHONPATH")]))
+    full_env.update(env or {})
+    return full_env
+
+
 _PRELUDE = "import json, sys\ndef report(obj): print('RESULT ' + json.dumps(obj), flush=True)\n"
 
 
@@ -155,12 +167,7 @@ def run_child(code, env=None, timeout=120, args=(), prelude=""):
     script = os.path.join(folder, "user_script.py")
     with open(script, "w") as f:
         f.write(source)
-    full_env = dict(os.environ)
-    # the cuda_debug under test, not an installed one (a script's folder, not the cwd,
-    # is sys.path[0])
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [PKG_PARENT,
-                                                           os.environ.get("PYTHONPATH")]))
-    full_env.update(env or {})
+    full_env = child_environ(env)
     try:
         proc = subprocess.run([sys.executable, script] + list(args), capture_output=True,
                               timeout=timeout, env=full_env, cwd=ROOT)
@@ -224,8 +231,7 @@ class Live:
         self.script = os.path.join(self.folder, "user_script.py")
         with open(self.script, "w") as f:
             f.write(self.source)
-        full_env = dict(os.environ)
-        full_env.update(env or {})
+        full_env = child_environ(env)
         self.proc = subprocess.Popen([sys.executable] + list(launcher) + [self.script] +
                                      list(args), cwd=ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""The always-on watch() over a real run (issue 35), against the fake CUDA driver:
+"""The always-on watch() over a real run, against the fake CUDA driver:
 CPU only. Its GPU twin is tests/test_always_right_gpu.py.
 
 - of two kernels that fit a generic assert line (a lambda's operator()), the
@@ -12,7 +12,7 @@ CPU only. Its GPU twin is tests/test_always_right_gpu.py.
 - CUDA_DEBUG_LAUNCH_HOOKS is read by one parser; a forked child's launches
   leave the hooks alone.
 """
-from test_launch_hooks_cpu import RT
+from helpers.snippets import RT
 
 L = "1, 1, 1, 32, 1, 1"
 # two kernels holding closure types (lambdas), as PyTorch's gather and sum are

@@ -1,4 +1,4 @@
-"""The always-on watch() over a real run, on a real GPU (SPEC section 15, issue 35):
+"""The always-on watch() over a real run, on a real GPU (SPEC section 15):
 profiler windows are gaps in its coverage, not its end; a hang names its stuck
 kernel first; of two kernels that fit an assert, the device's words pick; a
 fault without text leads with the user's kernel; a kernel the device's text

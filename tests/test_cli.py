@@ -11,23 +11,7 @@ import pytest
 
 import conftest
 from conftest import PKG_PARENT, gpu_unavailable_reason
-
-NO_GPU = gpu_unavailable_reason() is not None
-
-
-def cli_env(env=None):
-    full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [PKG_PARENT, os.environ.get("PYTHONPATH")]))
-    full_env.pop("CUDA_LAUNCH_BLOCKING", None)
-    full_env.update(env or {})
-    return full_env
-
-
-def cli(*args, cwd=None, env=None, timeout=120, input=None, command=None):
-    """``python -m cuda_debug args...`` (or `command` + args) in a subprocess."""
-    return subprocess.run((command or [sys.executable, "-m", "cuda_debug"]) + list(args),
-                          cwd=cwd, env=cli_env(env), capture_output=True, text=True,
-                          timeout=timeout, input=input if input is not None else "")
+from helpers.cli import NO_GPU, cli, cli_env  # noqa: F401
 
 
 def script(tmp_path, source, name="user_script.py"):
@@ -307,7 +291,7 @@ def test_run_stdin_tracebacks_show_the_lines(tmp_path):
 def test_run_words_alone_do_not_kill_the_context(tmp_path):
     """No CUDA here: a program raising a framework's words is an ordinary
     exception (exit 1), as under pytest; only the driver says the context is
-    dead (issue 46 item 6: it was exit 3, "the CUDA context is dead")."""
+    dead (it was once exit 3, "the CUDA context is dead")."""
     r = cli("run", "-", input='raise RuntimeError("CUDA error: an illegal memory '
                               'access was encountered")\n')
     assert r.returncode == 1, r.stderr
@@ -369,7 +353,7 @@ def test_run_a_folder_with_main(tmp_path):
     assert (r.returncode, r.stdout) == (0, "app ['a']\n"), r.stderr
 
 
-# -- `run X` is `python X` (docs/cli.md; issue 46 item 5) ----------------------------------
+# -- `run X` is `python X` (docs/cli.md) -----------------------------------------------
 
 #: what a program sees of how it was started
 _SEES = '''
@@ -484,7 +468,7 @@ def test_run_a_folder_without_main_fails_as_python_does(tmp_path):
     assert run.stdout == ""
 
 
-# -- habits (issue 46 item 7) ---------------------------------------------------------------
+# -- habits: other tools' usage gets a hint, not a bare error --------------------------
 
 def test_run_and_replay_take_option_equals_value(tmp_path):
     """``--opt=value``, as dump and bench take it (it was refused)."""

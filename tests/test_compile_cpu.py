@@ -1,4 +1,4 @@
-"""torch.compile'd functions in reports, on CPU (issue 18 item 2).
+"""torch.compile'd functions in reports, on CPU: the call line, not the def line.
 
 TorchDynamo runs a compiled function as a code object of its own making, in
 the user's file, under the function's name, whose line is the ``def`` (or

@@ -445,3 +445,23 @@ def test_a_graph_partition_without_a_line_map_is_named_by_cudagraph_trees(tmp_pa
     p = _report.inductor_provenance("triton_poi_fused_index_mul_0", stack, compiled)
     assert "fused up to" not in p and "source line unknown" in p, p
     del keep
+
+
+def test_children_import_the_cuda_debug_under_test(child, fake_child, fake_live):
+    """A child script (its own folder is its sys.path[0]) imports the same
+    cuda_debug as the test session, not another copy the interpreter would
+    find first (an editable install of another checkout): run_child's children
+    and Live's, which runs while the test talks to it."""
+    import json
+    from conftest import PKG_PARENT
+    want = os.path.join(PKG_PARENT, "cuda_debug", "__init__.py")
+    code = "import cuda_debug\nreport(cuda_debug.__file__)\n"
+    for run in (child, fake_child):
+        c = run(code)
+        assert c.result is not None, c
+        assert os.path.samefile(c.result, want), (c.result, want)
+    with fake_live(code) as live:
+        _, line = live.wait_for("RESULT ", name="stdout")
+        assert live.finish() == 0, live.text()
+    got = json.loads(line.split("RESULT ", 1)[1])
+    assert os.path.samefile(got, want), (got, want)

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import PKG_PARENT, needs
 from cuda12_wheel import cupti12  # noqa: F401  (fixture)
-from test_pytest_plugin import PLUGIN_ARGS
+from helpers.plugin import PLUGIN_ARGS
 
 pytestmark = pytest.mark.gpu
 pytest_plugins = ("pytester",)

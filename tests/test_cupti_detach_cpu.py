@@ -1,4 +1,4 @@
-"""Leaving the last watch() leaves nothing behind (issue 45), against the fake driver.
+"""Leaving the last watch() leaves nothing behind, against the fake driver.
 
 An unsubscribed CUPTI still sits in the driver's API dispatch: on the H100 a
 tiny-op loop cost 1.06-1.09x after one watch() was entered and left. So the

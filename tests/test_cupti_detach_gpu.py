@@ -1,4 +1,4 @@
-"""Leaving the last watch() detaches CUPTI (cuptiFinalize), on a real GPU (issue 45).
+"""Leaving the last watch() detaches CUPTI (cuptiFinalize), on a real GPU.
 
 Each program runs in its own Python (a sticky fault kills the CUDA context).
 The CPU tests of the same cycle: tests/test_cupti_detach_cpu.py.

@@ -183,8 +183,8 @@ _OWN_FIGURES = {"docs/bench.md"}
 
 def test_cost_figures_live_in_costs_md_only():
     """What a mode costs is written once, in docs/costs.md; every other page links
-    there (issue 37 item 4: watch() on a tiny op was 1.04x in the README, 1.14 in
-    costs.md, 1.043x and 1.009x in watch.md), so one edit updates them all."""
+    there (once watch() on a tiny op was 1.04x in the README, 1.14 in costs.md,
+    1.043x and 1.009x in watch.md), so one edit updates them all."""
     bad = []
     for name, text in _pages().items():
         if name == "docs/costs.md" or name in _OWN_FIGURES:
@@ -220,7 +220,7 @@ def test_costs_md_cites_the_results_it_takes_its_figures_from():
 
 def test_the_readmes_gemm_rows_are_measured_ones():
     """The README's `bench gemm` rows are rows of benchmarks/RESULTS.md, under the
-    same dtype (issue 37 item 11: real measured rows, never written by hand), and
+    same dtype (real measured rows, never written by hand), and
     it shows the picture."""
     root = _root()
     readme = _pages()["README.md"]
@@ -473,7 +473,7 @@ def test_the_readme_session_runs_and_prints_what_the_readme_shows(fake_child):
     assert shown in c.stderr, c
 
 
-# -- every public name, flag and variable is on a page (issue 46 item 8) -------------------
+# -- every public name, flag and variable is on a page -------------------------------------
 
 def _inline_code(text):
     """The text of the pages' code: fenced blocks and inline spans."""
@@ -558,7 +558,7 @@ def _unmentioned(surface, pages):
 def test_every_public_name_flag_and_variable_is_on_a_page():
     """What the code offers a user (a name, a parameter, an option, a variable, an
     error's attribute) is said on some page of docs/ or the README, or it is
-    private (issue 46 item 8: 55 were on no page)."""
+    private (55 were once on no page)."""
     surface = _public_surface()
     assert len(surface) > 250, len(surface)
     assert _unmentioned(surface, _pages()) == []

@@ -3,8 +3,8 @@ terminal from the target's listener thread (csrc/hooks/dump_server.c), also
 while the target's main thread is stuck in a CUDA call holding the GIL;
 ``--json``; a torchrun-agent-like parent with two fake ranks and the verdict;
 ``--trace`` and CUDA_DEBUG_TRACE as Chrome trace events; the PIDs dump refuses
-(issue 25, items 1 and 2: nothing signalled or read); two dump signals on two
-threads at once both chain (issue 25, item 9b)."""
+(nothing signalled or read); two dump signals on two threads at once both
+chain."""
 import json
 import os
 import re
@@ -18,7 +18,8 @@ import pytest
 
 from conftest import Live
 from fake_cuda import PRELUDE, child_env
-from test_cli import cli
+from helpers.cli import cli
+from helpers.snippets import AGENT
 
 HEAD = "cuda_debug (watch): unfinished launches of pid %d"
 #: A completion marker behind every launch (watch(exact=True)): the launch a
@@ -136,12 +137,12 @@ def test_a_pid_that_names_no_single_process_is_refused_and_nothing_is_sent(text,
 
 
 def _env(**kw):
-    from test_cli import cli_env
+    from helpers.cli import cli_env
     return cli_env(kw)
 
 
 def test_a_process_without_cuda_debug_is_not_signalled_even_with_a_handler_of_its_own():
-    # issue 25, item 2: a plain program whose SIGUSR1 handler ends it
+    # a plain program whose SIGUSR1 handler ends it is never signalled
     prog = subprocess.Popen([sys.executable, "-c", textwrap.dedent('''
         import signal, sys, time
         signal.signal(signal.SIGUSR1, lambda s, f: sys.exit(9))
@@ -190,8 +191,8 @@ def test_a_process_with_cuda_debug_that_never_watched_does_not_answer(fake_live)
 
 def test_a_process_run_without_a_gpu_is_not_told_to_use_run(tmp_path):
     """`cuda-debug run` without a GPU runs the script unwatched: dump says so,
-    not "open watch() (python -m cuda_debug run, ...)" (issue 37 item 12)."""
-    from test_cli import NO_GPU, cli_env
+    not "open watch() (python -m cuda_debug run, ...)"."""
+    from helpers.cli import NO_GPU, cli_env
     if not NO_GPU:
         pytest.skip("a GPU is usable here: run watches, and dump gets its answer")
     sleeper = tmp_path / "train.py"
@@ -331,14 +332,6 @@ with cuda_debug.watch():
     time.sleep(60)
 '''
 
-AGENT = '''
-import os, subprocess, sys, time
-procs = [subprocess.Popen([sys.executable, %r],
-                          env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2"))
-         for r in range(2)]
-for p in procs:
-    p.wait()
-'''
 
 
 def job(fake_cuda_dir, tmp_path, staller, idle):
@@ -539,7 +532,7 @@ def test_cuda_debug_trace_writes_the_trace_at_a_fault(fake_child, tmp_path):
 # -- the dump signal: two threads at once -------------------------------------------------
 
 def test_two_dump_signals_on_two_threads_at_once_both_chain(fake_child):
-    # issue 25, item 9b: a C handler there before cuda_debug's counts its calls
+    # a C handler there before cuda_debug's counts its calls
     # and takes 0.3 s; the second thread's signal lands while the first is in it.
     c = fake_child('''
         import signal, threading, time, cuda_debug, cuda_debug.testing as t

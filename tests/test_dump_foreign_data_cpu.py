@@ -18,7 +18,7 @@ import time
 import pytest
 
 from fake_store import FakeStore
-from test_dump_trust_cpu import GOOD, answering_rank, dump_job, registration
+from helpers.dump_job import GOOD, answering_rank, dump_job, registration
 
 
 def stream_at(filename, seq=5):
@@ -143,7 +143,7 @@ def test_a_trace_that_cannot_be_written_leaves_nothing_and_fails_dump(tmp_path):
 
 from conftest import Live                                   # noqa: E402
 from fake_cuda import PRELUDE                               # noqa: E402
-from test_dump_trust_cpu import JOB_RANK, rank_env, wait_key  # noqa: E402
+from helpers.dump_job import JOB_RANK, rank_env, wait_key  # noqa: E402
 
 
 def ask(store, n, params):

@@ -22,7 +22,7 @@ import tracemalloc
 import pytest
 
 from fake_store import FakeStore
-from test_dump_trust_cpu import answering_rank, dump_job, registration
+from helpers.dump_job import answering_rank, dump_job, registration
 
 FRAME = ["/w/train.py", 12, "step", 1]
 

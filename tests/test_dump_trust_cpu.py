@@ -1,5 +1,5 @@
 """``cuda-debug dump`` never loses an answer and never prints an attacker's bytes
-(issue 36), on the fake driver (CPU):
+on the fake driver (CPU):
 
 - a fork while the listener answers does not keep the caller waiting (the answer
   ends by its length, the connection is shut down, the child closes its copies);
@@ -15,7 +15,6 @@
 - the store client reads a large value in linear time.
 """
 import json
-import os
 import socket
 import struct
 import threading
@@ -26,8 +25,10 @@ import pytest
 from conftest import Live
 from fake_cuda import PRELUDE, child_env
 from fake_store import FakeStore
-from test_cli import cli
-from test_dump_cpu import AGENT        # an agent-like parent of two ranks
+from helpers.cli import cli
+from helpers.snippets import AGENT        # an agent-like parent of two ranks
+from helpers.dump_job import (GOOD, JOB_RANK, answering_rank, dump_job, rank_env, registration,
+                              wait_key)
 
 #: a completion marker behind every launch: the unfinished one is named
 EXACT = {"CUDA_DEBUG_WATCH_EXACT": "1"}
@@ -294,29 +295,6 @@ def test_the_verdict_and_the_prefixed_text_of_a_forged_document_are_sanitised():
 
 # -- 7: the store's nonsense and a rank's job thread ----------------------------------
 
-JOB_RANK = '''
-import os, time, cuda_debug, cuda_debug.testing as t
-fake.fake_set_async(1)
-with cuda_debug.watch():
-    t.spin(60)
-    print("READY", flush=True)
-    time.sleep(60)
-'''
-
-
-def rank_env(fake_cuda_dir, store, rank=0, world=1):
-    return dict(child_env(fake_cuda_dir), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port),
-                RANK=str(rank), WORLD_SIZE=str(world))
-
-
-def wait_key(store, key, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while store.value(key) is None:
-        assert time.monotonic() < deadline, "no %s in the store" % key
-        time.sleep(0.05)
-    return store.value(key)
-
-
 @pytest.mark.parametrize("params", [b'{"recent": null}', b'{"recent": %d}' % 10**30, b"[1, 2]",
                                     b'{"recent": "all"}', b"\xff\xfe", b'{"recent": -5}',
                                     b"x" * 10000],
@@ -353,17 +331,6 @@ def test_the_requested_number_of_launches_is_read_within_bounds():
 
 # -- 8: dump --job on the store's nonsense --------------------------------------------
 
-def dump_job(store, *more):
-    return cli("dump", "--job", "127.0.0.1:%d" % store.port, "--timeout", "1", *more,
-               env={"MASTER_ADDR": "", "MASTER_PORT": ""}, timeout=60)
-
-
-def registration(**kw):
-    info = {"pid": 4242, "host": "node0", "world_size": 1}
-    info.update(kw)
-    return json.dumps(info)
-
-
 @pytest.mark.parametrize("planted, message", [
     (registration(world_size=10**9), "rank 0's registration gives a world size of 1000000000: "
                                      "not a job's (0 to 131072)"),
@@ -391,23 +358,6 @@ def test_dump_job_on_a_registration_that_is_nonsense_says_so_in_one_line(planted
         assert p.stdout == "", p
 
 
-def answering_rank(store, answer, rank=0):
-    """A rank (this thread) that answers the next request with `answer`."""
-    def run():
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            n = int(store.value("cuda_debug/dump/requests") or b"0")
-            if n:
-                store.put("cuda_debug/dump/answer/%d/%d" % (n, rank), answer)
-                return
-            time.sleep(0.02)
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
-
-
-GOOD = {"format": "cuda_debug.dump", "version": 1, "pid": 4242, "rank": 0, "time": 1.0,
-        "text": "", "streams": [], "recent": []}
 
 
 @pytest.mark.parametrize("answer, why", [

@@ -393,10 +393,10 @@ def test_cupti_is_never_called_before_the_driver_initialised(fake_child):
 
 
 def test_a_block_entered_without_a_reference_stays_open_until_exited(fake_child):
-    """Issue 25 item 6: ``cuda_debug.watch().__enter__()`` (the notebook idiom
-    of ``torch.no_grad().__enter__()``) kept no reference, so the scope handle
-    was freed, and the watch closed, on the same line: is_watching() was False
-    on the next. The same for launch_blocking() (guard()'s entry lived on in
+    """``cuda_debug.watch().__enter__()`` (the notebook idiom of
+    ``torch.no_grad().__enter__()``) keeps the scope open (it once kept no
+    reference, so the scope handle was freed, and the watch closed, on the same
+    line: is_watching() was False on the next). The same for launch_blocking() (guard()'s entry lived on in
     its thread's stack already). Each stays open until exited: through the
     object __enter__ returned, or at the end of the process."""
     c = fake_child('''

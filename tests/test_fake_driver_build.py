@@ -29,7 +29,7 @@ def _included(cc, source):
     return [os.path.realpath(m.group(1)) for m in re.finditer(r"^\.+ (\S+)$", p.stderr, re.M)]
 
 
-@pytest.mark.parametrize("source", ["fake_cuda.c", "fake_cupti.c"])
+@pytest.mark.parametrize("source", list(fake_cuda.LIBCUDA_SOURCES) + ["fake_cupti.c"])
 def test_the_fakes_include_the_projects_declarations_and_no_cuda_header(source):
     cc = _cc()
     headers = _included(cc, source)
@@ -93,3 +93,20 @@ def test_a_missing_declaration_is_named_with_the_fix(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match=r"(?s)cuNoSuchThing.*Rerun tools/gen/cuda_api.py"):
         fake_cuda.build()
     assert sys.modules["fake_cuda"] is fake_cuda
+
+
+def test_the_fake_drivers_shared_helpers_are_not_exported():
+    """The fake libcuda.so.1 is one file per API area over fake_driver.h: what
+    the areas share (state, helpers) is hidden, so that a process that preloads
+    the fake (RTLD_GLOBAL) finds no `enqueue` or `sticky` of ours in place of
+    its own; the CUDA API and the control functions are exported."""
+    out = fake_cuda.build()
+    code = ("import ctypes, sys\nlib = ctypes.CDLL(sys.argv[1])\n"
+            "print(' '.join(n for n in sys.argv[2:] if hasattr(lib, n)))\n")
+    names = ["enqueue", "resolve", "traced", "sticky", "dev_lock", "logret", "now_ms",
+             "cuLaunchKernel", "cuStreamSynchronize", "fake_set_kernel", "fakecuda_initialised"]
+    p = subprocess.run([sys.executable, "-c", code, os.path.join(out, fake_cuda.LIBCUDA)] + names,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["cuLaunchKernel", "cuStreamSynchronize", "fake_set_kernel",
+                                "fakecuda_initialised"], p.stdout

@@ -1,4 +1,4 @@
-"""Never crash the host, never lose the report (issue 17), against the fake
+"""Never crash the host, never lose the report, against the fake
 CUDA driver: CPU only, each in a child with a timeout.
 
 Each guards a defect that a sanitizer review found (each test failed before
@@ -469,7 +469,7 @@ def test_kernel_name_of_a_module_reloaded_at_the_same_address(fake_child, unload
                         "kernel_with_a_long_common_prefix_" + "B" * 20], c.result
 
 
-# -- file names (issue 25 item 8) ---------------------------------------------------------
+# -- file names ---------------------------------------------------------------------------
 
 NAMED_FILE = '''
 import os, re, cuda_debug

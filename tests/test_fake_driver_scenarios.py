@@ -96,7 +96,8 @@ INDEX_ASSERT = b'-sizes[i] <= index && index < sizes[i] && "index out of bounds"
 
 
 def test_a_thread_that_meets_another_threads_fault_names_that_fault(fake_child):
-    """Issue 25 item 4 (3 of 3 on the H200, a regression of 3074885): thread A
+    """Another thread's fault is named, not our innocent kernel (a regression of
+    3074885, seen 3 of 3 times on the H200): thread A
     in launch_blocking() runs PyTorch's index kernel, which asserts
     ("IndexKernel.cu:111: operator(): ... index out of bounds", printed by the
     driver's own thread); thread B, in its own launch_blocking(), runs x * 2,
@@ -222,8 +223,8 @@ def test_thread_name_cut_inside_a_utf8_character(fake_child):
 def test_thread_name_cut_inside_a_utf8_character_is_escaped_on_fd2(fake_child):
     """The fd-2 block written at the fault: the thread name "worke" + 3 x "学"
     + the first byte of a fourth (the OS keeps 15 bytes) is written with that
-    byte escaped, so that stderr decodes as strict UTF-8. (Guards issue 18
-    item 5: at e598ab7 the byte 0xe5 went to fd 2 raw.)"""
+    byte escaped, so that stderr decodes as strict UTF-8. (At
+    e598ab7 the byte 0xe5 went to fd 2 raw.)"""
     c = run(fake_child, """
         import threading
         import cuda_debug, cuda_debug.testing as t
@@ -678,7 +679,7 @@ def test_watch_records_the_configuration_of_every_launch_api(fake_child):
 
 # `python -m cuda_debug run train.py`, run from the script's folder: the file
 # name in the code objects is the relative "train.py", which is the user's
-# code (issue 18 item 4; at e598ab7 the C rule called every relative path
+# code (at e598ab7 the C rule called every relative path
 # library code, and the fd-2 block said "(library code: no frame of yours was
 # found)" or named a frame outside the script).
 _RUN_RELATIVE = '''
@@ -733,7 +734,7 @@ def test_run_relative_script_path_is_the_users_code_in_the_fd2_block(fake_child,
 
 # A framework's teardown meets the dead context inside its `except` block and
 # raises a second error (Lightning's trainer.fit does): the scope converts
-# that later exception. Issue 18 item 1: its traceback ended at the teardown;
+# that later exception. (Its traceback once ended at the teardown.)
 # the user must get the traceback through the launching line, the framework's
 # exception from the launch in the chain, and the later one named as a
 # consequence.

@@ -1,4 +1,4 @@
-"""Forked children (issue 25 item 3), on the fake driver: CPU only.
+"""Forked children start with cuda_debug usable, on the fake driver: CPU only.
 
 fork() copies the parent's memory and only the thread that forked. A child
 (multiprocessing's "fork" start method, a DataLoader worker, os.fork) starts

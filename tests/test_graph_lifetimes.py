@@ -1,4 +1,5 @@
-"""Many graphs, for days, on the fake driver (CPU): issue 27 item 4, issue 25 item 9(c).
+"""Many graphs, for days, on the fake driver (CPU): the executable table and the
+marker pool stay bounded and right.
 
 Serving engines keep a graph per batch size and recapture (recompiles, new
 shapes) for as long as they run. The executable table (csrc/capture/
@@ -68,9 +69,9 @@ report(out)
 
 
 def test_executables_are_freed_so_the_ten_thousandth_graph_is_named(fake_child):
-    """Issue 25 item 9(c): the table kept a destroyed executable's entry; after
-    4,096 executables new graphs went unnamed and every graph launch read all
-    4,096 entries. 10,000 graphs made and destroyed in turn, then one faults."""
+    """A destroyed executable's entry is freed (once it was kept: after 4,096
+    executables new graphs went unnamed and every graph launch read all 4,096
+    entries). 10,000 graphs made and destroyed in turn, then one faults."""
     c = fake_child(PRE + '''
 out = {}
 with cuda_debug.watch():

@@ -343,7 +343,7 @@ report(dict(n=len(rec), graph=r.graph, kernel=r.kernel, short=r.short, node=r.gr
     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL",
      "all_reduce (ncclDevKernel_AllReduce_Sum_f32_RING_LL)")])
 def test_a_hang_inside_a_replay_names_the_running_node_in_every_report(fake_child, slow, name):
-    """Issue 27 item 2: the hang watcher, the dump signal and in_flight() name the
+    """The hang watcher, the dump signal and in_flight() name the
     node of the replayed graph that still runs (kernel, or an NCCL kernel's
     collective; node number; capture line; replay line), not "a CUDA graph
     replay"."""
@@ -621,7 +621,7 @@ def test_an_adopted_graph_is_forgotten_when_its_torch_object_goes(fake_child, tm
 
 
 def test_torch_graph_annotations_tags_are_in_the_report_when_present(fake_child):
-    """Issue 27 item 5: a node that torch.cuda.graph_annotations.mark_kernels
+    """A node that torch.cuda.graph_annotations.mark_kernels
     tagged (PyTorch 2.12+, keyed by the driver's node ids for tools, CUDA 13.1+)
     carries its tag in the report; without the tags (or the driver's ids),
     nothing is required and nothing changes."""
@@ -732,11 +732,11 @@ report(out)
 
 
 def test_a_node_torch_compile_captured_names_the_source_line_inductor_fused(fake_child, tmp_path):
-    """Issue 27 item 1: a node of a graph that torch.compile's cudagraph trees
-    recorded was "captured at" the call that recorded it, with "Inductor's
-    generated code for this kernel was not found" (the ring record keeps 4
-    frames; the generated module's is deeper). The node keeps its innermost
-    frames: the generated code's line, Inductor's line map, the source line."""
+    """A node of a graph that torch.compile's cudagraph trees recorded keeps its
+    innermost frames: the generated code's line, Inductor's line map, the source
+    line. (It was once "captured at" the call that recorded it, with "Inductor's
+    generated code for this kernel was not found": the ring record keeps 4
+    frames; the generated module's is deeper.)"""
     cache = tmp_path / "torchinductor_test"
     cache.mkdir()
     c = _memop(fake_child)(COMPILED_GRAPH, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})

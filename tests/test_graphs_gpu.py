@@ -148,7 +148,7 @@ report(out)
 
 
 def test_torch_compile_reduce_overhead_names_the_call_and_the_source_line(child):
-    """Issue 27 item 1: cudagraph trees (mode="reduce-overhead") replayed with a bad
+    """cudagraph trees (mode="reduce-overhead") replayed with a bad
     index: the kernel and node; "replayed at" the call that replayed the graph
     (not the compiled function's def line); "captured at" the source line the
     kernel fused (Inductor's line map, as the eager torch.compile path gives),
@@ -375,7 +375,7 @@ report(out)
 
 @pytest.mark.parametrize("every", ["1", None])
 def test_a_hang_inside_a_replayed_graph_names_the_running_node(child, every):
-    """Issue 27 item 2: a kernel node that runs for seconds inside a replay: the
+    """A kernel node that runs for seconds inside a replay: the
     hang watcher's report, in_flight() and the dump signal name it (kernel, node
     number, capture line, replay line), not "a CUDA graph replay". With the
     default markers (every 8th node) the six nodes are the candidates, named so."""
@@ -427,7 +427,7 @@ report(dict(n=len(r), kernel=r[0].kernel if r else None, node=r[0].graph_node if
 
 
 def test_a_hundred_graphs_replayed_in_turn_and_graphs_recaptured_past_the_pool(child):
-    """Issue 27 item 4 on the GPU: 100 graphs (one per batch size) replayed in
+    """Many graphs on the GPU: 100 graphs (one per batch size) replayed in
     turn, then 70 graphs of 2,000 kernels captured and destroyed (140,000 marked
     nodes: more than the pool of 131,072), then a bad index in graph 73: its
     node, exactly; the pool and the executable table back to what lives."""

@@ -403,7 +403,7 @@ def inner(pytester, monkeypatch):
 
 
 def _runpytest(pytester, *args):
-    from test_pytest_plugin import PLUGIN_ARGS
+    from helpers.plugin import PLUGIN_ARGS
     return pytester.runpytest_subprocess(*PLUGIN_ARGS, "-p", "no:cacheprovider", *args,
                                          timeout=180)
 
@@ -465,7 +465,7 @@ def test_notebook_cuda_guard(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    from test_notebook import Cell
+    from helpers.notebook import Cell
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         filter(None, [PKG_PARENT, os.environ.get("PYTHONPATH")])))
     sources = [

@@ -215,7 +215,7 @@ def test_gpu_notebook_bad_token_then_fixed_token(tmp_path, monkeypatch):
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
     needs("torch")
-    from test_notebook import Cell
+    from helpers.notebook import Cell
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         filter(None, [PKG_PARENT, os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
@@ -276,7 +276,7 @@ def inner(pytester, monkeypatch):
 
 
 def _run(pytester, *args):
-    from test_pytest_plugin import PLUGIN_ARGS
+    from helpers.plugin import PLUGIN_ARGS
     return pytester.runpytest_subprocess(*PLUGIN_ARGS, "-p", "no:cacheprovider", *args,
                                          timeout=300)
 

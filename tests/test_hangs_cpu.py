@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from test_cli import cli
+from helpers.cli import cli
 
 #: The tests of what each launch's own marker tells (queue depths, one stream's
 #: oldest unfinished launch): watch(exact=True)'s per-launch markers.
@@ -326,8 +326,8 @@ def test_more_streams_than_the_report_holds_are_counted(fake_child):
 
 @pytest.mark.parametrize("value", [1e-12, 1e-9, 0.01, 0.0999])
 def test_a_hang_after_shorter_than_the_watcher_honours_is_refused(value):
-    """Issue 25 item 7: watch(hang_after=1e-12) was accepted and rounded to
-    0 ns, which means off: silently no hang report. Below 0.1 s (two of the
+    """watch(hang_after=1e-12) is not rounded to 0 ns (which means off: silently
+    no hang report). Below 0.1 s (two of the
     watcher's shortest steps) it is refused, saying why; 0.1 is taken."""
     import cuda_debug
     with pytest.raises(ValueError) as e:

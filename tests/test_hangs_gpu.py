@@ -1,4 +1,4 @@
-"""Hangs on a real GPU (issue 20): a spinning kernel reported by
+"""Hangs on a real GPU: a spinning kernel reported by
 watch(hang_after) while the process lives on; ``dump PID`` on a process
 waiting in torch.cuda.synchronize(); two ranks under torchrun, one of which
 never issues the all_reduce the other waits in.
@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import Live, needs
-from test_cli import cli
+from helpers.cli import cli
 
 pytestmark = pytest.mark.gpu
 

@@ -86,9 +86,9 @@ def _report_only_added(code_before: str) -> "list[str]":
 def test_the_first_watch_imports_what_a_report_needs_only_when_reporting():
     """``cuda_debug.watch()``, made and decorating nothing: inspect (the
     decorator's checks), shutil (the replay command's which), ast (a report's
-    call inputs) come later (issue 37 item 9: the first watch() cost 39 ms).
+    call inputs) come later (with them, the first watch() once cost 39 ms).
     What cuda_debug adds is measured, not what the interpreter or a library
-    brings (issue 46 item 1: Python 3.14's traceback imports inspect and ast)."""
+    brings (Python 3.14's traceback imports inspect and ast)."""
     assert _report_only_added("") == []
 
 
@@ -154,7 +154,7 @@ def test_a_bad_setting_is_warned_about_without_importing_more(tmp_path):
 
 def test_a_bad_setting_under_w_error_is_said_not_raised():
     """``python -W error``: the setting warning is written as a warning would be,
-    and the program goes on (issue 46 item 3: a setting never stops a program)."""
+    and the program goes on: a setting never stops a program."""
     code = "import cuda_debug  # line 1\nprint('lived')\n"
     p = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
                        text=True, env=_env(CUDA_DEBUG_WAIT="bogus"), cwd=PKG_PARENT, timeout=60)
@@ -243,8 +243,8 @@ def _names_in_the_sources():
 
 def test_settings_md_documents_every_setting_the_code_reads():
     """docs/settings.md names every CUDA_DEBUG_* that cuda_debug/ or csrc/ reads
-    (issue 37 item 5: CUDA_DEBUG_DUMP, _TRACE, _GRAPH_MARKER_EVERY, _GRAPH_ADOPT
-    were missing), and each is one the import's check knows (no "unknown setting"
+    (CUDA_DEBUG_DUMP, _TRACE, _GRAPH_MARKER_EVERY, _GRAPH_ADOPT were once
+    missing), and each is one the import's check knows (no "unknown setting"
     warning for a switch the code reads)."""
     names = _names_in_the_sources()
     # and the names the warning says are none (CUDA_DEBUG_WATCH: use `cuda-debug run`)
@@ -342,7 +342,7 @@ def test_py_typed_is_in_the_package_and_the_wheel(tmp_path, build_python):
 
 USER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "typing_user_script.py")
 TYPO = "import cuda_debug\n\ncuda_debug.no_such_name\n"
-#: `from cuda_debug import *` (issue 37 item 8: mypy said the names were not defined)
+#: `from cuda_debug import *`: mypy sees every public name as defined
 STAR = """from typing_extensions import assert_type
 from cuda_debug import *
 
@@ -431,8 +431,8 @@ PUBLIC_MODULES = ("cuda_debug", "cuda_debug.__main__", "cuda_debug.testing",
 
 
 def test_mypy_strict_is_clean_on_the_public_modules(tmp_path):
-    """issue 37 item 8: `mypy --strict` said 1,036 errors of the package; none in
-    these (the private modules they import are read, not checked: --follow-imports
+    """`mypy --strict` finds no error in the public modules (it once said 1,036
+    errors of the package) (the private modules they import are read, not checked: --follow-imports
     silent)."""
     if importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy is not installed (it is in the [dev] extra)")
@@ -526,7 +526,7 @@ def _unnamed(sig) -> bool:
 
 def test_every_public_callable_names_its_parameters():
     """help(cuda_debug.watch) and inspect.signature() (IDEs, notebooks) show the
-    parameters, not (*args, **kwargs) (issue 46 item 4)."""
+    parameters, not (*args, **kwargs)."""
     import inspect
     hidden = []
     for name, obj in _public_callables():

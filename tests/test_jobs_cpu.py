@@ -1,4 +1,4 @@
-"""A rank that waits in a gloo (CPU) collective, on CPU (issue 39, item 1).
+"""A rank that waits in a gloo (CPU) collective is named, with its Python stack.
 
 A rank blocked in a gloo ``all_reduce`` has no GPU launch in flight: its
 watch ring says "nothing unfinished". What says where it is is its Python
@@ -21,7 +21,7 @@ import pytest
 
 from conftest import Live, line_of
 from fake_cuda import PRELUDE, child_env
-from test_cli import cli
+from helpers.cli import cli
 
 #: torch/distributed/distributed_c10d.py, as far as cuda_debug can tell: a
 #: collective that waits (GIL released) until GO is set, a group's backend.

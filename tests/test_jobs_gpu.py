@@ -1,4 +1,4 @@
-"""torchrun jobs on a real GPU (issue 39): two ranks sharing one GPU, the gloo
+"""torchrun jobs on a real GPU: two ranks sharing one GPU, the gloo
 backend for their collectives (CPU), the GPU for their kernels, each rank
 under ``python -m cuda_debug run`` (watch on). Each test starts a real
 ``torchrun --standalone --nproc_per_node 2``.
@@ -14,7 +14,7 @@ under ``python -m cuda_debug run`` (watch on). Each test starts a real
   for the GPU: the report, written by the signal handler from the watch ring,
   survives, on its stderr and in its error file.
 
-On two GPUs only (issue 39, item 3; skipped with fewer): NCCL, a rank stalled
+On two GPUs only (skipped with fewer): NCCL, a rank stalled
 in a kernel while the other waits in ``all_reduce``, the verdict and the
 flight recorder's entries of both ranks.
 
@@ -33,7 +33,7 @@ import time
 import pytest
 
 from conftest import PKG_PARENT, Live, needs
-from test_cli import cli
+from helpers.cli import cli
 
 pytestmark = pytest.mark.gpu
 
@@ -427,7 +427,7 @@ def test_a_rank_ended_by_the_agent_after_a_fault_keeps_its_report(tmp_path):
     assert "launched at %s" % fault in msg["extraInfo"]["py_callstack"], msg
 
 
-# -- two GPUs, NCCL (issue 39, item 3) -------------------------------------------------
+# -- two GPUs, NCCL --------------------------------------------------------------------
 
 NCCL = '''
 import os, time

@@ -382,7 +382,7 @@ def test_ptrace_scope_and_other_users_are_named(monkeypatch):
 def test_dump_warps_without_cuda_gdb_says_why_and_the_report_stands(fake_live, tmp_path):
     """dump --warps on the fake driver: cuda-gdb not found gives one line (text) or
     the note (--json); without --warps nothing attaches and no "warps" is there."""
-    from test_cli import cli
+    from helpers.cli import cli
     with fake_live('''
         import cuda_debug, cuda_debug.testing as t
         fake.fake_set_async(1)

@@ -42,7 +42,7 @@ def _src_line(body, marker):
     return next(i for i, l in enumerate(rows) if marker in l) - start + 1
 
 
-def _replay(tmp_path, body, *opts, timeout=300):
+def _run_replay(tmp_path, body, *opts, timeout=300):
     from cuda_debug import _replay as r
     if not r.find_library().path:
         pytest.skip(r.not_found_message(r.find_library()))
@@ -56,7 +56,7 @@ def _replay(tmp_path, body, *opts, timeout=300):
 def test_triton_wild_store_names_the_store_line(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    p, script = _replay(tmp_path, """\
+    p, script = _run_replay(tmp_path, """\
         import torch, triton, triton.language as tl
 
         @triton.jit
@@ -75,7 +75,7 @@ def test_triton_wild_store_names_the_store_line(tmp_path):
 
 def test_cupy_lineinfo_bad_index_names_the_cu_line(tmp_path):
     pytest.importorskip("cupy")
-    p, _ = _replay(tmp_path, CUPY_BAD, "--kernel", "cupy_past", "--no-torch")
+    p, _ = _run_replay(tmp_path, CUPY_BAD, "--kernel", "cupy_past", "--no-torch")
     assert p.returncode == 3, p.stderr
     m = re.search(r"in the kernel: (\S+):(\d+)", p.stderr)
     assert m, p.stderr
@@ -102,7 +102,7 @@ CUPY_BAD = """\
 def test_inductor_kernel_names_its_line_and_the_model_line(tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
-    p, script = _replay(tmp_path, """\
+    p, script = _run_replay(tmp_path, """\
         import torch
         import torch._inductor.config as cfg
         cfg.assert_indirect_indexing = False       # no device assert: a wild load
@@ -133,7 +133,7 @@ def test_pytorch_kernel_without_line_info_gets_function_offset_and_hint(tmp_path
     torch = pytest.importorskip("torch")
     if not hasattr(torch._C, "_construct_storage_from_data_pointer"):
         pytest.skip("this PyTorch has no _construct_storage_from_data_pointer")
-    p, _ = _replay(tmp_path, """\
+    p, _ = _run_replay(tmp_path, """\
         import torch
         x = torch.zeros(300, device="cuda")
         torch.cuda.synchronize()

@@ -12,13 +12,7 @@ import os
 
 import pytest
 
-RT = '''
-import ctypes, os
-rt = ctypes.CDLL(os.path.join(FAKE_DIR, "libfake_rt_user.so"))
-rt.fake_rt_launch.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
-cudart = ctypes.CDLL(os.path.join(FAKE_DIR, "libfake_cudart.so"))
-cudart.fake_runtime_calls.restype = ctypes.c_long
-'''
+from helpers.snippets import RT
 
 
 def test_watched_runtime_launches_bypass_cupti_and_are_recorded(fake_child):

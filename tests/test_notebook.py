@@ -9,34 +9,13 @@ import re
 import pytest
 
 from conftest import PKG_PARENT, gpu_unavailable_reason
+from helpers.notebook import Cell
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
 NO_GPU = gpu_unavailable_reason() is not None
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class Cell:
-    def __init__(self, cell):
-        self.source = cell.source
-        self.count = cell.execution_count
-        self.stdout = "".join(o.text for o in cell.outputs
-                              if o.output_type == "stream" and o.name == "stdout")
-        self.stderr = "".join(o.text for o in cell.outputs
-                              if o.output_type == "stream" and o.name == "stderr")
-        errors = [o for o in cell.outputs if o.output_type == "error"]
-        self.ename = errors[0].ename if errors else None
-        self.traceback = [_ANSI.sub("", line) for line in errors[0].traceback] if errors else []
-        self.tb_text = "\n".join(self.traceback)
-        results = [o for o in cell.outputs if o.output_type == "execute_result"]
-        self.result = results[0].data.get("text/plain") if results else None
-
-    def __repr__(self):
-        return "<In[%s] %r: ename=%s stdout=%r stderr=%r result=%r>\n%s" % (
-            self.count, self.source[:60], self.ename, self.stdout, self.stderr, self.result,
-            self.tb_text)
 
 
 @pytest.fixture
@@ -211,8 +190,8 @@ def test_gpu_torch_device_assert_without_a_scope(notebook):
 
 @pytest.mark.gpu
 def test_gpu_watch_fault_surfacing_in_a_later_cell_is_kept_as_cuda_debugs(notebook):
-    """Issue 18 item 3: the report was right, but IPython kept torch's
-    AcceleratorError (sys.last_value, %debug, error_in_exec)."""
+    """IPython keeps cuda_debug's error, not torch's AcceleratorError
+    (sys.last_value, %debug, error_in_exec)."""
     pytest.importorskip("torch")
     cells = notebook([
         "%load_ext cuda_debug",

@@ -77,7 +77,7 @@ report(dict(on=shell.user_ns["on"], errors=[str(r.error_in_exec) for r in rs if 
 
 def test_a_bare_line_magic_switches_its_mode_as_pdb_does(fake_child):
     """`%cuda_watch` alone turns watching on, then off (IPython's %pdb habit),
-    and every magic prints its state in one form (issue 37 item 7)."""
+    and every magic prints its state in one form."""
     needs("IPython")
     c = fake_child(SHELL + '''
 seen = []
@@ -100,7 +100,7 @@ report(dict(seen=seen))
 
 
 def test_line_magics_take_the_words_the_variables_take(fake_child):
-    """%cuda_guard yes / no, as CUDA_DEBUG_GUARD=yes takes them (issue 46 item 7:
+    """%cuda_guard yes / no, as CUDA_DEBUG_GUARD=yes takes them (they were
     refused); every word of _options' booleans, either case."""
     needs("IPython")
     c = fake_child(SHELL + '''

@@ -19,7 +19,7 @@ def test_watch_a_fault_surfacing_in_a_later_cell_is_kept_as_cuda_debugs(fake_chi
     error surfaces in a later cell. IPython keeps cuda_debug's exception
     (sys.last_value, sys.last_traceback for %debug, the cell's
     ExecutionResult.error_in_exec), chained to the framework's, as a scope's
-    would be (issue 18 item 3: it kept the framework's)."""
+    would be (not the framework's)."""
     needs("IPython")
     c = fake_child(SHELL + '''
 shell.user_ns["fake"] = fake
@@ -55,8 +55,8 @@ report(dict(cls=type(e).__name__, last=type(sys.last_value).__name__,
 
 def test_magics_without_a_gpu_say_so_once_and_run_the_code():
     """No driver: each magic says so (once for the same reason) and the code
-    runs without the scope, as `run` and the pytest plugin do (issue 18 item
-    8: they raised, and a %%launch_blocking cell's body did not run)."""
+    runs without the scope, as `run` and the pytest plugin do (they must not
+    raise, and a %%launch_blocking cell's body still runs)."""
     needs("IPython")
     c = run_child(SHELL + '''
 import cuda_debug

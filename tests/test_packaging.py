@@ -285,7 +285,7 @@ def _setup_function(name):
 def test_the_link_drops_the_interpreters_rpath():
     """pyenv's LDSHARED (and a Python built with --enable-shared) carries
     -Wl,-rpath,<its lib>: it became the wheel's RUNPATH, naming the build
-    machine's Python (issue 37 item 10; .ci/run checks the built wheel)."""
+    machine's Python; the wheel has no RUNPATH (.ci/run checks the built wheel)."""
     drop = _setup_function("without_rpath")
     ld = ["gcc", "-shared", "-L/root/.pyenv/versions/3.11.7/lib",
           "-Wl,-rpath,/root/.pyenv/versions/3.11.7/lib", "-Wl,-rpath=/opt/py/lib",
@@ -329,7 +329,7 @@ def test_the_test_extra_holds_what_the_tests_need_and_no_type_checker():
     """The README installs `.[test]`: what the suite needs to run (pytest, xdist,
     the notebook kernel, build, the schema and classifier checks); the type
     checkers (mypy; pyright and the Node.js it fetches) are in `.[dev]`, and
-    their tests skip without them (issue 46 item 9: 57 packages, 315 MB)."""
+    their tests skip without them (with them, `.[test]` was 57 packages, 315 MB)."""
     extras = _extras()
     test, dev = _names(extras["test"]), _names(extras["dev"])
     assert not test & {"mypy", "pyright", "nodeenv"}, test

@@ -14,21 +14,7 @@ import pytest
 from conftest import PKG_PARENT, gpu_unavailable_reason
 
 pytest_plugins = ("pytester",)
-
-
-def _entry_point_installed() -> bool:
-    try:
-        from importlib import metadata
-        eps = metadata.entry_points()
-        group = eps.select(group="pytest11") if hasattr(eps, "select") else eps.get("pytest11", [])
-        return any(ep.value == "cuda_debug.pytest_plugin" for ep in group)
-    except Exception:
-        return False
-
-
-INSTALLED = _entry_point_installed()
-# Without `pip install -e .` the entry point is missing: load the plugin by name.
-PLUGIN_ARGS = () if INSTALLED else ("-p", "cuda_debug.pytest_plugin")
+from helpers.plugin import INSTALLED, PLUGIN_ARGS
 
 
 @pytest.fixture
@@ -210,7 +196,7 @@ _UNTOUCHED = '''
 
 
 #: a stand-in for an installed torch that the tested project imports before any
-#: test (issue 46 item 2): the hook is then the wrapped class, not a meta_path entry
+#: test: the hook is then the wrapped class, not a meta_path entry
 _FAKE_TORCH = {
     "torch/__init__.py": ("from . import cuda, nn\nclass Tensor:\n    def __getitem__(self, i):\n"
                           "        pass\n    def __setitem__(self, i, v):\n        pass\n"),
@@ -232,7 +218,7 @@ def test_unused_the_plugin_loads_no_extension_and_sets_no_import_hook(inner, arg
                                                                       armed, torch_first):
     """Unused, the plugin (in every pytest run of the environment) loads only its
     own Python modules: not cuda_debug._core, no sys.meta_path entry wrapping
-    torch's graph capture (issue 37 item 3). An option, a marker or a fixture
+    torch's graph capture. An option, a marker or a fixture
     asks: then the hook is set, as `import cuda_debug` sets it outside pytest:
     a meta_path entry, or where torch was imported already, its class wrapped."""
     if torch_first:
@@ -266,8 +252,8 @@ def test_unused_the_plugin_loads_no_extension_and_sets_no_import_hook(inner, arg
 def test_a_bad_setting_never_stops_another_projects_pytest(inner, monkeypatch, how):
     """A stray CUDA_DEBUG_* variable in a project that makes warnings errors: the
     plugin (loaded in every pytest run of the environment) warns on stderr, pointing
-    at the variable (not at pytest's import machinery), and the run goes on (issue
-    46 item 3: it was "Error while loading plugin", exit 3)."""
+    at the variable (not at pytest's import machinery), and the run goes on (it
+    was "Error while loading plugin", exit 3)."""
     monkeypatch.setenv("CUDA_DEBUG_NO_SUCH", "1")
     monkeypatch.setenv("CUDA_DEBUG_WAIT", "bogus")
     args = []
@@ -290,7 +276,7 @@ def test_a_bad_setting_never_stops_another_projects_pytest(inner, monkeypatch, h
     assert "rewrite.py" not in out(result) and "Error while loading" not in out(result)
 
 
-#: modules other engineers own this round: the lead adds the line to each (issue 37 item 9)
+#: modules that are not yet rewritten for the plugin's import cost (each gets the line)
 _DONT_REWRITE_PENDING = set()
 
 
@@ -366,7 +352,7 @@ NO_GPU = gpu_unavailable_reason() is not None
 
 def test_header_names_option_and_ini(inner):
     """Where no GPU can be had, what was asked for is not said to be on (the
-    summary says why the tests ran without it: issue 37 item 12)."""
+    summary says why the tests ran without it)."""
     inner.makeconftest(_FAKE_SCOPE_CONFTEST)
     inner.makepyfile("def test_x(): pass")
     for args, ini, how in (("--cuda-launch-blocking",), "", "--cuda-launch-blocking"), \
@@ -494,7 +480,7 @@ scope_module.watch = FakeWatch
 def test_watch_marker_false_opts_out_and_keywords_reach_watch(inner):
     """``cuda_watch(False)`` is no watch (it turned watching on), as the two other
     markers' False; keywords reach watch() (they were ignored); a keyword a marker
-    does not take fails the test, naming it (issue 46 item 7)."""
+    does not take fails the test, naming it (it was ignored)."""
     inner.makeconftest(_FAKE_WATCH_CONFTEST)
     inner.makepyfile('''
         import pytest
@@ -607,7 +593,7 @@ def test_a_later_exception_is_shown_at_the_launching_line(fake_inner):
     """A test whose except block raises again after the launch failed (as a
     framework's teardown does): the failure is the translated error, with the
     traceback through the launching line, and the later error named as a
-    consequence (issue 18 item 1)."""
+    consequence."""
     source = FAKE_IMPORT + '''
 fake.fake_set_kernel(b"bad_label", 710, -1, b"t < n_classes", -1, 0)
 
@@ -646,8 +632,8 @@ def test_fit():
 @pytest.mark.parametrize("strict", ["-W error", "ini"])
 def test_without_a_gpu_the_option_says_so_once_and_tests_run(inner, option, what, strict):
     """No GPU: said once, in the terminal summary, not as a warning inside a
-    test, so a CPU-only CI with `filterwarnings = error` passes (issue 18
-    item 6: the first test failed with the plugin's PytestWarning)."""
+    test, so a CPU-only CI with `filterwarnings = error` passes (the
+    first test must not fail with the plugin's PytestWarning)."""
     inner.makepyfile('''
         import pytest, cuda_debug
         def test_a(): assert not cuda_debug.is_launch_blocking()
@@ -725,7 +711,7 @@ _WORDS = [
 @pytest.mark.parametrize("message,name,fault", _WORDS)
 def test_framework_words_alone_do_not_stop_the_session(inner, message, name, fault):
     """No option, no CUDA in the process: a test raising a framework's words
-    is an ordinary failure (issue 18 item 7: it stopped the session)."""
+    is an ordinary failure, which does not stop the session."""
     five(inner, "    raise RuntimeError(%r)\n" % message.replace("\\n", "\n"))
     result = run(inner)
     result.assert_outcomes(passed=4, failed=1)
@@ -784,7 +770,7 @@ def test_e(): pass
 
 
 def test_a_fault_that_surfaces_later_is_not_blamed_on_the_test_it_surfaced_in(fake_inner):
-    """Issue 25 item 5: plain pytest (no option): test_c launches a bad kernel
+    """Plain pytest (no option): test_c launches a bad kernel
     asynchronously and passes, test_d meets the dead context. The plugin said
     "test_d poisoned the CUDA context"; without watch it cannot know which test
     launched the kernel. Now it says the fault surfaced in test_d, that an
@@ -1114,7 +1100,7 @@ def test_gpu_torch_device_assert_without_a_scope(inner):
 
 
 # test_c launches an out-of-range index and passes (nothing synchronises in it);
-# test_d's synchronize meets the dead context (issue 25 item 5).
+# test_d's synchronize meets the dead context.
 _TORCH_SURFACES_LATER = '''
 import torch
 

@@ -337,7 +337,7 @@ def _cli(*argv, env=None, timeout=60, cwd=ROOT):
     (["replay", "--launch", "0", "x.py"], "--launch takes a whole number > 0"),
     (["replay", "--launch", "ten", "x.py"], "--launch takes a whole number > 0, or up to 64 "
                                             "of them separated by commas, not 'ten'"),
-    # issue 36 item 11: what C's "K" would wrap, or take too large, or list twice
+    # what C's "K" would wrap, or take too large, or list twice
     (["replay", "--launch", "18446744073709551618", "x.py"],
      "--launch 18446744073709551618: no launch has the number 18446744073709551618 (watch() "
      "counts launches up to 18446744073709551615)"),

@@ -114,7 +114,7 @@ report(out)
 
 
 def test_a_thread_meeting_another_threads_index_assert_names_that_kernel(child):
-    """Issue 25 item 4 (3 of 3 before): thread A in launch_blocking() indexes
+    """Another thread's fault is named (3 of 3 runs named ours before): thread A in launch_blocking() indexes
     out of range (PyTorch's index kernel: its assert prints "operator()");
     thread B, in its own launch_blocking(), runs x * 2 until its wait finds
     the context dead. B's report names A's index kernel and A's line and says
@@ -238,11 +238,10 @@ except cuda_debug.CudaError as e:
 
 @pytest.mark.parametrize("scope", ["launch_blocking", "watch"])
 def test_torch_compile_names_the_call_and_the_compiled_function(child, scope):
-    """Issue 18 item 2: a bad index inside a torch.compile'd function was
-    located at the @torch.compile line (TorchDynamo's frame). Now: the call
-    line, the compiled function named, and the source line Inductor's line map
-    gives (the last node the kernel fused: the same line here) or "source line
-    unknown"; never the decorator or def line, never Inductor's generated code."""
+    """A bad index inside a torch.compile'd function is located at the call
+    line (once: the @torch.compile line, TorchDynamo's frame), the compiled
+    function named, and the source line Inductor's line map gives (the last
+    node the kernel fused: the same line here) or "source line unknown"; never the decorator or def line, never Inductor's generated code."""
     needs("torch")
     c = child(CATCH + COMPILED % scope, timeout=300)
     r = c.result
@@ -292,7 +291,7 @@ except cuda_debug.CudaError as e:
 
 
 def test_a_later_exception_from_teardown_is_a_consequence(child):
-    """Issue 18 item 1, as Lightning's trainer.fit does it: the teardown in
+    """A second error in a teardown, as Lightning's trainer.fit raises it: the teardown in
     the except block meets the dead context and raises again. The traceback
     still ends at the launching line; the cause is torch's error from the
     launch; the later one is named as a consequence."""

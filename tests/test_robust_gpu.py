@@ -1,4 +1,4 @@
-"""Never crash the host, never lose the report (issue 17), on a real GPU, in
+"""Never crash the host, never lose the report, on a real GPU, in
 child processes: the device's assert text is caught from libcuda's own writes
 to `stderr` while libc's `stderr` stays libc's; a daemon thread launching
 through interpreter shutdown; launches from freed and re-made code objects

@@ -103,7 +103,7 @@ def test_watch_false_inside_a_watch_leaves_it_on(fake_child):
     (-1, r"check\(device=-1\): a device ordinal is >= 0"),
 ])
 def test_check_refuses_a_device_that_is_no_ordinal(device, message):
-    """Not a bare OverflowError from C (issue 36 item 12): check and device named."""
+    """Not a bare OverflowError from C: check and device named."""
     with pytest.raises(ValueError, match=message):
         cuda_debug.check(device=device)
 

@@ -1,4 +1,4 @@
-"""The SIGTERM/SIGABRT reports on the fake driver (issue 17, item 5): a handled
+"""The SIGTERM/SIGABRT reports on the fake driver: a handled
 signal does not use up the fault's report nor write torchrun's error file; the
 handler leaves errno as it found it; a sibling signal cannot cut a report
 mid-write."""
@@ -124,7 +124,7 @@ def test_a_sigterm_during_the_sigabrt_report_does_not_cut_it(fake_live):
 
 def test_a_sigabrt_on_another_thread_while_the_watch_block_is_written_still_leaves_it(
         fake_child, tmp_path):
-    """Issue 25 item 9(a): the watch block written at the fault (here: the
+    """The watch block written at the fault (here: the
     driver logs the sticky error during a synchronize) claims the report, then
     builds and writes it. A SIGABRT on another thread in between (NCCL's
     watchdog) found the report claimed, wrote nothing, and the process died

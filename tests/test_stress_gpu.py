@@ -13,13 +13,13 @@ import pytest
 
 from test_fake_driver_stress import CYCLES_CHILD, check_cycles
 
-CYCLES = int(os.environ.get("CD_TEST_STRESS_CYCLES", "10000"))
+GPU_CYCLES = int(os.environ.get("CD_TEST_STRESS_CYCLES", "10000"))
 
 
 @pytest.mark.gpu
 def test_gpu_scope_and_watch_cycles_leave_nothing_behind(child):
     c = child("CYCLES = %d\nfrom cuda_debug import _core as _c\n"
-              "subscribed = lambda: int(_c.stats()['subscribed'])\n" % CYCLES
+              "subscribed = lambda: int(_c.stats()['subscribed'])\n" % GPU_CYCLES
               + textwrap.dedent(CYCLES_CHILD), timeout=300)
     assert c.result is not None, c
-    check_cycles(c.result, CYCLES)
+    check_cycles(c.result, GPU_CYCLES)

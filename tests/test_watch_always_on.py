@@ -1,4 +1,4 @@
-"""The always-on watch() (issue 26), against the fake CUDA driver: CPU only.
+"""The always-on watch(), against the fake CUDA driver: CPU only.
 
 watch() puts a completion marker behind every K-th launch of a stream
 (CUDA_DEBUG_WATCH_EVERY, default 16), behind a stream's newest launch when the

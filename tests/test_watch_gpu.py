@@ -249,7 +249,7 @@ with cuda_debug.watch():
     assert r["value"] == 10000.0
 
 
-# -- the always-on watch (issue 26): sparse markers ---------------------------------
+# -- the always-on watch: sparse markers -------------------------------------------
 
 def test_always_on_names_an_assert_among_many_launches_exactly(child):
     """100 launches, the asserting embedding, 30 more, then the host waits: the

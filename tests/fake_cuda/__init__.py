@@ -1,6 +1,7 @@
 """A fake CUDA driver and CUPTI, built by the test session, for CPU-only CI.
 
-``fake_cuda.c`` becomes a ``libcuda.so.1`` and ``fake_cupti.c`` a
+``fake_cuda.c`` and the other files of its API areas (``fake_driver.h``
+lists them) become a ``libcuda.so.1`` and ``fake_cupti.c`` a
 ``libcupti.so.13`` (same sonames as the real ones), compiled with ``cc`` against
 the project's own CUDA declarations, ``csrc/base/cuda_api.h`` (the header the C
 core is built with: generated from the real cuda.h / cupti.h, which it matches
@@ -42,7 +43,12 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
-SOURCES = ("fake_common.h", "fake_cuda.c", "fake_cupti.c", "fake_cudart.c", "fake_rt_user.c")
+#: the fake libcuda.so.1's files, one API area each (fake_driver.h lists them)
+LIBCUDA_SOURCES = ("fake_cuda.c", "fake_callbacks.c", "fake_device.c", "fake_context.c",
+                   "fake_streams.c", "fake_launch.c", "fake_memory.c", "fake_events.c",
+                   "fake_control.c")
+SOURCES = ("fake_common.h", "fake_driver.h") + LIBCUDA_SOURCES + (
+    "fake_cupti.c", "fake_cudart.c", "fake_rt_user.c")
 LIBCUDA = "libcuda.so.1"
 LIBCUPTI = "libcupti.so.13"
 #: the runtime's launch entry point, and a library calling it as nvcc's stubs do
@@ -130,7 +136,7 @@ def commands(cc, work):
     flags = cflags() + ["-shared"]
     return [
         [cc] + flags + ["-Wl,-soname," + LIBCUDA, "-o", os.path.join(work, LIBCUDA),
-                        os.path.join(HERE, "fake_cuda.c"), "-lpthread"],
+                        *[os.path.join(HERE, n) for n in LIBCUDA_SOURCES], "-lpthread"],
         [cc] + flags + ["-Wl,-soname," + LIBCUPTI, "-o", os.path.join(work, LIBCUPTI),
                         os.path.join(HERE, "fake_cupti.c"), os.path.join(work, LIBCUDA),
                         "-Wl,-rpath,$ORIGIN", "-lpthread"],

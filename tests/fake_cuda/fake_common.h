@@ -1,7 +1,7 @@
 /*
- * fake_common.h: the interface between the fake libcuda.so.1 (fake_cuda.c,
- * which owns all state: device, streams, contexts, the CUPTI subscriber
- * registry) and the fake libcupti.so.13 (fake_cupti.c, a thin layer that
+ * fake_common.h: the interface between the fake libcuda.so.1 (fake_cuda.c and
+ * the other files of fake_driver.h, which own all state: device, streams,
+ * contexts, the CUPTI subscriber registry) and the fake libcupti.so.13 (fake_cupti.c, a thin layer that
  * links against libcuda.so.1, like the real CUPTI depends on the driver).
  * Test-only code: see tests/fake_cuda/__init__.py. Built against the project's
  * own CUDA declarations (csrc/base/cuda_api.h, on the include path as in csrc/),
