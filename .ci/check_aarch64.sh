@@ -11,7 +11,7 @@
 #      whose NEEDED must be only libc/libdl/libpthread, and whose undefined
 #      symbols must all be the interpreter's (Py*) or aarch64 glibc's;
 #   3. where real CUDA headers are found (cuda_debug/_cuda_headers.py) and
-#      qemu-aarch64-static runs: the ABI probe of tests/test_cuda_api.py, built
+#      qemu-aarch64-static runs: the ABI probe of tests/house/test_cuda_api.py, built
 #      for aarch64 against the real headers and against csrc/base/cuda_api.h,
 #      run under qemu: the outputs must be equal (the header is generated on
 #      x86_64; this shows it holds on aarch64 too);

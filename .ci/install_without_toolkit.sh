@@ -24,7 +24,7 @@ set -euo pipefail
 SDIST=$(readlink -f "$1")
 PY=${2:-python3}
 REF_LOG=${3:+$(readlink -f "$3")}
-TOOLKIT_TESTS="tests/test_cuda_api.py tests/test_error_table.py tests/test_core_cpu.py tests/test_packaging.py"
+TOOLKIT_TESTS="tests/house/test_cuda_api.py tests/house/test_error_table.py tests/core/test_core.py tests/house/test_packaging.py"
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 
 if [ "${CD_IN_NAMESPACE:-}" != 1 ]; then

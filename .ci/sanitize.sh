@@ -3,23 +3,23 @@
 # the fake CUDA driver (CPU only), in copies of the checkout under a temp dir.
 #   1. AddressSanitizer + UndefinedBehaviorSanitizer (-fsanitize=address,undefined,
 #      the fakes too): the tests that run the C core, the fake-driver suite
-#      (tests/test_fake_driver*.py, test_graphs.py, test_hangs_cpu.py,
-#      test_context_reset.py, test_signal_reports_cpu.py, test_frame_readers.py,
-#      test_fork_cpu.py, test_launch_hooks_cpu.py, _safety_cpu.py and _host_safety_cpu.py:
+#      (tests/core/test_fake_driver.py tests/core/test_robust.py tests/core/test_stress.py tests/house/test_fake_driver_build.py tests/report/test_reports_you_can_trust.py, graphs/test_graph_markers.py, hangs_dump_jobs/test_hangs.py,
+#      watch/test_context_reset.py, report/test_signal_reports.py, core/test_frame_readers.py,
+#      core/test_fork.py, hooks/test_runtime_launch_hooks.py, _safety_cpu.py and _host_safety_cpu.py:
 #      the GOT entries written and the runtime's launches recorded past CUPTI, and the
 #      stress of threads entering and leaving watch() while another dlopens/dlcloses a
 #      hooked library and another forks, for CD_TEST_STRESS_S=15 seconds;
-#      test_watch_always_on.py; the dump's trust tests and the store fuzz,
-#      tests/test_dump_*_cpu.py),
-#      tests/test_core_cpu.py and those of
-#      tests/test_architecture.py that run it. The ASan runtime is preloaded into every
+#      watch/test_watch.py; the dump's trust tests and the store fuzz,
+#      tests/hangs_dump_jobs/test_dump_foreign_data.py tests/hangs_dump_jobs/test_dump_store_fuzz.py tests/hangs_dump_jobs/test_dump_trust.py),
+#      tests/core/test_core.py and those of
+#      tests/house/test_architecture.py that run it. The ASan runtime is preloaded into every
 #      process (Python is not built with it); leaks are not looked for
 #      (CPython keeps memory by design); Python allocates with malloc, so that
 #      a freed Python object is poisoned too.
 #   2. ThreadSanitizer (-fsanitize=thread, a build of its own): the stress test
-#      of tests/test_fake_driver_stress.py (threads launching from user and
+#      of tests/core/test_stress.py (threads launching from user and
 #      library frames, scopes opening and closing, a fault), the launch hooks'
-#      tests, tests/test_cupti_detach_cpu.py (4 threads entering and leaving
+#      tests, tests/hooks/test_cupti_detach.py (4 threads entering and leaving
 #      watches while launches detach CUPTI), and watches opening and closing while
 #      the profiler hand-over runs.
 # Any report fails the job: the sanitizers stop the process at the first
@@ -92,25 +92,25 @@ echo "--- AddressSanitizer + UndefinedBehaviorSanitizer"
     env PYTHONPATH="$WORK/asan" LD_PRELOAD="$ASAN" PYTHONMALLOC=malloc CD_TEST_SANITIZER=asan \
         ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1 CD_TEST_STRESS_S=15 \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 CD_TEST_FAKE_CFLAGS="$ASAN_FLAGS" \
-        "$PY" -m pytest -q -n 2 -p no:cacheprovider tests/test_fake_driver*.py \
-        tests/test_graphs.py tests/test_hangs_cpu.py tests/test_dump_cpu.py tests/test_dump_trust_cpu.py \
-        tests/test_context_reset.py \
-        tests/test_signal_reports_cpu.py tests/test_frame_readers.py tests/test_fork_cpu.py \
-        tests/test_launch_hooks_cpu.py tests/test_launch_hooks_safety_cpu.py tests/test_watch_always_on.py \
-        tests/test_launch_hooks_host_safety_cpu.py tests/test_dump_foreign_data_cpu.py \
-        tests/test_dump_store_fuzz_cpu.py \
-        tests/test_always_right_cpu.py tests/test_cupti_detach_cpu.py \
-        tests/test_core_cpu.py --deselect tests/test_core_cpu.py::test_fault_kernels_header_is_up_to_date \
-        --deselect tests/test_fork_cpu.py::test_a_fork_while_another_thread_holds_every_lock \
-        tests/test_architecture.py::test_user_frame_rule_is_one_rule \
-        tests/test_architecture.py::test_sticky_set_is_one_table)
+        "$PY" -m pytest -q -n 2 -p no:cacheprovider -m "not gpu" tests/core/test_fake_driver.py tests/core/test_robust.py tests/core/test_stress.py tests/house/test_fake_driver_build.py tests/report/test_reports_you_can_trust.py \
+        tests/graphs/test_graph_markers.py tests/hangs_dump_jobs/test_hangs.py tests/hangs_dump_jobs/test_dump.py tests/hangs_dump_jobs/test_dump_trust.py \
+        tests/watch/test_context_reset.py \
+        tests/report/test_signal_reports.py tests/core/test_frame_readers.py tests/core/test_fork.py \
+        tests/hooks/test_runtime_launch_hooks.py tests/hooks/test_launch_hooks_safety.py tests/watch/test_watch.py \
+        tests/hooks/test_launch_hooks_host_safety.py tests/hangs_dump_jobs/test_dump_foreign_data.py \
+        tests/hangs_dump_jobs/test_dump_store_fuzz.py \
+        tests/watch/test_watch_real_runs.py tests/hooks/test_cupti_detach.py \
+        tests/core/test_core.py --deselect tests/core/test_core.py::test_fault_kernels_header_is_up_to_date \
+        --deselect tests/core/test_fork.py::test_a_fork_while_another_thread_holds_every_lock \
+        tests/house/test_architecture.py::test_user_frame_rule_is_one_rule \
+        tests/house/test_architecture.py::test_sticky_set_is_one_table)
 
 echo "--- ThreadSanitizer"
 (cd "$WORK/tsan" &&
     env PYTHONPATH="$WORK/tsan" LD_PRELOAD="$TSAN" CD_TEST_SANITIZER=tsan \
         TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        "$PY" -m pytest -q -p no:cacheprovider -p no:xdist \
-        "tests/test_fake_driver_stress.py::test_threads_launch_while_scopes_open_and_close_then_a_fault" \
-        tests/test_launch_hooks_cpu.py tests/test_cupti_detach_cpu.py \
-        "tests/test_launch_hooks_host_safety_cpu.py::test_watches_open_and_close_while_the_profiler_hand_over_runs")
+        "$PY" -m pytest -q -p no:cacheprovider -p no:xdist -m "not gpu" \
+        "tests/core/test_stress.py::test_threads_launch_while_scopes_open_and_close_then_a_fault" \
+        tests/hooks/test_runtime_launch_hooks.py tests/hooks/test_cupti_detach.py \
+        "tests/hooks/test_launch_hooks_host_safety.py::test_watches_open_and_close_while_the_profiler_hand_over_runs")
 echo "sanitizers: no report"

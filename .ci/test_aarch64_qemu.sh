@@ -20,9 +20,9 @@ SO=$(readlink -f "$1")
 PY=${2:-python3}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${CD_AARCH64_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cuda_debug/aarch64}
-TESTS=(tests/test_fake_driver.py tests/test_fake_driver_scenarios.py)
+TESTS=(tests/core/test_fake_driver.py tests/report/test_reports_you_can_trust.py)
 # A launch outside a scope returns "at once" (< 0.1 s): not under emulation.
-DESELECT=(tests/test_fake_driver.py::test_launch_blocking_waits_for_the_kernel_with_an_async_device)
+DESELECT=(tests/core/test_fake_driver.py::test_launch_blocking_waits_for_the_kernel_with_an_async_device)
 fail() { echo "aarch64 tests: $*"; exit 1; }
 skip() { echo "aarch64 tests: skipped ($*)"; exit 0; }
 

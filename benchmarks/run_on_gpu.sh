@@ -4,7 +4,7 @@
 #   OUT=/tmp/out CUDA_DEBUG_COMMIT=$(git rev-parse --short HEAD) \
 #     bash benchmarks/run_on_gpu.sh [probe] [demo] [tests] [overhead] [ab] [watch] [alwayson] [graphs] [replay] [guard] [seed] [ddp] [ddpgloo] [gemm]
 # tests: NPROC workers (default 4), TESTS (default tests), TEST_ARGS; CUDA 12's CUPTI
-# wheel in .whl12/ (kept apart: on the path it would be found first) runs tests/test_cuda12_gpu.py.
+# wheel in .whl12/ (kept apart: on the path it would be found first) runs tests/house/test_cupti12.py.
 # ab: the launch path of this tree against an older one built from .carry/base (git
 # archive of AB_BASE), interleaved, AB_ROUNDS rounds.
 # The notebook tests need ipykernel, nbclient and nbformat: where the machine has

@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 # through the pytest11 entry point - imports nothing but this and _options
 # (benchmarks/import_cost.py). Type checkers and IDEs read the same names from the
 # imports under TYPE_CHECKING below (a constant, not typing.TYPE_CHECKING: importing
-# typing costs milliseconds); tests/test_import_and_types.py checks that the two agree.
+# typing costs milliseconds); tests/house/test_import_and_types.py checks that the two agree.
 _PUBLIC = {
     "._scope": ["watch", "is_watching", "launch_blocking", "is_launch_blocking", "check",
                 "last_error"],
@@ -96,7 +96,7 @@ del TYPE_CHECKING
 _WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
 
 # Written out (not computed from _PUBLIC): type checkers read `from cuda_debug import *`
-# from it; tests/test_import_and_types.py checks it is _PUBLIC's names.
+# from it; tests/house/test_import_and_types.py checks it is _PUBLIC's names.
 __all__ = [
     "watch", "is_watching", "launch_blocking", "is_launch_blocking", "check", "last_error",
     "guard", "is_guarding",

@@ -12,7 +12,7 @@ ADD answers an int64, CHECK one byte (0 ready), GET a uint64 length and bytes,
 DELETE_KEY an int64 (how many keys it deleted).
 Keys get the prefix torch's own client puts before each ("/"), so that
 ``TCPStore.get("cuda_debug/...")`` reads what this client set, and back.
-tests/test_dump_cpu.py checks it against torch's own server.
+tests/hangs_dump_jobs/test_dump.py checks it against torch's own server.
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
 """

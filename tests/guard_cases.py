@@ -1,6 +1,6 @@
 """The guard's oracle grid: every checked op on valid edge cases and invalid
-inputs, built on any device (test_guard_cpu.py runs it on CPU with CPU
-PyTorch as the oracle; test_guard_gpu.py on CUDA, in a child process).
+inputs, built on any device (guard/test_guard_against_cpu_torch.py runs it on CPU with CPU
+PyTorch as the oracle; guard/test_guard_on_cuda.py on CUDA, in a child process).
 
 ``cases(torch)`` yields ``Case``s; ``case.run(device)`` builds fresh inputs
 (deterministic: the same tensors every call) and calls the op, returning what
@@ -12,7 +12,7 @@ shapes), which fail the same way on every device; ``embedding_bag`` with
 ``offsets[0] != 0`` (CPU PyTorch rejects it, the CUDA kernel takes bag 0 from
 0 whatever offsets[0] says: the guard leaves it to PyTorch) and with negative
 offsets (CPU PyTorch reads before its input, no oracle: the guard rejects
-them). test_guard_cpu.py tests both.
+them). guard/test_guard_against_cpu_torch.py tests both.
 """
 
 N = 5                 # the size of the indexed dimension

@@ -9,7 +9,7 @@ checks them. Prints one `RESULT {...}` line: launches instrumented, how many had
 access outside the live tensors (each with its kernel, access and line: a false
 alarm, or a finding), and what an instrumented launch costs (hook, patch, wait).
 
-tests/test_replay_gpu.py::test_a_clean_kernel_is_not_reported checks 16 launches of
+tests/replay/test_replay.py::test_a_clean_kernel_is_not_reported checks 16 launches of
 a smaller step; this asks it of every kernel of a wider one. When the answer is in
 (benchmarks/RESULTS.md), a test that can fail takes its place and this file goes
 (benchmarks/probes/README.md). Taken from replay_product.py's "survey" (git show

@@ -243,7 +243,7 @@ enum cd_watch_probe { CD_PROBE_OFF = 0, CD_PROBE_DISPATCH = 1, CD_PROBE_RECORD =
                       CD_PROBE_FRAMES = 3 };
 
 /* The process-wide state is owned piece by piece: each piece is written by
- * one file (tests/test_architecture.py::test_state_has_one_writer reads the
+ * one file (tests/house/test_architecture.py::test_state_has_one_writer reads the
  * tree for it), the others read it.
  *   cd_gates     (state.c) what the callback reads lock-free, first thing at
  *                each launch; written only through the cd_gate_* calls below.

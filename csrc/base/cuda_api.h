@@ -6,7 +6,7 @@
  * this instead of them, so the build needs no CUDA toolkit (the libraries are
  * opened at run time). Enums keep only the enumerators csrc/ and the fakes name,
  * plus their smallest and largest (the same underlying type).
- * tests/test_cuda_api.py compares its ABI with the real headers'.
+ * tests/house/test_cuda_api.py compares its ABI with the real headers'.
  */
 #ifndef CD_CUDA_API_H
 #define CD_CUDA_API_H

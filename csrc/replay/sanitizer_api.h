@@ -6,7 +6,7 @@
  * 2025.3); the structs are only the parts that are the same in 13.0 and 13.5
  * (Sanitizer_LaunchData, _CallbackData, _ResourceMemoryData, _ResourceModuleData,
  * _ResourceVirtualRange; _ResourceContextData and _ResourceStreamData changed in
- * between and are not read). tests/test_replay_cpu.py compiles offset and value
+ * between and are not read). tests/replay/test_replay.py compiles offset and value
  * checks of every declaration here against the real headers where they are found.
  * CUDA types come from base/cuda_api.h; the ones it lacks are void * here.
  */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds .cu12rt/ (repo root, git-ignored) for tests/test_cuda12_runtime_gpu.py and
+# Builds .cu12rt/ (repo root, git-ignored) for tests/hooks/test_cuda12_runtime.py and
 # benchmarks/second_context.py, on a machine with PyPI and nvcc (no GPU needed):
 #   libcu12rt.so     cu12_lib.cu, linked against the SHARED libcudart.so.12 (rpath $ORIGIN)
 #   libcudart.so.12  from NVIDIA's nvidia-cuda-runtime-cu12 wheel, beside it

@@ -1,4 +1,4 @@
-// A module for a second context (tests/test_cuda12_runtime_gpu.py,
+// A module for a second context (tests/hooks/test_cuda12_runtime.py,
 // benchmarks/second_context.py): loaded with cuModuleLoad, launched with
 // cuLaunchKernel. extern "C": found by these names. Built by build.sh (cubin, sm_90).
 #include <assert.h>

@@ -2,7 +2,7 @@
 // each <<<...>>> a call of libcudart.so.12's __cudaLaunchKernel (CUDA >= 12.4:
 // the handle a cudaKernel_t, i.e. a CUkernel, from __cudaGetKernel) through
 // this library's GOT. Loaded with ctypes beside a CUDA 13 PyTorch by
-// tests/test_cuda12_runtime_gpu.py; built by build.sh.
+// tests/hooks/test_cuda12_runtime.py; built by build.sh.
 #include <assert.h>
 #include <cuda_runtime.h>
 

@@ -5,7 +5,7 @@ lists them) become a ``libcuda.so.1`` and ``fake_cupti.c`` a
 ``libcupti.so.13`` (same sonames as the real ones), compiled with ``cc`` against
 the project's own CUDA declarations, ``csrc/base/cuda_api.h`` (the header the C
 core is built with: generated from the real cuda.h / cupti.h, which it matches
-in ABI, tests/test_cuda_api.py), so that the fakes, like the package, build
+in ABI, tests/house/test_cuda_api.py), so that the fakes, like the package, build
 where no CUDA toolkit is. Once per source hash, into a folder under the temp
 dir. A fake that names a CUDA type, constant or function the header lacks
 fails to build: rerun ``tools/gen/cuda_api.py`` (it reads tests/fake_cuda/

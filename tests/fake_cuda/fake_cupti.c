@@ -69,7 +69,7 @@ static void need_driver(const char *fn)
 {
     if (!fakecuda_initialised()) {
         /* to fd 2, not through `stderr`: the fake CUPTI has no relocation
-         * for `stderr` (tests/test_fake_driver_robust.py counts them) */
+         * for `stderr` (tests/core/test_robust.py counts them) */
         dprintf(2, "fake CUPTI: %s called before the driver initialised\n", fn);
         abort();
     }

@@ -5,7 +5,7 @@
  * the walk only; once the walk returns, the buffers are overwritten, as the
  * loader's free() of a closed object's name may leave them. A caller that
  * keeps a name past the walk reads the scribble (plain build), or is stopped
- * by ASan's poison for the real race (tests/test_launch_hooks_host_safety_cpu.py).
+ * by ASan's poison for the real race (tests/hooks/test_launch_hooks_host_safety.py).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1

@@ -24,7 +24,7 @@ header version (CUDA_VERSION, CUPTI_API_VERSION, CUBLAS_VER_*) is stamped at
 the top. The headers are found by cuda_debug/_cuda_headers.py (the one
 search), or given with --include.
 
-The ABI is proved by tests/test_cuda_api.py: the probe (--probe) prints the
+The ABI is proved by tests/house/test_cuda_api.py: the probe (--probe) prints the
 size, alignment and field offsets of every struct, the size and signedness of
 every type and the value of every enumerator and macro of the header; it is
 compiled once against the real headers and once against this one, and the
@@ -295,7 +295,7 @@ def render(model, include_dirs):
         " * this instead of them, so the build needs no CUDA toolkit (the libraries are",
         " * opened at run time). Enums keep only the enumerators csrc/ and the fakes name,",
         " * plus their smallest and largest (the same underlying type).",
-        " * tests/test_cuda_api.py compares its ABI with the real headers'.",
+        " * tests/house/test_cuda_api.py compares its ABI with the real headers'.",
         " */",
         "#ifndef CD_CUDA_API_H",
         "#define CD_CUDA_API_H",
@@ -329,7 +329,7 @@ def _short_origin(origin, include_dirs):
 
 
 # ---------------------------------------------------------------------------
-# The ABI probe (tests/test_cuda_api.py)
+# The ABI probe (tests/house/test_cuda_api.py)
 # ---------------------------------------------------------------------------
 
 def probe_source(model):
