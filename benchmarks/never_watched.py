@@ -221,12 +221,22 @@ PIN = []
 
 
 def pin(cpu):
+    """Where this machine allows them (a container may refuse the personality
+    call or those CPUs): each tried once on `true`, left out if it fails."""
     import shutil
+    import subprocess
     global PIN
-    if cpu and shutil.which("taskset"):
+
+    def works(cmd):
+        try:
+            return subprocess.run(cmd + ["true"], capture_output=True, timeout=10).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            return False
+    if cpu and shutil.which("taskset") and works(["taskset", "-c", cpu]):
         PIN = ["taskset", "-c", cpu]
-    if shutil.which("setarch"):
+    if shutil.which("setarch") and works(["setarch", os.uname().machine, "-R"]):
         PIN = ["setarch", os.uname().machine, "-R"] + PIN
+    print("children run as: %s" % (" ".join(PIN) or "(not pinned)"), flush=True)
 
 
 def main():
