@@ -30,7 +30,7 @@ python3 -m pip install -q --no-build-isolation --no-deps -e . >"$L/build.log" 2>
 
 if [[ "$what" == *" suite "* ]]; then
   t0=$SECONDS
-  timeout "${SUITE_S:-250}" python3 -m pytest tests -n "${NPROC:-14}" --dist loadgroup -q -rfEs \
+  timeout "${SUITE_S:-240}" python3 -m pytest tests -n "${NPROC:-14}" --dist loadgroup -q -rfEs \
     -p no:cacheprovider >"$L/suite.log" 2>&1
   summary+=("suite ($((SECONDS - t0)) s): $(tail -1 "$L/suite.log")")
   grep -E "^(FAILED|ERROR) " "$L/suite.log" | head -40 >"$L/suite_failures.txt"
@@ -38,16 +38,16 @@ if [[ "$what" == *" suite "* ]]; then
 fi
 
 if [[ "$what" == *" bench "* ]]; then
-  OUT=$L timeout "${KL_S:-70}" bash benchmarks/kernel_lines/measure.sh "$PWD/benchmarks/kernel_lines" \
+  OUT=$L timeout "${KL_S:-80}" bash benchmarks/kernel_lines/measure.sh "$PWD/benchmarks/kernel_lines" \
     >"$L/kernel_lines.log" 2>&1
   summary+=("kernel_lines: $(grep -E '^(plain|replay|dump)' "$L/kernel_lines.log" | tr '\n' ';')")
-  timeout "${NW_S:-150}" python3 benchmarks/never_watched.py --rounds "${ROUNDS:-3}" \
-    --modes watch,residue,profiler,exact --inproc "${INPROC:-2}" --json "$L/never_watched.json" \
+  timeout "${NW_S:-130}" python3 benchmarks/never_watched.py --rounds "${ROUNDS:-3}" \
+    --modes watch,residue,profiler,exact --inproc "${INPROC:-1}" --json "$L/never_watched.json" \
     >"$L/never_watched.log" 2>&1
   summary+=("never_watched: rc=$? (never_watched.log)")
   summary+=("$(tail -30 "$L/never_watched.log")")
-  timeout 35 python3 benchmarks/verdict_notes.py --pairs 2 --n 50000 >"$L/notes.log" 2>&1
+  timeout 30 python3 benchmarks/verdict_notes.py --pairs 2 --n 50000 >"$L/notes.log" 2>&1
   summary+=("notes: $(tail -1 "$L/notes.log")")
-  timeout 35 python3 benchmarks/adopt_capture.py --pairs 2 >"$L/adopt.log" 2>&1
+  timeout 30 python3 benchmarks/adopt_capture.py --pairs 2 >"$L/adopt.log" 2>&1
   summary+=("adopt: $(tail -1 "$L/adopt.log")")
 fi
