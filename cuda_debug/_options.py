@@ -18,9 +18,9 @@ and handed to the C core before the first scope or watch opens.
                                    launch stops after CUPTI's dispatch, after a record
                                    without frames, or after a record with frames; no marker
     CUDA_DEBUG_CUPTI_DETACH=0|1    when the last scope or watch() closes, CUPTI leaves the
-                                   process (cuptiFinalize, at the next launch) rather than
-                                   staying loaded, unsubscribed, unless a profiler used it
-                                   (default 1)
+                                   process (cuptiFinalize, at the next launch: that launch
+                                   waits for the GPU once) rather than staying loaded,
+                                   unsubscribed, unless a profiler used it (default 0)
     CUDA_DEBUG_WATCH_OPS=0|1       watch() records each launch's PyTorch op and input
                                    shapes, as watch(ops=True) (default 0)
     CUDA_DEBUG_GUARD=0|1           `python -m cuda_debug run` and pytest run inside
@@ -90,7 +90,7 @@ _CHOICES = {
     "CUDA_DEBUG_CAPTURE_CHECK": (_BOOL, True),
     "CUDA_DEBUG_WATCH_OPS": (_BOOL, False),
     "CUDA_DEBUG_WATCH_EXACT": (_BOOL, False),
-    "CUDA_DEBUG_CUPTI_DETACH": (_BOOL, True),
+    "CUDA_DEBUG_CUPTI_DETACH": (_BOOL, False),
     "CUDA_DEBUG_WATCH_PROBE": ({"off": 0, "0": 0, "dispatch": 1, "record": 2, "frames": 3}, 0),
     "CUDA_DEBUG_GUARD": (_BOOL, False),
     "CUDA_DEBUG_DUMP": (_BOOL, True),
@@ -138,7 +138,7 @@ class Options:
                  capture_check: bool, watch_ops: bool, guard: bool = False,
                  hang_after: "float | None" = None, dump_signal: int = _signal.SIGUSR1,
                  graph_markers: int = 2, watch_exact: bool = False,
-                 watch_every: int = 16, watch_probe: int = 0, cupti_detach: bool = True,
+                 watch_every: int = 16, watch_probe: int = 0, cupti_detach: bool = False,
                  dump: bool = True, trace: "str | None" = None, graph_marker_every: int = 8,
                  graph_adopt: bool = True):
         self.report, self.capture, self.wait = report, capture, wait

@@ -15,6 +15,13 @@ an API-exit callback, and counts the next subscribe as a new initialisation.
 L = "1, 1, 1, 32, 1, 1"
 
 
+@pytest.fixture(autouse=True)
+def detach_on(monkeypatch):
+    """These tests are of the detach, opt-in (CUDA_DEBUG_CUPTI_DETACH=1): the
+    children inherit it (a test's own env overrides it)."""
+    monkeypatch.setenv("CUDA_DEBUG_CUPTI_DETACH", "1")
+
+
 def test_the_last_watch_detaches_cupti_and_the_next_watch_takes_it_again(fake_child):
     c = fake_child('''
         import cuda_debug, cuda_debug.testing as t
