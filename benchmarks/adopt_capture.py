@@ -26,7 +26,7 @@ sys.path.insert(0, HERE)
 import _common  # noqa: E402  (beside this file)
 
 CHILD = r"""
-import os, sys, time, json
+import os, sys, time, json, statistics
 mode = sys.argv[1]
 if mode != "never":
     sys.path.insert(0, %r)

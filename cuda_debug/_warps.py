@@ -96,6 +96,44 @@ def ptrace_refusal(pid: int) -> Optional[str]:
     return None
 
 
+#: The driver's CUDA debugger back-end, installed with the driver beside libcuda.so.1.
+BACKEND = "libcudadebugger.so.1"
+
+
+def backend_missing(pid: int, maps: Optional[str] = None) -> Optional[str]:
+    """Why cuda-gdb cannot read `pid`'s GPU (one line with the remedy), or None.
+    cuda-gdb needs the driver's CUDA debugger back-end (libcudadebugger.so.1),
+    which the driver installs beside libcuda.so.1 but a container may leave out.
+    Without it cuda-gdb says "Could not find CUDA Debugger back-end", and on an
+    H100 the process it had attached to then died (SIGSEGV): so no attach is
+    made without it. Looked for beside the libcuda the process loaded (its
+    /proc/PID/maps; `maps`: that text, for tests) and by the loader's cache."""
+    if maps is None:
+        try:
+            with open("/proc/%d/maps" % pid) as f:
+                maps = f.read(8 << 20)
+        except OSError:
+            return None                          # ptrace_refusal says why
+    folders = []
+    for line in maps.splitlines():
+        path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+        if "/libcuda.so" in path and os.path.dirname(path) not in folders:
+            folders.append(os.path.dirname(path))
+    if not folders:
+        return ("process %d has not loaded the CUDA driver (libcuda.so.1): no kernel of its "
+                "can be running" % pid)
+    if any(os.path.exists(os.path.join(d, BACKEND)) for d in folders):
+        return None
+    import ctypes.util
+    if ctypes.util.find_library("cudadebugger"):
+        return None
+    return ("the driver's CUDA debugger back-end (%s) is not installed beside %s: cuda-gdb "
+            "cannot read the GPU without it (and attaching anyway has crashed the process), so "
+            "none is attached; install the driver's full package (in a container, give it the "
+            "NVIDIA container toolkit's `compute,utility` driver capabilities) to see the warps"
+            % (BACKEND, os.path.join(folders[0], "libcuda.so.1")))
+
+
 def _is_ancestor(me: int, pid: int) -> bool:
     for _ in range(64):
         try:
@@ -301,7 +339,7 @@ def warps(pid: int, exe: Optional[str] = None, gap: float = GAP,
                     "warps: cuda-gdb was not found (looked in %s): install the CUDA toolkit's "
                     "cuda-gdb or put it on PATH to see where the kernel's warps are"
                     % ", ".join(tried)}
-    why = ptrace_refusal(pid) if check else None
+    why = (ptrace_refusal(pid) if check else None) or backend_missing(pid)
     if why:
         return {"groups": [], "kernels": {}, "seconds": [], "note": "warps: " + why}
     one = look(pid, exe, timeout=timeout)

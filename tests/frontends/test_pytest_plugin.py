@@ -240,8 +240,11 @@ def test_unused_the_plugin_loads_no_extension_and_sets_no_import_hook(inner, arg
     (line,) = [l[l.index("LOADED"):] for l in result.outlines if "LOADED [" in l]
     loaded = eval(line.split("LOADED ", 1)[1].split(" HOOKS ")[0])
     hooks = eval(line.split(" HOOKS ", 1)[1])
-    expected = ["wrapped" if torch_first else "_TorchGraphsFinder"] if armed else []
-    assert hooks == expected, line
+    # armed: a meta_path entry, or the class wrapped once torch.cuda.graphs was imported
+    # (by the project, or by another plugin of the environment: a GPU machine's)
+    expected = ([["wrapped"]] if torch_first else [["_TorchGraphsFinder"], ["wrapped"]]) \
+        if armed else [[]]
+    assert hooks in expected, line
     if not armed:       # (_sticky, _errors: the check of the failure, pure Python)
         assert set(loaded) <= {"cuda_debug", "cuda_debug._options", "cuda_debug.pytest_plugin",
                                "cuda_debug._sticky", "cuda_debug._cuda_errors",
@@ -264,7 +267,8 @@ def test_a_bad_setting_never_stops_another_projects_pytest(inner, monkeypatch, h
     elif how == "PYTHONWARNINGS":
         monkeypatch.setenv("PYTHONWARNINGS", "error")
     inner.makepyfile("def test_a():\n    pass\n")
-    result = run(inner, *args)
+    # (pytest-benchmark, where installed, raises its own warning under xdist: not ours)
+    result = run(inner, "-p", "no:benchmark", *args)
     assert result.ret == 0, out(result)
     result.assert_outcomes(passed=1)
     # (on stderr; without a filter, pytest lists them in its warnings summary)

@@ -623,10 +623,15 @@ SPIN_TRITON = """\
 
 
 def _cuda_gdb():
+    import ctypes
     from cuda_debug import _warps
     exe, _ = _warps.find_cuda_gdb()
     if exe is None:
         pytest.skip("no cuda-gdb here")
+    ctypes.CDLL("libcuda.so.1")                 # (a GPU test: the driver is here)
+    why = _warps.backend_missing(os.getpid())
+    if why:
+        pytest.skip(why)
     return exe
 
 
@@ -736,3 +741,27 @@ def test_hang_after_report_shows_where_the_warps_are_and_the_process_finishes(tm
     assert "spinning at" in after, after
     loop = {_src_line(SPIN_CUPY, "// SPIN"), _src_line(SPIN_CUPY, "while (clock64()")}
     assert any(".cu:%d " % n in after for n in loop), after
+
+
+def test_no_attach_without_the_drivers_debugger_back_end(tmp_path):
+    """cuda-gdb cannot read a GPU without the driver's CUDA debugger back-end
+    (libcudadebugger.so.1, beside libcuda.so.1); an attach made anyway crashed
+    the target on an H100: without it, one line says so and nothing attaches.
+    Beside the libcuda the process loaded, or through the loader's cache."""
+    from cuda_debug import _warps
+    with_it, without = tmp_path / "with", tmp_path / "without"
+    for d in (with_it, without):
+        d.mkdir()
+        (d / "libcuda.so.1").write_text("")
+    (with_it / "libcudadebugger.so.1").write_text("")
+
+    def maps(folder):
+        return ("7f0000000000-7f0000001000 r-xp 00000000 08:01 42   %s/libcuda.so.1\n"
+                "7f0000002000-7f0000003000 r--p 00000000 08:01 43   /usr/lib/libc.so.6\n" % folder)
+    assert _warps.backend_missing(1, maps(with_it)) is None
+    import ctypes.util
+    if ctypes.util.find_library("cudadebugger") is None:       # (a driver here would have it)
+        why = _warps.backend_missing(1, maps(without))
+        assert why.startswith("the driver's CUDA debugger back-end (libcudadebugger.so.1) is "
+                              "not installed beside %s/libcuda.so.1" % without), why
+    assert "has not loaded the CUDA driver" in _warps.backend_missing(1, "7f-7f r-xp 0 0:0 1 /x\n")

@@ -448,7 +448,7 @@ with torch.cuda.stream(s):
     emb(idx)                                   # warm-up outside the capture
     torch.cuda.synchronize()
     with torch.cuda.graph(g):  # CAPTURED
-        out = emb(idx)
+        out = emb(idx)                         # NODE
 idx.fill_(12)
 torch.cuda.synchronize()
 try:
@@ -463,8 +463,8 @@ except cuda_debug.CudaError as e:
     r = c.result
     assert r is not None, c
     # captured before watch(): the node the device's assert text names, at the line that
-    # captured the graph (docs/graphs.md), replayed at the replay's line
-    assert r["lineno"] == c.line_of("# CAPTURED") and r["graph_node"] is not None, r
+    # launched it during the capture (docs/graphs.md), replayed at the replay's line
+    assert r["lineno"] == c.line_of("# NODE") and r["graph_node"] is not None, r
     assert r["replayed_at"].startswith("%s:%d" % (c.script, c.line_of("# CULPRIT"))), r
 
 
