@@ -20,7 +20,7 @@ through them: every rank's report, each line prefixed ``[rank k]``, then one
 verdict line (:func:`verdict`).
 
 Also: ``--json`` (:func:`as_json`), ``--trace`` (Chrome/Perfetto trace events:
-cuda_debug/_dump_trace.py), ``--job`` (cuda_debug/_job.py: every rank of a job,
+cuda_debug/_dump_trace.py), ``--job`` (cuda_debug/_dump_job.py: every rank of a job,
 through its c10d TCPStore). The command line: cuda_debug/_cli/dump.py.
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
@@ -498,7 +498,7 @@ def _last_launch(doc: dict):
 
 class CpuWait(NamedTuple):
     """A rank that waits in a torch.distributed collective on the CPU, with no
-    GPU launch in flight (a gloo collective; cuda_debug/_job.py cpu_waits)."""
+    GPU launch in flight (a gloo collective; cuda_debug/_dump_job.py cpu_waits)."""
     collective: str
     backend: Optional[str]
     filename: Optional[str]

@@ -182,7 +182,7 @@ def enter(hang_after: Optional[float]) -> None:
                               "listener did not start: %s); SIGUSR1 still writes the report "
                               "to its stderr" % e, RuntimeWarning, stacklevel=3)
     if _options.OPTIONS.dump:
-        from . import _job
+        from . import _dump_job as _job
         if _job.wanted():          # under torchrun: `dump --job` through the job's store
             _job.start()
     sig = _options.OPTIONS.dump_signal

@@ -2,7 +2,7 @@
 reach MASTER_PORT may write: the dump document's shape, checked before any of
 it is used (:func:`document_problem`), and text made safe for a terminal
 (:func:`printable`, the rule the C report's writer, csrc/report/fd_writer.c,
-applies). Used by cuda_debug/_dump.py (``dump PID``) and cuda_debug/_job.py
+applies). Used by cuda_debug/_dump.py (``dump PID``) and cuda_debug/_dump_job.py
 (``dump --job``); imports nothing of the package.
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).

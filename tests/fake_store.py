@@ -1,6 +1,6 @@
 """A stand-in for PyTorch's c10d TCPStore server (what torchrun runs at
 MASTER_ADDR:MASTER_PORT), for the tests of ``dump --job`` without PyTorch:
-the subset of the wire format cuda_debug/_tcpstore.py speaks (VALIDATE, SET,
+the subset of the wire format cuda_debug/_dump_tcpstore.py speaks (VALIDATE, SET,
 GET, ADD, CHECK, DELETE_KEY; keys and values as a uint64 length and bytes, numbers in the
 machine's byte order). The torch-based tests in tests/hangs_dump_jobs/test_dump.py check
 the client against torch's own server; this one lets a test plant anything in

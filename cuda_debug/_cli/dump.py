@@ -1,5 +1,5 @@
 """``cuda-debug dump``: the command line of cuda_debug/_dump.py (one process,
-or a torchrun agent's ranks), cuda_debug/_job.py (``--job``) and
+or a torchrun agent's ranks), cuda_debug/_dump_job.py (``--job``) and
 cuda_debug/_dump_trace.py (``--trace``): what to ask, and what it prints.
 
 PYTEST_DONT_REWRITE: pytest loads this package's plugin in every run (docs/pytest.md).
@@ -85,7 +85,7 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
     from .. import _dump
     where = p.prog
     if ns.job is not None:
-        from .. import _job
+        from .. import _dump_job as _job
         try:
             host, port = _job.address(ns.job)
         except ValueError as e:
@@ -134,7 +134,7 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
 def _dump_job(host: str, port: int, where: str, as_json: bool = False,
               trace: Optional[str] = None, last: Optional[int] = None,
               timeout: Optional[float] = None) -> int:
-    from .. import _dump, _job
+    from .. import _dump, _dump_job as _job
     recent = (last or _dump.RECENT_DEFAULT) if trace else 1
     import time
     try:

@@ -563,7 +563,7 @@ def test_two_dump_signals_on_two_threads_at_once_both_chain(fake_child):
 
 JOB_RANK = PRELUDE + '''
 import json, os, time, cuda_debug, cuda_debug.testing as t
-from cuda_debug import _job
+from cuda_debug import _dump_job as _job
 fake.fake_set_async(1)
 rank = int(os.environ["RANK"])
 # NCCL's flight recorder, as torch's _dump_nccl_trace_json() writes it (no NCCL here)

@@ -286,7 +286,7 @@ def test_dump_job_on_a_hostile_store_says_so_in_a_line_or_reports(case, tmp_path
 def test_a_requests_params_random_and_hostile_are_read_as_a_number_of_launches():
     """The rank's side: whatever params/<n> holds, requested_recent answers a
     number of launches (0 to RECENT_MAX; else the default, 1), never raises."""
-    from cuda_debug import _job
+    from cuda_debug import _dump_job as _job
     rng = random.Random(7)
     cases = [b"[" * 4000, b"{" * 4000, b'{"recent": %d}' % 10**400, b'{"recent": 1e400}',
              b'{"recent": NaN}', b"\xff" * 10, b"", b'{"recent": {"a": []}}', b"x" * 5000]

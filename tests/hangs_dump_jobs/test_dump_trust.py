@@ -321,7 +321,7 @@ def test_nonsense_in_a_request_neither_kills_the_ranks_job_thread_nor_writes_its
 
 
 def test_the_requested_number_of_launches_is_read_within_bounds():
-    from cuda_debug import _job
+    from cuda_debug import _dump_job as _job
     assert _job.requested_recent(b'{"recent": 7}') == 7
     assert _job.requested_recent(b'{"recent": 65536}') == 65536
     for raw in (b'{"recent": 65537}', b'{"recent": true}', b'{"recent": 1.5}', b"null", b"7",
@@ -405,7 +405,7 @@ def test_the_store_client_reads_a_large_value_in_linear_time():
     """Concatenating bytes made the read of n bytes in 4 KiB pieces O(n^2): a 32 MiB
     document took 13 s here. Timed against the same read of a value 8 times smaller:
     linear is ~8x, quadratic ~64x."""
-    from cuda_debug import _tcpstore
+    from cuda_debug import _dump_tcpstore as _tcpstore
 
     def read(n):
         c = _tcpstore.Client.__new__(_tcpstore.Client)

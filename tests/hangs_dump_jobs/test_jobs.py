@@ -2,7 +2,7 @@
 
 A rank blocked in a gloo ``all_reduce`` has no GPU launch in flight: its
 watch ring says "nothing unfinished". What says where it is is its Python
-stack: the job thread (cuda_debug/_job.py) looks every POLL_S seconds for
+stack: the job thread (cuda_debug/_dump_job.py) looks every POLL_S seconds for
 threads inside torch.distributed's collectives (torch/distributed/
 distributed_c10d.py) and hands them to the dump document; the verdict
 (cuda_debug/_dump.py) counts such a rank as waiting in that collective, "on
@@ -79,7 +79,7 @@ def _here(marker):
 
 
 def test_cpu_waits_name_the_collective_its_backend_and_the_calling_line(tmp_path):
-    from cuda_debug import _job
+    from cuda_debug import _dump_job as _job
     c10d = fake_c10d(tmp_path)
     ready = threading.Event()
 
@@ -132,7 +132,7 @@ def test_cpu_waits_name_the_collective_its_backend_and_the_calling_line(tmp_path
 
 
 def test_the_snapshot_hands_the_waits_down_and_takes_them_back(tmp_path, monkeypatch):
-    from cuda_debug import _core, _job
+    from cuda_debug import _core, _dump_job as _job
     c10d = fake_c10d(tmp_path)
     calls = []
     monkeypatch.setattr(_core, "dump_set_extra", calls.append)

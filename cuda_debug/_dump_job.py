@@ -4,7 +4,7 @@ cuda_debug runs no server of its own).
 
 Each rank that watches under torchrun (MASTER_ADDR, MASTER_PORT and RANK set)
 starts one daemon thread (:func:`start`) with a store client of its own
-(cuda_debug/_tcpstore.py: the store's wire protocol, so neither side needs
+(cuda_debug/_dump_tcpstore.py: the store's wire protocol, so neither side needs
 PyTorch importable). It registers the rank (``cuda_debug/dump/rank/<r>``: pid, host,
 world size), then every POLL_S seconds reads the request counter
 ``cuda_debug/dump/requests`` (one ``add(key, 0)``) and the count of hang
@@ -49,7 +49,7 @@ _started = []
 
 
 def _store(host: str, port: int, timeout: float):
-    from ._tcpstore import Client
+    from ._dump_tcpstore import Client
     return Client(host, port, timeout)
 
 
@@ -171,7 +171,7 @@ def _publish_once(p: "_Publisher") -> None:
 
 def _poll(p: "_Publisher") -> None:
     from . import _core
-    from ._tcpstore import TooLarge
+    from ._dump_tcpstore import TooLarge
     store = p.store
     n = int(store.add(PREFIX + "requests", 0))
     if n > p.seen:
@@ -420,7 +420,7 @@ DOC_MAX = 64 << 20                # bytes of a rank's answer read (cuda_debug/_d
 
 
 def _read_json(store, key: str, what: str):
-    from ._tcpstore import TooLarge
+    from ._dump_tcpstore import TooLarge
     try:
         return loads(store.get(key, REGISTRATION_MAX), REGISTRATION_MAX)
     except TooLarge:
@@ -442,7 +442,7 @@ def _registration(store, r: int):
 
 def _answer(store, key: str, r: int):
     """Rank r's document (an answer or its hang report), or (None, why not)."""
-    from ._tcpstore import TooLarge
+    from ._dump_tcpstore import TooLarge
     try:
         doc = loads(store.get(key, DOC_MAX), DOC_MAX)
     except TooLarge:

@@ -1,5 +1,5 @@
 """A client of PyTorch's c10d TCPStore (the store torchrun runs at
-MASTER_ADDR:MASTER_PORT), for ``cuda-debug dump --job`` (cuda_debug/_job.py).
+MASTER_ADDR:MASTER_PORT), for ``cuda-debug dump --job`` (cuda_debug/_dump_job.py).
 
 Only what dump needs: set, get (of a key known to exist), add, check, delete. Written
 here rather than taken from ``torch.distributed.TCPStore`` so that a rank can
