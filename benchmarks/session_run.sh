@@ -46,8 +46,8 @@ if [[ "$what" == *" bench "* ]]; then
     >"$L/never_watched.log" 2>&1
   summary+=("never_watched: rc=$? (never_watched.log)")
   summary+=("$(tail -30 "$L/never_watched.log")")
-  timeout 30 python3 benchmarks/verdict_notes.py --pairs 2 --n 50000 >"$L/notes.log" 2>&1
+  timeout 60 python3 benchmarks/verdict_notes.py --pairs 2 --n 50000 >"$L/notes.log" 2>&1
   summary+=("notes: $(tail -1 "$L/notes.log")")
-  timeout 30 python3 benchmarks/adopt_capture.py --pairs 2 >"$L/adopt.log" 2>&1
+  timeout 60 python3 benchmarks/adopt_capture.py --pairs 2 >"$L/adopt.log" 2>&1
   summary+=("adopt: $(tail -1 "$L/adopt.log")")
 fi
