@@ -152,12 +152,20 @@ def _arm_locked() -> None:
     if _MONITORING:
         mon = sys.monitoring
         for tid in _TOOL_IDS:
-            if mon.get_tool(tid) is None:
+            try:
+                if mon.get_tool(tid) is not None:
+                    continue
                 mon.use_tool_id(tid, "cuda_debug")
+            except ValueError:                    # taken meanwhile by another tool
+                continue
+            try:
                 mon.register_callback(tid, mon.events.RAISE, _core.on_raise)
                 mon.set_events(tid, mon.events.RAISE)
-                _tool = tid
-                return
+            except Exception:                     # never in the way of watch()
+                mon.free_tool_id(tid)
+                break
+            _tool = tid
+            return
     _install_surfaces()                           # 3.10/3.11, or every tool id taken
 
 
