@@ -116,10 +116,13 @@ def dump_main(argv: List[str], prog: str = MODULE_PROG) -> int:
             _say(where, _dump.run_not_watching(pid, prog) or str(e))
             status = EXIT_ERROR
     docs.sort(key=lambda d: (d.get("rank") is None, d.get("rank") or 0, d["pid"]))
-    from .. import _warps
-    if _warps.allowed(ns.warps):       # the user's say: it stops the process for a moment
-        for d in docs:
-            d["warps"] = _warps.warps(d["pid"])
+    # the user's say (--warps, CUDA_DEBUG_WARPS): it stops the process for a moment.
+    # _warps is imported only then (a dump that drops its privileges reads no more files)
+    if ns.warps or (ns.warps is None and os.environ.get("CUDA_DEBUG_WARPS", "").strip()):
+        from .. import _warps
+        if _warps.allowed(ns.warps):
+            for d in docs:
+                d["warps"] = _warps.warps(d["pid"])
     try:
         _print_dump(docs, ranked, ns.json)
         sys.stdout.flush()
