@@ -16,7 +16,9 @@
 #     where the toolkit is seen, with -ra: its SKIPPED lines), every test file
 #     must skip no more here than there, but those that test the toolkit itself
 #     (TOOLKIT_TESTS: its headers compared with csrc/base/cuda_api.h and the error
-#     table, nvcc rebuilding the PTX, cuda.pathfinder finding CUPTI and cuBLAS),
+#     table, nvcc rebuilding the PTX, cuda.pathfinder finding CUPTI and cuBLAS, the
+#     toolkit's CUPTI reading a cubin's line table offline, the fake Sanitizer built
+#     against its header),
 #     and the skips of the others must be within 5% of the reference's.
 #
 # usage: .ci/install_without_toolkit.sh SDIST [PYTHON [REFERENCE_LOG]]
@@ -24,7 +26,7 @@ set -euo pipefail
 SDIST=$(readlink -f "$1")
 PY=${2:-python3}
 REF_LOG=${3:+$(readlink -f "$3")}
-TOOLKIT_TESTS="tests/house/test_cuda_api.py tests/house/test_error_table.py tests/core/test_core.py tests/house/test_packaging.py"
+TOOLKIT_TESTS="tests/house/test_cuda_api.py tests/house/test_error_table.py tests/core/test_core.py tests/house/test_packaging.py tests/replay/test_kernel_lines.py"
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 
 if [ "${CD_IN_NAMESPACE:-}" != 1 ]; then
