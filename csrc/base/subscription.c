@@ -50,7 +50,17 @@ static struct {
     atomic_uint_fast64_t graph_ids_refused;
 } counts;
 
-int cd_cupti_subscribed(void) { return subscriber != NULL; }
+/* Whether `subscriber` is set, for readers without cd_sub_lock (stats(), a
+ * scope's entry): written with it, under the lock. */
+static atomic_int subscribed_now;
+
+static void set_subscriber(CUpti_SubscriberHandle s)
+{
+    subscriber = s;
+    atomic_store_explicit(&subscribed_now, s != NULL, memory_order_release);
+}
+
+int cd_cupti_subscribed(void) { return atomic_load_explicit(&subscribed_now, memory_order_acquire); }
 int cd_cupti_inherited(void) { return inherited; }
 int cd_cupti_route_off(void) { return route_off; }
 void cd_cupti_route_forget(void) { route_off = 0; }
@@ -113,7 +123,7 @@ static int subscribe(CUpti_CallbackFunc callback, char *holder, size_t holder_le
     cd_intern_kernels_trust_unloads(unloads_seen);
     atomic_store(&counts.graph_ids_refused, (uint_fast64_t)refused);
     waits_enabled = 0;
-    subscriber = sub;
+    set_subscriber(sub);
     cd_gate_subscribed();              /* captures begun meanwhile are unknown */
     return 0;
 }
@@ -166,7 +176,7 @@ void cd_cupti_detach_now(void)
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(subscriber));
         atomic_store(&finalize_failed, 1);
     }
-    subscriber = NULL;
+    set_subscriber(NULL);
     waits_enabled = 0;
     atomic_store(&detach_state, 0);
     pthread_mutex_unlock(&cd_sub_lock);
@@ -277,7 +287,7 @@ int cd_cupti_hand_over_locked(void)
         if (!drain_callbacks())
             atomic_fetch_add(&counts.hand_overs_busy, 1);
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(subscriber));
-        subscriber = NULL;
+        set_subscriber(NULL);
         waits_enabled = 0;
         atomic_fetch_add(&counts.hand_overs, 1);
     }
@@ -295,7 +305,7 @@ void cd_cupti_release(void)
             return;
         }
         CUPTI_CHECK(cd_cupti.cuptiUnsubscribe(subscriber));
-        subscriber = NULL;
+        set_subscriber(NULL);
         waits_enabled = 0;
     }
 }
